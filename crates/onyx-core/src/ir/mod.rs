@@ -1,0 +1,9 @@
+//! The in-memory model: graphs of nodes with typed attributes, independent of protobuf.
+
+mod attribute;
+mod check;
+mod graph;
+
+pub use attribute::{AttrValue, Attribute};
+pub use check::{check_model, topo_sort};
+pub use graph::{Graph, Model, Node, OpsetImports, DEFAULT_DOMAIN, MS_DOMAIN};

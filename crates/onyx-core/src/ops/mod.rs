@@ -1,0 +1,5 @@
+//! Operator definitions: which ops exist in which opset, and type/shape inference.
+
+pub mod infer;
+mod onnx_ops;
+pub mod registry;

@@ -1,0 +1,99 @@
+//! Which operators exist in which opset, from ONNX's own schemas (see `onnx_ops.rs`).
+
+use super::onnx_ops::{MAX_OPSET, OPS};
+use crate::error::Location;
+use crate::ir::{Node, OpsetImports, DEFAULT_DOMAIN, MS_DOMAIN};
+use crate::{Error, Result};
+
+/// Domains whose operators Onyx does not know yet but keeps (for later EPs and contrib ops).
+const KEPT_DOMAINS: &[&str] = &[MS_DOMAIN];
+
+fn max_opset(domain: &str) -> Option<i64> {
+    MAX_OPSET.iter().find(|(d, _)| *d == domain).map(|(_, v)| *v)
+}
+
+fn versions(domain: &str, op: &str) -> Option<&'static [i64]> {
+    OPS.binary_search_by(|(d, o, _)| (*d, *o).cmp(&(domain, op))).ok().map(|i| OPS[i].2)
+}
+
+/// Checks the opset imports: every known domain at a version Onyx knows.
+pub fn check_opsets(opsets: &OpsetImports) -> Result<()> {
+    for (domain, &version) in opsets {
+        if let Some(max) = max_opset(domain) {
+            if version < 1 || version > max {
+                let name = if domain.is_empty() { "ai.onnx" } else { domain };
+                return Err(Error::InvalidModel(format!(
+                    "opset import {name} version {version}: expected a version from 1 to {max}"
+                )));
+            }
+        }
+    }
+    if !opsets.contains_key(DEFAULT_DOMAIN) && !opsets.is_empty() {
+        // ONNX requires the default domain to be imported only if it is used; nodes are checked below.
+    }
+    Ok(())
+}
+
+/// The opset version in which the definition of `node`'s op that applies under `opsets` was
+/// introduced (the "since version" that selects a kernel's behaviour).
+pub fn since_version(node: &Node, opsets: &OpsetImports) -> Result<i64> {
+    let at = node.location();
+    let Some(&imported) = opsets.get(&node.domain) else {
+        return Err(unknown(&at, node, 0, "its domain is not imported by the model"));
+    };
+    if KEPT_DOMAINS.contains(&node.domain.as_str()) {
+        return Ok(imported);
+    }
+    if max_opset(&node.domain).is_none() {
+        return Err(unknown(&at, node, imported, "the domain is unknown"));
+    }
+    let Some(vs) = versions(&node.domain, &node.op_type) else {
+        return Err(unknown(&at, node, imported, "no such operator in this domain"));
+    };
+    vs.iter().rev().copied().find(|&v| v <= imported).ok_or_else(|| {
+        unknown(&at, node, imported, &format!("the operator first appears in opset {}", vs[0]))
+    })
+}
+
+/// Checks that `node`'s operator exists in its domain at the imported opset version.
+pub fn check_node(node: &Node, opsets: &OpsetImports) -> Result<()> {
+    since_version(node, opsets).map(|_| ())
+}
+
+fn unknown(at: &Location, node: &Node, version: i64, reason: &str) -> Error {
+    let domain = if node.domain.is_empty() { "ai.onnx".to_string() } else { node.domain.clone() };
+    Error::UnknownOp { at: at.clone(), domain, op: node.op_type.clone(), version, reason: reason.into() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(op: &str, domain: &str) -> Node {
+        Node { op_type: op.into(), domain: domain.into(), ..Default::default() }
+    }
+
+    #[test]
+    fn resolves_since_versions() {
+        let opsets: OpsetImports = [("".to_string(), 17)].into();
+        assert_eq!(since_version(&node("Relu", ""), &opsets).unwrap(), 14);
+        assert_eq!(since_version(&node("LayerNormalization", ""), &opsets).unwrap(), 17);
+        let err = since_version(&node("RMSNormalization", ""), &opsets).unwrap_err().to_string();
+        assert!(err.contains("first appears in opset 23"), "{err}");
+        let err = since_version(&node("Frobnicate", ""), &opsets).unwrap_err().to_string();
+        assert!(err.contains("Frobnicate") && err.contains("no such operator"), "{err}");
+        assert!(since_version(&node("Relu", "com.example"), &opsets).is_err());
+    }
+
+    #[test]
+    fn rejects_unknown_opset_versions() {
+        assert!(check_opsets(&[("".to_string(), 17)].into()).is_ok());
+        assert!(check_opsets(&[("".to_string(), 99)].into()).is_err());
+        assert!(check_opsets(&[("".to_string(), 0)].into()).is_err());
+    }
+
+    #[test]
+    fn table_is_sorted() {
+        assert!(OPS.windows(2).all(|w| (w[0].0, w[0].1) < (w[1].0, w[1].1)));
+    }
+}

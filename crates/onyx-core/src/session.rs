@@ -1,0 +1,1 @@
+//! Sessions: placeholder replaced below.

@@ -1,0 +1,2 @@
+//! Onyx facade.
+pub use onyx_core::*;
