@@ -11,6 +11,7 @@ pub mod ir;
 pub mod ops;
 mod tensor;
 pub mod types;
+pub mod session;
 mod value;
 
 pub use device::Device;
@@ -18,3 +19,4 @@ pub use dtype::DataType;
 pub use error::{Error, Location, Result};
 pub use tensor::{element_count, ByteSource, Element, HostBuffer, Tensor, TensorData, TensorView, ViewData};
 pub use value::{InputValue, Map, Optional, Sequence, Value};
+pub use session::{OptimizationLevel, Outputs, Session, SessionOptions};

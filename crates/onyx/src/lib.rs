@@ -1,2 +1,33 @@
-//! Onyx facade.
-pub use onyx_core::*;
+//! # Onyx
+//!
+//! An ONNX inference runtime whose data can live on the GPU. This crate is the facade users
+//! depend on: load a model, pick execution providers, run it.
+//!
+//! ```no_run
+//! use onyx::{SessionBuilder, Tensor, TensorView};
+//!
+//! # fn main() -> onyx::Result<()> {
+//! let session = SessionBuilder::new().commit_from_file("models/digits/digits.onnx")?;
+//! let pixels = vec![0.0f32; 64];
+//! let shape = [1, 1, 8, 8];
+//! // Borrow the caller's memory: no copy.
+//! let outputs = session.run([("image", TensorView::from_slice(&shape, &pixels)?)])?;
+//! let probabilities = outputs.get("probabilities")?.as_tensor()?.as_slice::<f32>()?;
+//! println!("{probabilities:?}");
+//! # Ok(()) }
+//! ```
+
+mod builder;
+pub mod npy;
+mod provider;
+
+pub use builder::SessionBuilder;
+pub use onyx_core::ep::{self, ExecutionProvider};
+pub use onyx_core::{
+    element_count, ir, types, DataType, Device, Element, Error, HostBuffer, InputValue, Location, Map,
+    OptimizationLevel, Optional, Outputs, Result, Sequence, Session, SessionOptions, Tensor, TensorData,
+    TensorView, Value,
+};
+pub use onyx_cpu::CpuProvider;
+pub use onyx_onnx::{load_model, load_model_from_bytes};
+pub use provider::{compiled_providers, Provider};

@@ -2,7 +2,7 @@
 
 use super::onnx_ops::{MAX_OPSET, OPS};
 use crate::error::Location;
-use crate::ir::{Node, OpsetImports, DEFAULT_DOMAIN, MS_DOMAIN};
+use crate::ir::{Node, OpsetImports, MS_DOMAIN};
 use crate::{Error, Result};
 
 /// Domains whose operators Onyx does not know yet but keeps (for later EPs and contrib ops).
@@ -27,9 +27,6 @@ pub fn check_opsets(opsets: &OpsetImports) -> Result<()> {
                 )));
             }
         }
-    }
-    if !opsets.contains_key(DEFAULT_DOMAIN) && !opsets.is_empty() {
-        // ONNX requires the default domain to be imported only if it is used; nodes are checked below.
     }
     Ok(())
 }

@@ -1,4 +1,8 @@
-//! elementwise kernels.
+//! Elementwise kernels: unary math and activations, binary arithmetic and comparisons with
+//! broadcasting, variadic Sum/Mean/Max/Min, and Where.
+
+mod math;
+pub mod num;
 
 use crate::Registry;
 

@@ -1,1 +1,0 @@
-//! Sessions: placeholder replaced below.

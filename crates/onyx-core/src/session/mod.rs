@@ -1,0 +1,151 @@
+//! Sessions: a checked model compiled for a list of execution providers, run many times.
+
+mod executor;
+mod options;
+mod outputs;
+mod plan;
+mod validate;
+
+use std::collections::HashMap;
+
+use crate::ir::Model;
+use crate::ops::infer::Inferred;
+use crate::types::{ValueInfo, ValueType};
+use crate::{Error, InputValue, Result};
+
+use executor::{execute, new_env, Slot};
+pub use options::{OptimizationLevel, SessionOptions};
+pub use outputs::Outputs;
+pub use plan::NodeAssignment;
+use plan::{build_plan, Plan, Providers};
+
+/// A model ready to run. `Send + Sync`: `run` may be called from many threads at once; each
+/// run keeps its own values.
+pub struct Session {
+    model: Model,
+    inputs: Vec<ValueInfo>,
+    outputs: Vec<ValueInfo>,
+    plan: Plan,
+    providers: Providers,
+    pool: rayon::ThreadPool,
+}
+
+impl Session {
+    /// Compiles a checked model (see [`crate::ir::check_model`]) for the providers in `options`.
+    pub fn new(mut model: Model, options: SessionOptions) -> Result<Session> {
+        crate::ir::check_model(&mut model)?;
+        let inputs: Vec<ValueInfo> = model
+            .graph
+            .runtime_inputs()
+            .map(|i| validate::apply_free_dims(i, &options))
+            .collect::<Result<_>>()?;
+        let mut list = options.providers.clone();
+        if let Some(f) = &options.fallback {
+            if !list.iter().any(|p| p.name() == f.name()) {
+                list.push(f.clone());
+            }
+        }
+        if list.is_empty() {
+            return Err(Error::InvalidArgument(
+                "no execution provider: add one, or keep the CPU fallback enabled".into(),
+            ));
+        }
+        let providers = Providers { list, has_fallback: options.fallback.is_some() };
+        let known: HashMap<String, Inferred> =
+            inputs.iter().map(|i| (i.name.clone(), Inferred::of_type(i.ty.clone()))).collect();
+        let plan = build_plan(&model.graph, &providers, &model.opsets, known)?;
+        let outputs = model
+            .graph
+            .outputs
+            .iter()
+            .map(|o| {
+                let mut o = o.clone();
+                if let Some(k) = plan.inferred.get(&o.name) {
+                    if o.ty == ValueType::Unknown {
+                        o.ty = k.ty.clone();
+                    }
+                }
+                o
+            })
+            .collect();
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(options.intra_op_threads)
+            .thread_name(|i| format!("onyx-intra-{i}"))
+            .build()
+            .map_err(|e| Error::InvalidArgument(format!("cannot start {} threads: {e}", options.intra_op_threads)))?;
+        Ok(Session { model, inputs, outputs, plan, providers, pool })
+    }
+
+    /// The inputs a caller feeds (initializers excluded), with free dimensions as overridden.
+    pub fn inputs(&self) -> &[ValueInfo] {
+        &self.inputs
+    }
+
+    /// The graph's outputs, typed by inference where the model did not declare them.
+    pub fn outputs(&self) -> &[ValueInfo] {
+        &self.outputs
+    }
+
+    /// The model this session runs.
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
+    /// Which provider runs each node, in execution order.
+    pub fn assignments(&self) -> &[NodeAssignment] {
+        &self.plan.assignments
+    }
+
+    /// How many device copies of intermediate values a run makes (inputs and outputs on the host).
+    pub fn copies_per_run(&self) -> usize {
+        self.plan.copy_steps
+    }
+
+    /// The inferred type of any value of the main graph, by name.
+    pub fn value_type(&self, name: &str) -> Option<&ValueType> {
+        self.plan.inferred.get(name).map(|k| &k.ty)
+    }
+
+    /// Names of the providers this session uses, in priority order.
+    pub fn provider_names(&self) -> Vec<&str> {
+        self.providers.list.iter().map(|p| p.name()).collect()
+    }
+
+    /// Runs the model. `inputs` are (name, value) pairs: owned tensors, or views of the caller's
+    /// memory (not copied). Every input without a default must be given; dtypes and fixed
+    /// dimensions are checked. Returns every graph output, on the host.
+    pub fn run<'a, N, V, I>(&self, inputs: I) -> Result<Outputs>
+    where
+        N: AsRef<str>,
+        V: Into<InputValue<'a>>,
+        I: IntoIterator<Item = (N, V)>,
+    {
+        let given: Vec<(String, InputValue<'a>)> =
+            inputs.into_iter().map(|(n, v)| (n.as_ref().to_string(), v.into())).collect();
+        validate::check_inputs(&self.model.graph, &self.inputs, &given)?;
+        let mut env = new_env(&self.plan);
+        let slots: HashMap<&str, usize> = self.plan.inputs.iter().map(|(n, s)| (n.as_str(), *s)).collect();
+        for (name, value) in given {
+            let slot = slots[name.as_str()];
+            env[slot] = Some(match value {
+                InputValue::Value(v) => Slot::Owned(v),
+                InputValue::View(v) => Slot::Ref(crate::ep::ValueRef::View(v)),
+            });
+        }
+        let values = self.pool.install(|| execute(&self.plan, &self.providers, env))?;
+        let names = self.plan.outputs.iter().map(|(n, _)| n.clone());
+        Ok(Outputs::new(names.zip(values).collect()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn session_is_send_and_sync() {
+        assert_send_sync::<Session>();
+    }
+}

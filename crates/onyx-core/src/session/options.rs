@@ -1,0 +1,80 @@
+//! Session options, named after ONNX Runtime's.
+
+use std::sync::Arc;
+
+use crate::ep::ExecutionProvider;
+use crate::{Error, Result};
+
+/// How much the graph is rewritten before it runs (ONNX Runtime's `GraphOptimizationLevel`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub enum OptimizationLevel {
+    /// Run the graph as written.
+    Disable,
+    /// Semantics-preserving clean-ups (constant folding, dead nodes, Identity removal).
+    Basic,
+    /// Basic plus fusions.
+    Extended,
+    /// Everything, including per-EP layout choices. The default, as in ONNX Runtime.
+    #[default]
+    All,
+}
+
+impl std::str::FromStr for OptimizationLevel {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "disable" | "disabled" | "none" => Ok(OptimizationLevel::Disable),
+            "basic" => Ok(OptimizationLevel::Basic),
+            "extended" => Ok(OptimizationLevel::Extended),
+            "all" => Ok(OptimizationLevel::All),
+            other => Err(Error::InvalidArgument(format!(
+                "optimization level: expected disable, basic, extended or all, found '{other}'"
+            ))),
+        }
+    }
+}
+
+/// Options of a session. Build with [`SessionOptions::default`] and the `with_*` methods.
+#[derive(Clone)]
+pub struct SessionOptions {
+    /// Execution providers in priority order; the first that supports a node takes it.
+    pub providers: Vec<Arc<dyn ExecutionProvider>>,
+    /// Takes the nodes no provider took (normally the CPU EP); `None` disables CPU fallback,
+    /// like ONNX Runtime's `session.disable_cpu_ep_fallback`.
+    pub fallback: Option<Arc<dyn ExecutionProvider>>,
+    /// Graph optimization level.
+    pub optimization_level: OptimizationLevel,
+    /// Threads for parallel work inside a kernel; 0 means one per core.
+    pub intra_op_threads: usize,
+    /// Free dimensions fixed by name (`batch` = 1), as ONNX Runtime's AddFreeDimensionOverrideByName.
+    pub free_dims_by_name: Vec<(String, usize)>,
+    /// Free dimensions fixed by denotation (`DATA_BATCH` = 1), as AddFreeDimensionOverride.
+    pub free_dims_by_denotation: Vec<(String, usize)>,
+}
+
+impl Default for SessionOptions {
+    fn default() -> Self {
+        SessionOptions {
+            providers: vec![],
+            fallback: None,
+            optimization_level: OptimizationLevel::default(),
+            intra_op_threads: 0,
+            free_dims_by_name: vec![],
+            free_dims_by_denotation: vec![],
+        }
+    }
+}
+
+impl std::fmt::Debug for SessionOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionOptions")
+            .field("providers", &self.providers.iter().map(|p| p.name().to_string()).collect::<Vec<_>>())
+            .field("fallback", &self.fallback.as_ref().map(|p| p.name().to_string()))
+            .field("optimization_level", &self.optimization_level)
+            .field("intra_op_threads", &self.intra_op_threads)
+            .field("free_dims_by_name", &self.free_dims_by_name)
+            .field("free_dims_by_denotation", &self.free_dims_by_denotation)
+            .finish()
+    }
+}

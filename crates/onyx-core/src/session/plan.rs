@@ -1,0 +1,289 @@
+//! Planning: partition nodes over execution providers, build their kernels, insert copies at
+//! device boundaries, and decide when each intermediate value can be freed.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use crate::device::Device;
+use crate::ep::{ExecutionProvider, Kernel, NodeContext, SubgraphRunner};
+use crate::error::Location;
+use crate::ir::{Graph, OpsetImports};
+use crate::ops::infer::{infer_graph, Inferred};
+use crate::ops::registry;
+use crate::types::ValueType;
+use crate::{Error, Result, Value};
+
+use super::executor::SubgraphPlan;
+
+/// The providers a plan may use, in priority order; the fallback (if any) is last.
+#[derive(Clone)]
+pub(crate) struct Providers {
+    pub list: Vec<Arc<dyn ExecutionProvider>>,
+    pub has_fallback: bool,
+}
+
+impl Providers {
+    /// The provider whose device is `device`.
+    pub fn for_device(&self, device: Device) -> Result<&Arc<dyn ExecutionProvider>> {
+        self.list
+            .iter()
+            .find(|p| p.device() == device)
+            .ok_or_else(|| Error::Device(format!("no execution provider of this session owns {device}")))
+    }
+}
+
+/// What a step does.
+pub(crate) enum StepKind {
+    /// Runs a node's kernel.
+    Kernel { kernel: Box<dyn Kernel>, at: Location, wanted: Vec<bool> },
+    /// Moves its one input to `to` (a no-op if it is already there).
+    Copy { to: Device },
+}
+
+/// One step of a plan: reads `inputs` slots, writes `outputs` slots, then frees `free_after`.
+pub(crate) struct Step {
+    pub kind: StepKind,
+    pub inputs: Vec<Option<usize>>,
+    pub outputs: Vec<Option<usize>>,
+    pub free_after: Vec<usize>,
+}
+
+/// Which provider runs a node, for reports such as `onyx info`.
+#[derive(Debug, Clone)]
+pub struct NodeAssignment {
+    /// Node name.
+    pub node: String,
+    /// Op type.
+    pub op: String,
+    /// Name of the provider that runs it.
+    pub provider: String,
+}
+
+/// A graph compiled for a list of providers.
+pub(crate) struct Plan {
+    pub slot_count: usize,
+    /// Formal inputs: name and slot.
+    pub inputs: Vec<(String, usize)>,
+    /// Values of enclosing graphs read here: name and slot.
+    pub outer: Vec<(String, usize)>,
+    /// Slots filled before every run (initializers, constants already on their device).
+    pub constants: Vec<(usize, Value)>,
+    pub steps: Vec<Step>,
+    /// Graph outputs: name and slot (on the host).
+    pub outputs: Vec<(String, usize)>,
+    pub assignments: Vec<NodeAssignment>,
+    /// Copy steps per run (device boundaries crossed by intermediate values).
+    pub copy_steps: usize,
+    /// Everything inference found, for reports.
+    pub inferred: HashMap<String, Inferred>,
+}
+
+struct Builder<'p> {
+    providers: &'p Providers,
+    opsets: &'p OpsetImports,
+    slots: HashMap<String, usize>,
+    home: Vec<Device>,
+    copies: HashMap<(usize, Device), usize>,
+    constants: Vec<(usize, Value)>,
+    steps: Vec<Step>,
+    outer: Vec<(String, usize)>,
+    /// Slots of graph inputs: never treated as constants, even when they have a default.
+    input_slots: HashSet<usize>,
+}
+
+impl Builder<'_> {
+    fn new_slot(&mut self, device: Device) -> usize {
+        self.home.push(device);
+        self.home.len() - 1
+    }
+
+    fn define(&mut self, name: &str, device: Device) -> usize {
+        let s = self.new_slot(device);
+        self.slots.insert(name.to_string(), s);
+        s
+    }
+
+    /// The slot of `name`, or a new outer-scope slot when the graph does not define it.
+    fn lookup(&mut self, name: &str) -> usize {
+        if let Some(&s) = self.slots.get(name) {
+            return s;
+        }
+        let s = self.define(name, Device::Cpu);
+        self.outer.push((name.to_string(), s));
+        s
+    }
+
+    /// The slot holding `slot`'s value on `device`, inserting a copy once per (value, device).
+    /// Constants are copied now, once, instead of at every run.
+    fn on_device(&mut self, slot: usize, device: Device) -> Result<usize> {
+        if self.home[slot] == device {
+            return Ok(slot);
+        }
+        if let Some(&s) = self.copies.get(&(slot, device)) {
+            return Ok(s);
+        }
+        let dst = self.new_slot(device);
+        let constant = self.constants.iter().find(|(s, _)| *s == slot).map(|(_, v)| v.clone());
+        if let Some(value) = constant.filter(|_| !self.input_slots.contains(&slot)) {
+            let copied = super::executor::copy_value(&value, device, self.providers)?;
+            self.constants.push((dst, copied));
+        } else {
+            self.steps.push(Step {
+                kind: StepKind::Copy { to: device },
+                inputs: vec![Some(slot)],
+                outputs: vec![Some(dst)],
+                free_after: vec![],
+            });
+        }
+        self.copies.insert((slot, device), dst);
+        Ok(dst)
+    }
+}
+
+/// Compiles `graph`. `known` holds what is known of values before the graph runs (inputs with
+/// free dimensions applied, outer-scope values for subgraphs).
+pub(crate) fn build_plan(
+    graph: &Graph,
+    providers: &Providers,
+    opsets: &OpsetImports,
+    mut known: HashMap<String, Inferred>,
+) -> Result<Plan> {
+    infer_graph(graph, opsets, &mut known)?;
+    let mut b = Builder {
+        providers,
+        opsets,
+        slots: HashMap::new(),
+        home: vec![],
+        copies: HashMap::new(),
+        constants: vec![],
+        steps: vec![],
+        outer: vec![],
+        input_slots: HashSet::new(),
+    };
+    let mut inputs = vec![];
+    for input in &graph.inputs {
+        let s = b.define(&input.name, Device::Cpu);
+        inputs.push((input.name.clone(), s));
+        b.input_slots.insert(s);
+    }
+    for (name, tensor) in &graph.initializers {
+        let s = match b.slots.get(name) {
+            Some(&s) => s, // an input with a default value
+            None => b.define(name, Device::Cpu),
+        };
+        b.constants.push((s, Value::Tensor(tensor.clone())));
+    }
+    let mut assignments = vec![];
+    let mut unsupported = vec![];
+    for node in &graph.nodes {
+        let since_version = registry::since_version(node, opsets)?;
+        let known_ref = &known;
+        let subgraphs = |g: &Graph| -> Result<Arc<dyn SubgraphRunner>> {
+            let plan = build_plan(g, providers, opsets, known_ref.clone())?;
+            Ok(Arc::new(SubgraphPlan::new(plan, providers.clone())))
+        };
+        let ctx = NodeContext {
+            node,
+            since_version,
+            opsets: b.opsets,
+            input_types: node
+                .inputs
+                .iter()
+                .map(|n| known.get(n).map(|k| k.ty.clone()).unwrap_or(ValueType::Unknown))
+                .collect(),
+            constant_inputs: node.inputs.iter().map(|n| known.get(n).and_then(|k| k.constant.as_ref())).collect(),
+            subgraphs: &subgraphs,
+        };
+        let Some(provider) = providers.list.iter().find(|p| p.supports(&ctx)) else {
+            unsupported.push(node.location().to_string());
+            continue;
+        };
+        let kernel = provider.build_kernel(&ctx)?;
+        let device = provider.device();
+        let mut step_inputs = vec![];
+        for name in &node.inputs {
+            step_inputs.push(if name.is_empty() {
+                None
+            } else {
+                let s = b.lookup(name);
+                Some(b.on_device(s, device)?)
+            });
+        }
+        for name in &node.implicit_inputs {
+            step_inputs.push(Some(b.lookup(name)));
+        }
+        let outputs = node.outputs.iter().map(|o| (!o.is_empty()).then(|| b.define(o, device))).collect();
+        assignments.push(NodeAssignment {
+            node: node.name.clone(),
+            op: node.op_type.clone(),
+            provider: provider.name().to_string(),
+        });
+        b.steps.push(Step {
+            kind: StepKind::Kernel { kernel, at: node.location(), wanted: vec![] },
+            inputs: step_inputs,
+            outputs,
+            free_after: vec![],
+        });
+    }
+    if !unsupported.is_empty() {
+        let names: Vec<&str> = providers.list.iter().map(|p| p.name()).collect();
+        let fallback = if providers.has_fallback { "" } else { "; CPU fallback is disabled" };
+        return Err(Error::Unsupported(format!(
+            "{} node(s) (providers: {}{fallback}): {}",
+            unsupported.len(),
+            names.join(", "),
+            unsupported.join(", ")
+        )));
+    }
+    let mut outputs = vec![];
+    for out in &graph.outputs {
+        let s = b.lookup(&out.name);
+        outputs.push((out.name.clone(), b.on_device(s, Device::Cpu)?));
+    }
+    let copy_steps = b.steps.iter().filter(|s| matches!(s.kind, StepKind::Copy { .. })).count();
+    let slot_count = b.home.len();
+    let mut steps = b.steps;
+    plan_lifetimes(&mut steps, &outputs, slot_count);
+    Ok(Plan {
+        slot_count,
+        inputs,
+        outer: b.outer,
+        constants: b.constants,
+        steps,
+        outputs,
+        assignments,
+        copy_steps,
+        inferred: known,
+    })
+}
+
+/// Frees each slot right after its last reader, and tells kernels which outputs someone reads.
+fn plan_lifetimes(steps: &mut [Step], outputs: &[(String, usize)], slot_count: usize) {
+    let kept: HashSet<usize> = outputs.iter().map(|(_, s)| *s).collect();
+    let mut last_use: Vec<Option<usize>> = vec![None; slot_count];
+    for (i, step) in steps.iter().enumerate() {
+        for s in step.inputs.iter().flatten() {
+            last_use[*s] = Some(i);
+        }
+    }
+    for (slot, last) in last_use.iter().enumerate() {
+        if let Some(i) = last {
+            if !kept.contains(&slot) {
+                steps[*i].free_after.push(slot);
+            }
+        }
+    }
+    for step in steps.iter_mut() {
+        let wanted: Vec<bool> = step
+            .outputs
+            .iter()
+            .map(|o| o.is_some_and(|s| kept.contains(&s) || last_use[s].is_some()))
+            .collect();
+        // Outputs nobody reads are dropped as soon as they are made.
+        let unread = step.outputs.iter().zip(&wanted).filter_map(|(o, w)| if *w { None } else { *o });
+        step.free_after.extend(unread.collect::<Vec<_>>());
+        if let StepKind::Kernel { wanted: w, .. } = &mut step.kind {
+            *w = wanted;
+        }
+    }
+}

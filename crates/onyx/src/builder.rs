@@ -1,0 +1,104 @@
+//! Building sessions the way ONNX Runtime and the `ort` crate users expect.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use onyx_core::ep::ExecutionProvider;
+use onyx_core::ir::Model;
+use onyx_core::{OptimizationLevel, Result, Session, SessionOptions};
+use onyx_cpu::CpuProvider;
+
+use crate::Provider;
+
+/// Configures and creates a [`Session`].
+#[derive(Clone)]
+pub struct SessionBuilder {
+    providers: Vec<Provider>,
+    cpu_fallback: bool,
+    options: SessionOptions,
+}
+
+impl Default for SessionBuilder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl SessionBuilder {
+    /// A builder with the CPU EP, optimization level `all` and one thread per core.
+    pub fn new() -> Self {
+        SessionBuilder { providers: vec![], cpu_fallback: true, options: SessionOptions::default() }
+    }
+
+    /// Execution providers in priority order (nodes none takes fall back to the CPU EP).
+    pub fn with_providers(mut self, providers: impl IntoIterator<Item = Provider>) -> Self {
+        self.providers = providers.into_iter().collect();
+        self
+    }
+
+    /// Appends a provider instance (e.g. one sharing the application's device).
+    pub fn with_provider(mut self, provider: Arc<dyn ExecutionProvider>) -> Self {
+        self.providers.push(Provider::Custom(provider));
+        self
+    }
+
+    /// Graph optimization level.
+    pub fn with_optimization_level(mut self, level: OptimizationLevel) -> Self {
+        self.options.optimization_level = level;
+        self
+    }
+
+    /// Threads used inside kernels (0: one per core).
+    pub fn with_intra_threads(mut self, threads: usize) -> Self {
+        self.options.intra_op_threads = threads;
+        self
+    }
+
+    /// Fixes a free dimension by its symbolic name (ONNX Runtime's AddFreeDimensionOverrideByName).
+    pub fn with_free_dimension_override_by_name(mut self, name: impl Into<String>, value: usize) -> Self {
+        self.options.free_dims_by_name.push((name.into(), value));
+        self
+    }
+
+    /// Fixes free dimensions by denotation, e.g. `DATA_BATCH` (ONNX Runtime's AddFreeDimensionOverride).
+    pub fn with_free_dimension_override(mut self, denotation: impl Into<String>, value: usize) -> Self {
+        self.options.free_dims_by_denotation.push((denotation.into(), value));
+        self
+    }
+
+    /// Whether nodes no listed provider takes run on the CPU EP (default true). Disabled, session
+    /// creation fails with an error listing those nodes (ONNX Runtime's `session.disable_cpu_ep_fallback`).
+    pub fn with_cpu_fallback(mut self, enabled: bool) -> Self {
+        self.cpu_fallback = enabled;
+        self
+    }
+
+    /// Loads an ONNX file (external data resolved in its folder) and creates the session.
+    pub fn commit_from_file(self, path: impl AsRef<Path>) -> Result<Session> {
+        let model = onyx_onnx::load_model(path.as_ref())?;
+        self.commit_from_model(model)
+    }
+
+    /// Creates the session from the bytes of an ONNX file without external data.
+    pub fn commit_from_memory(self, bytes: &[u8]) -> Result<Session> {
+        let model = onyx_onnx::load_model_from_bytes(bytes, None)?;
+        self.commit_from_model(model)
+    }
+
+    /// Creates the session from a loaded model.
+    pub fn commit_from_model(self, model: Model) -> Result<Session> {
+        let mut options = self.options;
+        let mut providers = self.providers;
+        if providers.is_empty() {
+            providers.push(Provider::Cpu);
+        }
+        options.providers = providers.iter().map(Provider::instantiate).collect::<Result<_>>()?;
+        let existing_cpu = options.providers.iter().find(|p| p.name() == "cpu").cloned();
+        options.fallback = if self.cpu_fallback {
+            Some(existing_cpu.unwrap_or_else(|| Arc::new(CpuProvider::new())))
+        } else {
+            None
+        };
+        Session::new(model, options)
+    }
+}

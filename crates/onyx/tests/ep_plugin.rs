@@ -1,0 +1,179 @@
+//! A second execution provider plugs in through the public seam: it takes some nodes, gets
+//! copies inserted at the device boundaries, and the results match a CPU-only session.
+
+use std::any::Any;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use onyx::ep::{DeviceDescription, ExecutionProvider, Kernel, NodeContext, ValueRef};
+use onyx::ir::{Graph, Model, Node};
+use onyx::types::{TensorType, ValueInfo, ValueType};
+use onyx::{DataType, Device, Error, Result, SessionBuilder, Tensor, TensorData, TensorView, Value};
+use onyx_core::device::DeviceStorage;
+
+const DEVICE: Device = Device::Other(7);
+
+/// "Device memory" of the test EP: bytes the host cannot read directly.
+#[derive(Debug)]
+struct TestBuffer(Vec<u8>);
+
+impl DeviceStorage for TestBuffer {
+    fn device(&self) -> Device {
+        DEVICE
+    }
+    fn byte_len(&self) -> usize {
+        self.0.len()
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+fn device_f32(t: &Tensor) -> Result<Vec<f32>> {
+    let TensorData::Device(buf) = t.data() else { return Err(Error::Device("expected a device tensor".into())) };
+    let buf = buf.as_any().downcast_ref::<TestBuffer>().ok_or_else(|| Error::Device("foreign buffer".into()))?;
+    Ok(buf.0.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+}
+
+fn to_device(shape: Vec<usize>, data: &[f32]) -> Result<Value> {
+    let bytes = data.iter().flat_map(|x| x.to_le_bytes()).collect();
+    Ok(Value::Tensor(Tensor::from_device(DataType::Float, shape, Arc::new(TestBuffer(bytes)))?))
+}
+
+#[derive(Default)]
+struct TestEp {
+    uploads: AtomicUsize,
+    downloads: AtomicUsize,
+}
+
+struct Elementwise {
+    op: String,
+}
+
+impl Kernel for Elementwise {
+    fn run(&self, inputs: &[Option<ValueRef<'_>>], _wanted: &[bool]) -> Result<Vec<Value>> {
+        let tensor = |i: usize| -> Result<&Tensor> {
+            let v = inputs[i].and_then(|v| v.value()).ok_or_else(|| Error::Device("input not on device".into()))?;
+            v.as_tensor()
+        };
+        let a = tensor(0)?;
+        let x = device_f32(a)?;
+        let y: Vec<f32> = match self.op.as_str() {
+            "Relu" => x.iter().map(|v| v.max(0.0)).collect(),
+            _ => {
+                // Add with a bias broadcast along the last axis.
+                let b = device_f32(tensor(1)?)?;
+                x.iter().enumerate().map(|(i, v)| v + b[i % b.len()]).collect()
+            }
+        };
+        Ok(vec![to_device(a.shape().to_vec(), &y)?])
+    }
+}
+
+impl ExecutionProvider for TestEp {
+    fn name(&self) -> &str {
+        "test"
+    }
+    fn device(&self) -> Device {
+        DEVICE
+    }
+    fn describe_devices(&self) -> Vec<DeviceDescription> {
+        vec![DeviceDescription { device: DEVICE, name: "test device".into(), details: vec![] }]
+    }
+    fn supports(&self, ctx: &NodeContext<'_>) -> bool {
+        matches!(ctx.node.op_type.as_str(), "Relu" | "Add")
+    }
+    fn build_kernel(&self, ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
+        Ok(Box::new(Elementwise { op: ctx.node.op_type.clone() }))
+    }
+    fn upload(&self, tensor: TensorView<'_>) -> Result<Tensor> {
+        self.uploads.fetch_add(1, Ordering::SeqCst);
+        to_device(tensor.shape().to_vec(), tensor.as_slice::<f32>()?)?.into_tensor()
+    }
+    fn download(&self, tensor: &Tensor) -> Result<Tensor> {
+        self.downloads.fetch_add(1, Ordering::SeqCst);
+        Tensor::from_vec(tensor.shape().to_vec(), device_f32(tensor)?)
+    }
+}
+
+fn node(op: &str, name: &str, inputs: &[&str], outputs: &[&str]) -> Node {
+    Node {
+        name: name.into(),
+        op_type: op.into(),
+        inputs: inputs.iter().map(|s| s.to_string()).collect(),
+        outputs: outputs.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    }
+}
+
+/// X → MatMul(W) [cpu] → Relu [test] → Add(B) [test] → Sigmoid [cpu] → Y
+fn model() -> Model {
+    let mut rng = fastrand::Rng::with_seed(7);
+    let w: Vec<f32> = (0..5 * 3).map(|_| rng.f32() - 0.5).collect();
+    let b: Vec<f32> = (0..3).map(|_| rng.f32() - 0.5).collect();
+    let tensor = |dims: &[usize]| ValueType::Tensor(TensorType::fixed(DataType::Float, dims));
+    Model {
+        ir_version: 8,
+        opsets: BTreeMap::from([(String::new(), 17)]),
+        graph: Graph {
+            name: "plugin".into(),
+            nodes: vec![
+                node("MatMul", "mm", &["X", "W"], &["h1"]),
+                node("Relu", "relu", &["h1"], &["h2"]),
+                node("Add", "add", &["h2", "B"], &["h3"]),
+                node("Sigmoid", "sigmoid", &["h3"], &["Y"]),
+            ],
+            inputs: vec![ValueInfo::new("X", tensor(&[4, 5]))],
+            outputs: vec![ValueInfo::new("Y", tensor(&[4, 3]))],
+            initializers: BTreeMap::from([
+                ("W".to_string(), Tensor::from_vec(vec![5, 3], w).unwrap()),
+                ("B".to_string(), Tensor::from_vec(vec![3], b).unwrap()),
+            ]),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+#[test]
+fn second_provider_takes_nodes_and_copies_are_inserted() {
+    let ep = Arc::new(TestEp::default());
+    let session = SessionBuilder::new().with_provider(ep.clone()).commit_from_model(model()).unwrap();
+    let placement: Vec<(&str, &str)> =
+        session.assignments().iter().map(|a| (a.node.as_str(), a.provider.as_str())).collect();
+    assert_eq!(placement, [("mm", "cpu"), ("relu", "test"), ("add", "test"), ("sigmoid", "cpu")]);
+    // One upload (MatMul → Relu) and one download (Add → Sigmoid) per run; B is uploaded once.
+    assert_eq!(session.copies_per_run(), 2);
+    assert_eq!(ep.uploads.load(Ordering::SeqCst), 1, "the initializer B is uploaded at session creation");
+
+    let cpu = SessionBuilder::new().commit_from_model(model()).unwrap();
+    let x: Vec<f32> = (0..20).map(|i| (i as f32 * 0.37).sin()).collect();
+    let shape = [4, 5];
+    for run in 1..=3 {
+        let got = session.run([("X", TensorView::from_slice(&shape, &x).unwrap())]).unwrap();
+        let want = cpu.run([("X", TensorView::from_slice(&shape, &x).unwrap())]).unwrap();
+        let got = got.get("Y").unwrap().as_tensor().unwrap().as_slice::<f32>().unwrap().to_vec();
+        let want = want.get("Y").unwrap().as_tensor().unwrap().as_slice::<f32>().unwrap().to_vec();
+        for (g, w) in got.iter().zip(&want) {
+            assert!((g - w).abs() < 1e-6, "{g} vs {w}");
+        }
+        assert_eq!(ep.uploads.load(Ordering::SeqCst), 1 + run);
+        assert_eq!(ep.downloads.load(Ordering::SeqCst), run);
+    }
+}
+
+#[test]
+fn disabled_fallback_names_the_nodes_no_provider_takes() {
+    let ep = Arc::new(TestEp::default());
+    let err = SessionBuilder::new()
+        .with_providers([])
+        .with_provider(ep)
+        .with_cpu_fallback(false)
+        .commit_from_model(model())
+        .err()
+        .expect("MatMul and Sigmoid have no provider")
+        .to_string();
+    assert!(err.contains("MatMul node 'mm'") && err.contains("Sigmoid node 'sigmoid'"), "{err}");
+    assert!(err.contains("CPU fallback is disabled"), "{err}");
+}
