@@ -1,6 +1,9 @@
 //! External tensor data: files beside the model, memory-mapped once per file per load and
 //! shared by every tensor that points into them (no copy unless an offset is misaligned).
 //!
+//! Keys: `location` (required), `offset` (default 0), `length` (default: the tensor's byte size;
+//! when given it must equal that size); `checksum` is not verified and other keys are ignored.
+//!
 //! Security: a location must be a relative path that stays inside the model's folder after
 //! resolving `..` and symlinks; anything else is an error naming the tensor and the location.
 
@@ -182,7 +185,7 @@ fn check_relative(location: &str, at: &str) -> Result<()> {
         match c {
             Component::Prefix(_) | Component::RootDir => {
                 return Err(Error::InvalidModel(format!(
-                    "{at}: absolute locations are not allowed; expected a path relative to the model's folder"
+                    "{at}: an absolute location points outside the model's folder; expected a path relative to it"
                 )))
             }
             Component::ParentDir if depth == 0 => {
@@ -195,3 +198,6 @@ fn check_relative(location: &str, at: &str) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;

@@ -33,7 +33,7 @@ pub use values::{tensor_from_pb_bytes, value_from_pb_bytes};
 
 /// Subgraphs nested deeper than this are rejected while converting (the same limit as the
 /// checker's), so a malicious file cannot overflow the stack.
-pub(crate) const MAX_SUBGRAPH_DEPTH: usize = 64;
+pub(crate) use onyx_core::ir::MAX_SUBGRAPH_DEPTH;
 
 /// The domain as the IR spells it: `ai.onnx` is the default domain `""`.
 pub(crate) fn normalize_domain(domain: Option<&str>) -> String {

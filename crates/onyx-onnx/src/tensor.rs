@@ -144,7 +144,7 @@ pub(crate) fn copy_aligned(bytes: &[u8]) -> Result<HostBuffer> {
 /// The typed field that holds `dtype`'s elements, checked for length and converted.
 fn typed_bytes(p: &mut TensorProto, dtype: DataType, count: usize, what: &str) -> Result<HostBuffer> {
     use DataType::*;
-    let pairs = count.checked_mul(2).unwrap_or(usize::MAX);
+    let pairs = count.saturating_mul(2);
     match dtype {
         Float | Complex64 => {
             check_count(p.float_data.len(), if dtype == Float { count } else { pairs }, "float_data", what)?;

@@ -28,17 +28,17 @@ pub fn read(path: &Path) -> Result<Tensor> {
     let code = descr.trim_matches(|c| c == '\'' || c == '"').trim_start_matches(['<', '>', '|', '=']);
     let bad = |e: std::io::Error| io_err(path, e);
     match code {
-        "f4" => typed::<f32, _>(shape, npy.into_vec().map_err(bad)?),
-        "f8" => typed::<f64, _>(shape, npy.into_vec().map_err(bad)?),
-        "f2" => typed::<f16, _>(shape, npy.into_vec().map_err(bad)?),
-        "i1" => typed::<i8, _>(shape, npy.into_vec().map_err(bad)?),
-        "i2" => typed::<i16, _>(shape, npy.into_vec().map_err(bad)?),
-        "i4" => typed::<i32, _>(shape, npy.into_vec().map_err(bad)?),
-        "i8" => typed::<i64, _>(shape, npy.into_vec().map_err(bad)?),
-        "u1" => typed::<u8, _>(shape, npy.into_vec().map_err(bad)?),
-        "u2" => typed::<u16, _>(shape, npy.into_vec().map_err(bad)?),
-        "u4" => typed::<u32, _>(shape, npy.into_vec().map_err(bad)?),
-        "u8" => typed::<u64, _>(shape, npy.into_vec().map_err(bad)?),
+        "f4" => typed::<f32>(shape, npy.into_vec().map_err(bad)?),
+        "f8" => typed::<f64>(shape, npy.into_vec().map_err(bad)?),
+        "f2" => typed::<f16>(shape, npy.into_vec().map_err(bad)?),
+        "i1" => typed::<i8>(shape, npy.into_vec().map_err(bad)?),
+        "i2" => typed::<i16>(shape, npy.into_vec().map_err(bad)?),
+        "i4" => typed::<i32>(shape, npy.into_vec().map_err(bad)?),
+        "i8" => typed::<i64>(shape, npy.into_vec().map_err(bad)?),
+        "u1" => typed::<u8>(shape, npy.into_vec().map_err(bad)?),
+        "u2" => typed::<u16>(shape, npy.into_vec().map_err(bad)?),
+        "u4" => typed::<u32>(shape, npy.into_vec().map_err(bad)?),
+        "u8" => typed::<u64>(shape, npy.into_vec().map_err(bad)?),
         "b1" => Tensor::from_bools(shape, npy.into_vec().map_err(bad)?),
         other => Err(Error::InvalidArgument(format!(
             "{}: numpy dtype '{other}' is not supported (numeric types, float16 and bool are)",
@@ -47,8 +47,8 @@ pub fn read(path: &Path) -> Result<Tensor> {
     }
 }
 
-fn typed<T: Element, U: Into<T>>(shape: Vec<usize>, data: Vec<U>) -> Result<Tensor> {
-    Tensor::from_vec(shape, data.into_iter().map(Into::into).collect())
+fn typed<T: Element>(shape: Vec<usize>, data: Vec<T>) -> Result<Tensor> {
+    Tensor::from_vec(shape, data)
 }
 
 /// Writes a host tensor as `.npy`. bfloat16 (which numpy lacks) is written as float32; returns

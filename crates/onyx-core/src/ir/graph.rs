@@ -115,8 +115,6 @@ impl Node {
 
     getter!(/// An INT attribute.
         get_int, i64, "an int", AttrValue::Int(i) => *i);
-    getter!(/// A FLOAT attribute (INT accepted too, as exporters write both).
-        get_float, f32, "a float", AttrValue::Float(f) => *f);
     getter!(/// An INTS attribute.
         get_ints, &[i64], "a list of ints", AttrValue::Ints(v) => v.as_slice());
     getter!(/// A FLOATS attribute.
@@ -127,6 +125,15 @@ impl Node {
         get_graph, &Graph, "a graph", AttrValue::Graph(g) => g.as_ref());
     getter!(/// A STRINGS attribute, as raw bytes.
         get_strings, &[Vec<u8>], "a list of strings", AttrValue::Strings(v) => v.as_slice());
+
+    /// A FLOAT attribute (an INT is accepted too: some exporters write `alpha=1` as an int).
+    pub fn get_float(&self, name: &str) -> Result<Option<f32>> {
+        expect(&self.location(), self.attr(name), name, "a float", |v| match v {
+            AttrValue::Float(f) => Some(*f),
+            AttrValue::Int(i) => Some(*i as f32),
+            _ => None,
+        })
+    }
 
     /// A STRING attribute decoded as UTF-8 (lossily).
     pub fn get_string(&self, name: &str) -> Result<Option<String>> {

@@ -1,8 +1,479 @@
-//! matmul kernels.
+//! Matrix products: MatMul (numpy semantics, batched with broadcasting), Gemm and
+//! MatMulInteger, plus the GEMM helper ([`gemm::gemm`]) and float plumbing ([`real`]) that the
+//! conv, pool and norm families share.
 
+pub(crate) mod gemm;
+pub(crate) mod real;
+#[cfg(test)]
+pub(crate) mod test_support;
+
+use rayon::prelude::*;
+
+use onyx_core::ep::{Kernel, NodeContext, ValueRef};
+use onyx_core::{element_count, DataType, Element, Error, Location, Result, TensorView, Value};
+
+use self::gemm::{MatMut, MatRef, PARALLEL_WORK};
+use self::real::{compute_type, filled, float_output, float_slice, Real};
+use crate::ops::util;
 use crate::Registry;
 
 /// Registers this family's kernels.
 pub fn register(r: &mut Registry) {
-    let _ = r;
+    r.add("MatMul", build_matmul);
+    r.add("Gemm", build_gemm);
+    r.add("MatMulInteger", build_matmul_integer);
 }
+
+/// Integer element types the integer products compute in (wrapping on overflow).
+pub(crate) trait IntElem: Element + Copy + Default {
+    /// Wrapping addition.
+    fn wadd(self, o: Self) -> Self;
+    /// Wrapping multiplication.
+    fn wmul(self, o: Self) -> Self;
+    /// To f64 (for Gemm's float alpha and beta).
+    fn to_f64(self) -> f64;
+    /// From f64, saturating.
+    fn from_f64(x: f64) -> Self;
+}
+
+macro_rules! int_elem {
+    ($($t:ty),*) => {$(
+        impl IntElem for $t {
+            fn wadd(self, o: Self) -> Self { self.wrapping_add(o) }
+            fn wmul(self, o: Self) -> Self { self.wrapping_mul(o) }
+            fn to_f64(self) -> f64 { self as f64 }
+            fn from_f64(x: f64) -> Self { x as $t }
+        }
+    )*};
+}
+int_elem!(i32, i64, u32, u64);
+
+/// How a MatMul of two shapes maps onto 2-D products: `m x k` by `k x n`, once per batch.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct MatMulPlan {
+    /// Rows of each product.
+    pub m: usize,
+    /// Inner dimension.
+    pub k: usize,
+    /// Columns of each product.
+    pub n: usize,
+    /// Shape of the result.
+    pub out_shape: Vec<usize>,
+    /// Element offsets of A's and B's matrix for each output batch, in order.
+    pub offsets: Vec<(usize, usize)>,
+}
+
+impl MatMulPlan {
+    /// Plans `a @ b` with numpy semantics: 1-D operands get a dimension added (and removed from
+    /// the result), batch dimensions broadcast. Errors name both shapes.
+    pub fn new(a: &[usize], b: &[usize], at: &Location) -> Result<Self> {
+        if a.is_empty() || b.is_empty() {
+            return Err(Error::node(at, format!("cannot multiply shapes {a:?} and {b:?}: scalars are not matrices")));
+        }
+        let a2: Vec<usize> = if a.len() == 1 { vec![1, a[0]] } else { a.to_vec() };
+        let b2: Vec<usize> = if b.len() == 1 { vec![b[0], 1] } else { b.to_vec() };
+        let (ab, am) = a2.split_at(a2.len() - 2);
+        let (bb, bm) = b2.split_at(b2.len() - 2);
+        let (m, k, kb, n) = (am[0], am[1], bm[0], bm[1]);
+        if k != kb {
+            return Err(Error::node(
+                at,
+                format!("cannot multiply shapes {a:?} and {b:?}: A has {k} columns but B has {kb} rows"),
+            ));
+        }
+        let batch = broadcast_batch(ab, bb).ok_or_else(|| {
+            Error::node(at, format!("cannot multiply shapes {a:?} and {b:?}: batch dimensions do not broadcast"))
+        })?;
+        let offsets = batch_offsets(&batch, ab, bb, m * k, k * n);
+        let mut out_shape = batch;
+        if a.len() > 1 {
+            out_shape.push(m);
+        }
+        if b.len() > 1 {
+            out_shape.push(n);
+        }
+        Ok(MatMulPlan { m, k, n, out_shape, offsets })
+    }
+
+    /// Number of products.
+    fn batches(&self) -> usize {
+        self.offsets.len()
+    }
+
+    /// True when B is one matrix shared by every batch and A's batches are consecutive: then
+    /// the whole product is one `(batches * m) x k` by `k x n` GEMM.
+    fn folds(&self) -> bool {
+        self.offsets.iter().enumerate().all(|(i, &(ao, bo))| bo == 0 && ao == i * self.m * self.k)
+    }
+}
+
+/// Broadcasts two batch shapes (numpy rules), `None` when they are incompatible.
+fn broadcast_batch(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
+    let rank = a.len().max(b.len());
+    let dim = |s: &[usize], i: usize| if i + s.len() >= rank { s[i + s.len() - rank] } else { 1 };
+    (0..rank)
+        .map(|i| match (dim(a, i), dim(b, i)) {
+            (x, y) if x == y => Some(x),
+            (1, y) => Some(y),
+            (x, 1) => Some(x),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Element offsets of A's and B's matrices for every index of the broadcast batch shape.
+fn batch_offsets(batch: &[usize], ab: &[usize], bb: &[usize], a_mat: usize, b_mat: usize) -> Vec<(usize, usize)> {
+    let strides_of = |s: &[usize], mat: usize| -> Vec<usize> {
+        let own = util::strides(s);
+        (0..batch.len())
+            .map(|i| match (i + s.len()).checked_sub(batch.len()) {
+                Some(j) if s[j] != 1 => own[j] * mat,
+                _ => 0,
+            })
+            .collect()
+    };
+    let (sa, sb) = (strides_of(ab, a_mat), strides_of(bb, b_mat));
+    let count: usize = batch.iter().product();
+    let mut idx = vec![0usize; batch.len()];
+    let mut out = Vec::with_capacity(count);
+    for _ in 0..count {
+        let ao = idx.iter().zip(&sa).map(|(i, s)| i * s).sum();
+        let bo = idx.iter().zip(&sb).map(|(i, s)| i * s).sum();
+        out.push((ao, bo));
+        for d in (0..batch.len()).rev() {
+            idx[d] += 1;
+            if idx[d] < batch[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+    out
+}
+
+/// Float MatMul on a plan: `a` and `b` hold the operands' elements in row-major order.
+pub(crate) fn matmul_float<T: Real>(a: &[T], b: &[T], plan: &MatMulPlan) -> Result<Vec<T>> {
+    let (m, k, n) = (plan.m, plan.k, plan.n);
+    let mut out = filled(element_count(&plan.out_shape)?, T::ZERO)?;
+    if plan.folds() {
+        let rows = plan.batches() * m;
+        return gemm::gemm(T::ONE, MatRef::row_major(a, rows, k), MatRef::row_major(b, k, n), T::ZERO, MatMut::row_major(&mut out, rows, n))
+            .map(|_| out);
+    }
+    let one = |(c, &(ao, bo)): (&mut [T], &(usize, usize)), parallel: bool| -> Result<()> {
+        let am = MatRef::row_major(a.get(ao..).unwrap_or_default(), m, k);
+        let bm = MatRef::row_major(b.get(bo..).unwrap_or_default(), k, n);
+        let cm = MatMut::row_major(c, m, n);
+        if parallel {
+            gemm::gemm(T::ONE, am, bm, T::ZERO, cm)
+        } else {
+            gemm::gemm_serial(T::ONE, am, bm, T::ZERO, cm)
+        }
+    };
+    let chunk = (m * n).max(1);
+    let work = plan.batches().saturating_mul(m * n * k);
+    if plan.batches() >= rayon::current_num_threads() && work >= PARALLEL_WORK {
+        out.par_chunks_mut(chunk).zip(plan.offsets.par_iter()).try_for_each(|pair| one(pair, false))?;
+    } else {
+        out.chunks_mut(chunk).zip(plan.offsets.iter()).try_for_each(|pair| one(pair, true))?;
+    }
+    Ok(out)
+}
+
+/// `c (m x n) = a (m x k) * b (k x n)` for integers, wrapping on overflow (naive, row by row).
+fn int_product<T: IntElem>(a: MatRef<'_, T>, b: MatRef<'_, T>, c: &mut [T]) {
+    let n = b.cols;
+    for (i, row) in c.chunks_mut(n.max(1)).take(a.rows).enumerate() {
+        row.fill(T::default());
+        for p in 0..a.cols {
+            let x = a.data[i * a.rs + p * a.cs];
+            let b_row = &b.data[p * b.rs..];
+            for (j, y) in row.iter_mut().enumerate() {
+                *y = y.wadd(x.wmul(b_row[j * b.cs]));
+            }
+        }
+    }
+}
+
+/// Integer MatMul on a plan (wrapping arithmetic).
+pub(crate) fn matmul_int<T: IntElem>(a: &[T], b: &[T], plan: &MatMulPlan) -> Result<Vec<T>> {
+    let (m, k, n) = (plan.m, plan.k, plan.n);
+    let need_a = plan.offsets.iter().map(|o| o.0 + m * k).max().unwrap_or(0);
+    let need_b = plan.offsets.iter().map(|o| o.1 + k * n).max().unwrap_or(0);
+    if need_a > a.len() || need_b > b.len() {
+        return Err(Error::InvalidArgument(format!(
+            "matmul: operands of {} and {} elements are too short for the plan",
+            a.len(),
+            b.len()
+        )));
+    }
+    let mut out = filled(element_count(&plan.out_shape)?, T::default())?;
+    for (c, &(ao, bo)) in out.chunks_mut((m * n).max(1)).zip(&plan.offsets) {
+        int_product(MatRef::row_major(&a[ao..], m, k), MatRef::row_major(&b[bo..], k, n), c);
+    }
+    Ok(out)
+}
+
+fn same_dtype(a: &TensorView<'_>, b: &TensorView<'_>, index: usize, at: &Location) -> Result<()> {
+    if a.dtype() != b.dtype() {
+        return Err(Error::input(at, index, format!("{} like input 0", a.dtype()), b.dtype().name()));
+    }
+    Ok(())
+}
+
+fn unsupported_dtype(at: &Location, dtype: DataType) -> Error {
+    Error::input(at, 0, "a float, double, float16, bfloat16 or 32/64-bit integer tensor", dtype.name())
+}
+
+/// MatMul: numpy-style matrix product.
+struct MatMulOp {
+    at: Location,
+}
+
+fn build_matmul(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
+    Ok(Box::new(MatMulOp { at: ctx.node.location() }))
+}
+
+impl MatMulOp {
+    fn run_float<T: Real>(&self, a: &TensorView<'_>, b: &TensorView<'_>, plan: &MatMulPlan) -> Result<Value> {
+        let y = matmul_float::<T>(&float_slice(a)?, &float_slice(b)?, plan).map_err(|e| e.at(&self.at))?;
+        float_output(a.dtype(), plan.out_shape.clone(), y)
+    }
+
+    fn run_int<T: IntElem>(&self, a: &TensorView<'_>, b: &TensorView<'_>, plan: &MatMulPlan) -> Result<Value> {
+        let y = matmul_int::<T>(a.as_slice()?, b.as_slice()?, plan).map_err(|e| e.at(&self.at))?;
+        util::out(plan.out_shape.clone(), y)
+    }
+}
+
+impl Kernel for MatMulOp {
+    fn run(&self, inputs: &[Option<ValueRef<'_>>], _wanted: &[bool]) -> Result<Vec<Value>> {
+        let a = util::input(inputs, 0, &self.at)?;
+        let b = util::input(inputs, 1, &self.at)?;
+        same_dtype(&a, &b, 1, &self.at)?;
+        let plan = MatMulPlan::new(a.shape(), b.shape(), &self.at)?;
+        let y = match (compute_type(a.dtype()), a.dtype()) {
+            (Some(DataType::Float), _) => self.run_float::<f32>(&a, &b, &plan)?,
+            (Some(_), _) => self.run_float::<f64>(&a, &b, &plan)?,
+            (None, DataType::Int32) => self.run_int::<i32>(&a, &b, &plan)?,
+            (None, DataType::Int64) => self.run_int::<i64>(&a, &b, &plan)?,
+            (None, DataType::Uint32) => self.run_int::<u32>(&a, &b, &plan)?,
+            (None, DataType::Uint64) => self.run_int::<u64>(&a, &b, &plan)?,
+            (None, other) => return Err(unsupported_dtype(&self.at, other)),
+        };
+        Ok(vec![y])
+    }
+}
+
+/// Gemm: `Y = alpha * op(A) * op(B) + beta * C`.
+struct GemmOp {
+    at: Location,
+    alpha: f32,
+    beta: f32,
+    trans_a: bool,
+    trans_b: bool,
+}
+
+fn build_gemm(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
+    let node = ctx.node;
+    Ok(Box::new(GemmOp {
+        at: node.location(),
+        alpha: node.float_or("alpha", 1.0)?,
+        beta: node.float_or("beta", 1.0)?,
+        trans_a: node.int_or("transA", 0)? != 0,
+        trans_b: node.int_or("transB", 0)? != 0,
+    }))
+}
+
+/// Gemm's sizes: (m, k, n) and the strides of C broadcast to `m x n` (0 on broadcast dims).
+struct GemmDims {
+    m: usize,
+    k: usize,
+    n: usize,
+    c_strides: Option<(usize, usize)>,
+}
+
+impl GemmOp {
+    fn dims(&self, a: &[usize], b: &[usize], c: Option<&[usize]>) -> Result<GemmDims> {
+        let matrix = |s: &[usize], i: usize| match *s {
+            [r, c] => Ok((r, c)),
+            _ => Err(Error::input(&self.at, i, "a 2-D tensor", format!("shape {s:?}"))),
+        };
+        let (ar, ac) = matrix(a, 0)?;
+        let (br, bc) = matrix(b, 1)?;
+        let (m, k) = if self.trans_a { (ac, ar) } else { (ar, ac) };
+        let (kb, n) = if self.trans_b { (bc, br) } else { (br, bc) };
+        if k != kb {
+            return Err(Error::node(
+                &self.at,
+                format!(
+                    "cannot multiply A {a:?} (transA={}) by B {b:?} (transB={}): inner dimensions {k} and {kb} differ",
+                    self.trans_a as u8, self.trans_b as u8
+                ),
+            ));
+        }
+        let c_strides = match c {
+            Some(c) => Some(c_broadcast_strides(c, m, n).ok_or_else(|| {
+                Error::input(&self.at, 2, format!("a shape broadcastable to [{m}, {n}]"), format!("shape {c:?}"))
+            })?),
+            None => None,
+        };
+        Ok(GemmDims { m, k, n, c_strides })
+    }
+
+    fn run_float<T: Real>(&self, a: &TensorView<'_>, b: &TensorView<'_>, c: Option<&TensorView<'_>>, d: &GemmDims) -> Result<Value> {
+        let (m, k, n) = (d.m, d.k, d.n);
+        let (a_data, b_data) = (float_slice::<T>(a)?, float_slice::<T>(b)?);
+        let beta = T::from_f32(self.beta);
+        let mut y = filled(element_count(&[m, n])?, T::ZERO)?;
+        let mut gemm_beta = T::ZERO;
+        if let (Some(c), Some((rs, cs)), true) = (c, d.c_strides, self.beta != 0.0) {
+            let c_data = float_slice::<T>(c)?;
+            fill_broadcast(&mut y, n, |i, j| beta * c_data[i * rs + j * cs]);
+            gemm_beta = T::ONE;
+        }
+        let am = MatRef::row_major(&a_data[..], a.shape()[0], a.shape()[1]).t_if(self.trans_a);
+        let bm = MatRef::row_major(&b_data[..], b.shape()[0], b.shape()[1]).t_if(self.trans_b);
+        gemm::gemm(T::from_f32(self.alpha), am, bm, gemm_beta, MatMut::row_major(&mut y, m, n)).map_err(|e| e.at(&self.at))?;
+        debug_assert_eq!(k, am.cols);
+        float_output(a.dtype(), vec![m, n], y)
+    }
+
+    fn run_int<T: IntElem>(&self, a: &TensorView<'_>, b: &TensorView<'_>, c: Option<&TensorView<'_>>, d: &GemmDims) -> Result<Value> {
+        let (m, n) = (d.m, d.n);
+        let am = MatRef::row_major(a.as_slice::<T>()?, a.shape()[0], a.shape()[1]).t_if(self.trans_a);
+        let bm = MatRef::row_major(b.as_slice::<T>()?, b.shape()[0], b.shape()[1]).t_if(self.trans_b);
+        let mut y = filled(element_count(&[m, n])?, T::default())?;
+        int_product(am, bm, &mut y);
+        let alpha = f64::from(self.alpha);
+        y.iter_mut().for_each(|v| *v = T::from_f64(alpha * v.to_f64()));
+        if let (Some(c), Some((rs, cs)), true) = (c, d.c_strides, self.beta != 0.0) {
+            let c_data = c.as_slice::<T>()?;
+            let beta = f64::from(self.beta);
+            for (i, row) in y.chunks_mut(n.max(1)).enumerate() {
+                for (j, v) in row.iter_mut().enumerate() {
+                    *v = T::from_f64(v.to_f64() + beta * c_data[i * rs + j * cs].to_f64());
+                }
+            }
+        }
+        util::out(vec![m, n], y)
+    }
+}
+
+/// Strides that read a C of shape `c` as an `m x n` matrix under unidirectional broadcasting,
+/// `None` when `c` does not broadcast to `[m, n]`.
+fn c_broadcast_strides(c: &[usize], m: usize, n: usize) -> Option<(usize, usize)> {
+    let (cr, cc) = match *c {
+        [] => (1, 1),
+        [x] => (1, x),
+        [r, x] => (r, x),
+        _ => return None,
+    };
+    let ok = (cr == m || cr == 1) && (cc == n || cc == 1);
+    ok.then_some((if cr == 1 { 0 } else { cc }, if cc == 1 { 0 } else { 1 }))
+}
+
+/// Sets `y[i][j] = f(i, j)` on a row-major matrix with `n` columns.
+fn fill_broadcast<T>(y: &mut [T], n: usize, f: impl Fn(usize, usize) -> T) {
+    for (i, row) in y.chunks_mut(n.max(1)).enumerate() {
+        for (j, v) in row.iter_mut().enumerate() {
+            *v = f(i, j);
+        }
+    }
+}
+
+impl Kernel for GemmOp {
+    fn run(&self, inputs: &[Option<ValueRef<'_>>], _wanted: &[bool]) -> Result<Vec<Value>> {
+        let a = util::input(inputs, 0, &self.at)?;
+        let b = util::input(inputs, 1, &self.at)?;
+        let c = util::opt_input(inputs, 2, &self.at)?;
+        same_dtype(&a, &b, 1, &self.at)?;
+        if let Some(c) = &c {
+            same_dtype(&a, c, 2, &self.at)?;
+        }
+        let d = self.dims(a.shape(), b.shape(), c.as_ref().map(|c| c.shape()))?;
+        let c = c.as_ref();
+        let y = match (compute_type(a.dtype()), a.dtype()) {
+            (Some(DataType::Float), _) => self.run_float::<f32>(&a, &b, c, &d)?,
+            (Some(_), _) => self.run_float::<f64>(&a, &b, c, &d)?,
+            (None, DataType::Int32) => self.run_int::<i32>(&a, &b, c, &d)?,
+            (None, DataType::Int64) => self.run_int::<i64>(&a, &b, c, &d)?,
+            (None, DataType::Uint32) => self.run_int::<u32>(&a, &b, c, &d)?,
+            (None, DataType::Uint64) => self.run_int::<u64>(&a, &b, c, &d)?,
+            (None, other) => return Err(unsupported_dtype(&self.at, other)),
+        };
+        Ok(vec![y])
+    }
+}
+
+/// MatMulInteger: `(A - a_zero_point) @ (B - b_zero_point)` on 8-bit integers, int32 result.
+struct MatMulIntegerOp {
+    at: Location,
+}
+
+fn build_matmul_integer(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
+    Ok(Box::new(MatMulIntegerOp { at: ctx.node.location() }))
+}
+
+/// An 8-bit tensor (or zero point) widened to i32.
+fn widen_8bit(v: &TensorView<'_>, index: usize, at: &Location) -> Result<Vec<i32>> {
+    match v.dtype() {
+        DataType::Uint8 => Ok(v.as_slice::<u8>()?.iter().map(|&x| i32::from(x)).collect()),
+        DataType::Int8 => Ok(v.as_slice::<i8>()?.iter().map(|&x| i32::from(x)).collect()),
+        other => Err(Error::input(at, index, "a uint8 or int8 tensor", other.name())),
+    }
+}
+
+/// Subtracts zero points from `x`, a row-major tensor seen as `groups` blocks of `rows x cols`.
+/// `zp` holds one value, one per `per` index (row of A or column of B), or one per
+/// (block, `per` index); `by_row` says whether `per` indexes rows or columns.
+fn subtract_zero_point(x: &mut [i32], zp: &[i32], rows: usize, cols: usize, by_row: bool, index: usize, at: &Location) -> Result<()> {
+    let per = if by_row { rows } else { cols };
+    let block = rows * cols;
+    let blocks = if block == 0 { 0 } else { x.len() / block };
+    let zp_at: Box<dyn Fn(usize, usize) -> i32> = match zp.len() {
+        1 => Box::new(|_, _| zp[0]),
+        l if l == per => Box::new(|_, i| zp[i]),
+        l if l == per * blocks => Box::new(|blk, i| zp[blk * per + i]),
+        l => {
+            let want = if by_row { "one per row of A" } else { "one per column of B" };
+            return Err(Error::input(at, index, format!("1 zero point or {per} ({want})"), format!("{l} zero points")));
+        }
+    };
+    for (blk, mat) in x.chunks_mut(block.max(1)).enumerate() {
+        for (r, row) in mat.chunks_mut(cols.max(1)).enumerate() {
+            for (c, v) in row.iter_mut().enumerate() {
+                *v -= zp_at(blk, if by_row { r } else { c });
+            }
+        }
+    }
+    Ok(())
+}
+
+impl Kernel for MatMulIntegerOp {
+    fn run(&self, inputs: &[Option<ValueRef<'_>>], _wanted: &[bool]) -> Result<Vec<Value>> {
+        let at = &self.at;
+        let a = util::input(inputs, 0, at)?;
+        let b = util::input(inputs, 1, at)?;
+        let mut a32 = widen_8bit(&a, 0, at)?;
+        let mut b32 = widen_8bit(&b, 1, at)?;
+        let plan = MatMulPlan::new(a.shape(), b.shape(), at)?;
+        if let Some(zp) = util::opt_input(inputs, 2, at)? {
+            if zp.dtype() != a.dtype() {
+                return Err(Error::input(at, 2, format!("{} like input 0", a.dtype()), zp.dtype().name()));
+            }
+            subtract_zero_point(&mut a32, &widen_8bit(&zp, 2, at)?, plan.m, plan.k, true, 2, at)?;
+        }
+        if let Some(zp) = util::opt_input(inputs, 3, at)? {
+            if zp.dtype() != b.dtype() {
+                return Err(Error::input(at, 3, format!("{} like input 1", b.dtype()), zp.dtype().name()));
+            }
+            subtract_zero_point(&mut b32, &widen_8bit(&zp, 3, at)?, plan.k, plan.n, false, 3, at)?;
+        }
+        let y = matmul_int::<i32>(&a32, &b32, &plan).map_err(|e| e.at(at))?;
+        Ok(vec![util::out(plan.out_shape, y)?])
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -438,9 +438,9 @@ pub trait Int: Num + Eq + Ord {
     fn xor(self, o: Self) -> Self;
     /// Bitwise not.
     fn not(self) -> Self;
-    /// Left shift by `o` bits; 0 when `o` is not below the bit width.
+    /// Left shift by `o` bits; 0 when `o` is negative or not below the bit width.
     fn shl(self, o: Self) -> Self;
-    /// Logical right shift by `o` bits; 0 when `o` is not below the bit width.
+    /// Right shift by `o` bits (arithmetic for signed types); 0 when `o` is out of range.
     fn shr(self, o: Self) -> Self;
 }
 

@@ -6,6 +6,7 @@ use std::ops::{Add, AddAssign, Div, Mul, MulAssign, Neg, Sub, SubAssign};
 
 use onyx_core::{DataType, Element, Error, Result, TensorView, Value};
 
+use super::gemm::{check_shapes, MatMut, MatRef};
 use crate::ops::util;
 
 /// A float type kernels compute in: f32 or f64.
@@ -28,8 +29,6 @@ pub(crate) trait Real:
     const ZERO: Self;
     /// One.
     const ONE: Self;
-    /// Negative infinity.
-    const NEG_INFINITY: Self;
     /// Converts from f64 (rounding for f32).
     fn from_f64(x: f64) -> Self;
     /// Converts to f64.
@@ -48,32 +47,9 @@ pub(crate) trait Real:
     fn from_usize(n: usize) -> Self {
         Self::from_f64(n as f64)
     }
-    /// `C = alpha * A * B + beta * C` through `matrixmultiply`, on operands already checked by
-    /// [`super::gemm::gemm`]: every index `(i, j)` of a matrix maps to `i * rs + j * cs`,
-    /// inside its slice.
-    fn gemm_checked(m: usize, k: usize, n: usize, alpha: Self, a: Strided<'_, Self>, b: Strided<'_, Self>, beta: Self, c: StridedMut<'_, Self>);
-}
-
-/// A borrowed strided matrix: element `(i, j)` is `data[i * rs + j * cs]`.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Strided<'a, T> {
-    /// The elements.
-    pub data: &'a [T],
-    /// Row stride in elements.
-    pub rs: usize,
-    /// Column stride in elements.
-    pub cs: usize,
-}
-
-/// A mutable strided matrix: element `(i, j)` is `data[i * rs + j * cs]`.
-#[derive(Debug)]
-pub(crate) struct StridedMut<'a, T> {
-    /// The elements.
-    pub data: &'a mut [T],
-    /// Row stride in elements.
-    pub rs: usize,
-    /// Column stride in elements.
-    pub cs: usize,
+    /// `C = alpha * A * B + beta * C` through `matrixmultiply`, single-threaded; checks the
+    /// operands first (shapes agree, every element inside its slice, C's rows disjoint).
+    fn matmul(alpha: Self, a: MatRef<'_, Self>, b: MatRef<'_, Self>, beta: Self, c: MatMut<'_, Self>) -> Result<()>;
 }
 
 macro_rules! real {
@@ -81,7 +57,6 @@ macro_rules! real {
         impl Real for $t {
             const ZERO: Self = 0.0;
             const ONE: Self = 1.0;
-            const NEG_INFINITY: Self = <$t>::NEG_INFINITY;
             fn from_f64(x: f64) -> Self {
                 x as $t
             }
@@ -103,25 +78,18 @@ macro_rules! real {
             fn powf(self, p: Self) -> Self {
                 <$t>::powf(self, p)
             }
-            fn gemm_checked(
-                m: usize,
-                k: usize,
-                n: usize,
-                alpha: Self,
-                a: Strided<'_, Self>,
-                b: Strided<'_, Self>,
-                beta: Self,
-                c: StridedMut<'_, Self>,
-            ) {
-                // SAFETY: `super::gemm::gemm` checked that every element index of A (m x k),
-                // B (k x n) and C (m x n) is inside its slice, that the strides fit `isize`, and
-                // that C's rows do not overlap (cs == 1, rs >= n); C is borrowed mutably, so it
-                // aliases neither A nor B. matrixmultiply reads and writes nothing else.
+            fn matmul(alpha: Self, a: MatRef<'_, Self>, b: MatRef<'_, Self>, beta: Self, c: MatMut<'_, Self>) -> Result<()> {
+                check_shapes(&a, &b, &c)?;
+                // SAFETY: `check_shapes` just verified that every element index `i * rs + j * cs`
+                // of A (m x k), B (k x n) and C (m x n) is inside its slice, that the strides fit
+                // `isize`, and that C's rows do not overlap (column stride 1, row stride >= n).
+                // C is borrowed mutably, so it aliases neither A nor B. matrixmultiply touches
+                // nothing else.
                 unsafe {
                     $gemm(
-                        m,
-                        k,
-                        n,
+                        a.rows,
+                        a.cols,
+                        b.cols,
                         alpha,
                         a.data.as_ptr(),
                         a.rs as isize,
@@ -132,15 +100,25 @@ macro_rules! real {
                         beta,
                         c.data.as_mut_ptr(),
                         c.rs as isize,
-                        c.cs as isize,
+                        1,
                     )
                 }
+                Ok(())
             }
         }
     };
 }
 real!(f32, matrixmultiply::sgemm);
 real!(f64, matrixmultiply::dgemm);
+
+/// A vector of `n` copies of `value`, or an error (not an abort) when it cannot be allocated.
+pub(crate) fn filled<T: Clone>(n: usize, value: T) -> Result<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n)
+        .map_err(|_| Error::InvalidArgument(format!("cannot allocate an output of {n} elements")))?;
+    v.resize(n, value);
+    Ok(v)
+}
 
 /// The type a float tensor of `dtype` is computed in: f64 for double, f32 for float, float16
 /// and bfloat16; `None` for other types.

@@ -36,11 +36,6 @@ impl Rng {
         (0..n).map(|_| self.f64()).collect()
     }
 
-    /// `n` f32 values in `[-1, 1)`.
-    pub fn vec_f32(&mut self, n: usize) -> Vec<f32> {
-        (0..n).map(|_| self.f64() as f32).collect()
-    }
-
     /// An integer in `lo..hi`.
     pub fn range(&mut self, lo: i64, hi: i64) -> i64 {
         lo + (self.next_u64() % (hi - lo) as u64) as i64
@@ -123,4 +118,19 @@ pub(crate) fn to_f64(v: &Value) -> Vec<f64> {
         onyx_core::DataType::Double => t.as_slice::<f64>().expect("f64").to_vec(),
         _ => t.as_slice::<f32>().expect("f32").iter().map(|&x| x as f64).collect(),
     }
+}
+
+/// Every index of `shape`, in row-major order.
+pub(crate) fn indices(shape: &[usize]) -> Vec<Vec<usize>> {
+    let count: usize = shape.iter().product();
+    (0..count)
+        .map(|mut flat| {
+            let mut idx = vec![0; shape.len()];
+            for d in (0..shape.len()).rev() {
+                idx[d] = flat % shape[d];
+                flat /= shape[d];
+            }
+            idx
+        })
+        .collect()
 }
