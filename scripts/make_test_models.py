@@ -609,6 +609,75 @@ def function_model_case():
                 "called with alpha=0.7, alpha=-0.3 and once without alpha (default).")
 
 
+MOBILENET_V2_SETTING = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2),
+                        (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)]  # t, c, n, s
+
+
+def mobilenet_v2_case():
+    """Full MobileNetV2 (torchvision layout) with unfolded BatchNormalization on 224x224."""
+    rng = np.random.default_rng(2020)
+    b = GraphBuilder(rng)
+    relu6_min = b.init("relu6.min", np.array(0.0, dtype=np.float32))
+    relu6_max = b.init("relu6.max", np.array(6.0, dtype=np.float32))
+
+    def conv_bn(x, cin, cout, k, stride, group, prefix, act=True, gamma=(0.8, 1.2)):
+        """torchvision's Conv2dNormActivation: Conv (no bias), BatchNormalization, ReLU6."""
+        w = b.init(f"{prefix}.0.weight",
+                   he_normal(rng, (cout, cin // group, k, k), cin // group * k * k))
+        p = torch_scope(prefix)
+        y = b.op("Conv", [x, w], f"{p}/{prefix}.0/Conv", kernel_shape=[k, k],
+                 strides=[stride, stride], pads=[k // 2] * 4, dilations=[1, 1], group=group)
+        params = [
+            b.init(f"{prefix}.1.weight", uniform(rng, cout, *gamma)),
+            b.init(f"{prefix}.1.bias", (rng.standard_normal(cout) * 0.1).astype(np.float32)),
+            b.init(f"{prefix}.1.running_mean",
+                   (rng.standard_normal(cout) * 0.1).astype(np.float32)),
+            b.init(f"{prefix}.1.running_var", uniform(rng, cout, 0.8, 1.2)),
+        ]
+        y = b.op("BatchNormalization", [y] + params, f"{p}/{prefix}.1/BatchNormalization",
+                 epsilon=1e-5, momentum=0.9)
+        return b.op("Clip", [y, relu6_min, relu6_max], f"{p}/{prefix}.2/Clip") if act else y
+
+    def inverted_residual(x, cin, cout, stride, expand, prefix):
+        hidden, layer = cin * expand, 0
+        y = x
+        if expand != 1:
+            y = conv_bn(y, cin, hidden, 1, 1, 1, f"{prefix}.conv.0")
+            layer = 1
+        y = conv_bn(y, hidden, hidden, 3, stride, hidden, f"{prefix}.conv.{layer}")
+        residual = stride == 1 and cin == cout
+        # the projection's BN gets a small gamma on residual blocks: activations stay O(1)
+        y = conv_bn(y, hidden, cout, 1, 1, 1, f"{prefix}.conv.{layer + 1}", act=False,
+                    gamma=(0.2, 0.4) if residual else (0.8, 1.2))
+        return b.op("Add", [x, y], f"{torch_scope(prefix)}/Add") if residual else y
+
+    x = conv_bn("input", 3, 32, 3, 2, 1, "features.0")
+    cin, index = 32, 1
+    for t, c, n, s in MOBILENET_V2_SETTING:
+        for i in range(n):
+            x = inverted_residual(x, cin, c, s if i == 0 else 1, t, f"features.{index}")
+            cin, index = c, index + 1
+    x = conv_bn(x, cin, 1280, 1, 1, 1, f"features.{index}")
+    x = b.op("GlobalAveragePool", [x], "/GlobalAveragePool")
+    x = b.op("Flatten", [x], "/Flatten", axis=1)
+    w = b.init("classifier.1.weight", lecun_normal(rng, (1000, 1280), 1280))
+    bias = b.init("classifier.1.bias", (0.1 * rng.standard_normal(1000)).astype(np.float32))
+    b.op_to("Gemm", [x, w, bias], "logits", "/classifier/classifier.1/Gemm", alpha=1.0,
+            beta=1.0, transB=1)
+    model = b.model("mobilenet_v2", [f32_info("input", [1, 3, 224, 224])],
+                    [f32_info("logits", [1, 1000])],
+                    "MobileNetV2 (torchvision layout), random weights, separate "
+                    "BatchNormalization nodes")
+    inputs = {"input": rng.standard_normal((1, 3, 224, 224)).astype(np.float32)}
+    return Case("mobilenet_v2", model, inputs,
+                "Full MobileNetV2 as torchvision lays it out: Conv 3x3/2 to 32, the 17 inverted "
+                "residual blocks of the paper's t,c,n,s table (1x1 expand, depthwise 3x3, 1x1 "
+                "project, residual Add), Conv 1x1 to 1280, every Conv (no bias) followed by an "
+                "unfolded BatchNormalization and Clip(0,6) with min/max inputs (none after the "
+                "projections), GlobalAveragePool, Flatten, Gemm to 1000; seeded He-init "
+                "weights, random N(0,1) input [1,3,224,224].")
+
+
 ALL_CASES = {
     "resnet18": lambda: [resnet18_case()],
     "bert4": lambda: [bert4_case()],
@@ -617,6 +686,7 @@ ALL_CASES = {
     "if_model": if_model_cases,
     "external_data": lambda: [external_data_case()],
     "function_model": lambda: [function_model_case()],
+    "mobilenet_v2": lambda: [mobilenet_v2_case()],
 }
 
 

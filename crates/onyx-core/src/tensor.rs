@@ -92,6 +92,9 @@ pub struct Tensor {
 
 /// Number of elements of a shape, or an error when it overflows.
 pub fn element_count(shape: &[usize]) -> Result<usize> {
+    if shape.contains(&0) {
+        return Ok(0);
+    }
     shape
         .iter()
         .try_fold(1usize, |n, &d| n.checked_mul(d))
@@ -183,9 +186,9 @@ impl Tensor {
         &self.shape
     }
 
-    /// Number of elements.
+    /// Number of elements (shapes are checked at construction, so this cannot overflow).
     pub fn len(&self) -> usize {
-        self.shape.iter().product()
+        element_count(&self.shape).unwrap_or(usize::MAX)
     }
 
     /// True when the tensor has no elements.
@@ -298,9 +301,9 @@ impl<'a> TensorView<'a> {
         self.shape.len()
     }
 
-    /// Number of elements.
+    /// Number of elements (shapes are checked at construction, so this cannot overflow).
     pub fn len(&self) -> usize {
-        self.shape.iter().product()
+        element_count(self.shape).unwrap_or(usize::MAX)
     }
 
     /// True when the tensor has no elements.

@@ -171,14 +171,14 @@ impl<const N: usize> Plan<N> {
     fn next_row(&self, index: &mut [usize], offsets: &mut [usize; N]) {
         for d in (0..index.len()).rev() {
             index[d] += 1;
-            for k in 0..N {
-                offsets[k] += self.strides[k][d];
+            for (o, s) in offsets.iter_mut().zip(&self.strides) {
+                *o += s[d];
             }
             if index[d] < self.dims[d] {
                 return;
             }
-            for k in 0..N {
-                offsets[k] -= self.strides[k][d] * self.dims[d];
+            for (o, s) in offsets.iter_mut().zip(&self.strides) {
+                *o -= s[d] * self.dims[d];
             }
             index[d] = 0;
         }
@@ -377,7 +377,8 @@ mod tests {
 
     #[test]
     fn shapes_broadcast_like_numpy() {
-        let cases: &[(&[usize], &[usize], Option<&[usize]>)] = &[
+        type Case<'a> = (&'a [usize], &'a [usize], Option<&'a [usize]>);
+        let cases: &[Case<'_>] = &[
             (&[2, 3], &[2, 3], Some(&[2, 3])),
             (&[], &[4, 5], Some(&[4, 5])),
             (&[5, 1, 3], &[4, 1], Some(&[5, 4, 3])),

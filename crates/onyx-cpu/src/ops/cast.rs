@@ -72,18 +72,17 @@ macro_rules! from_repr_float {
         impl FromRepr for $t {
             #[inline]
             fn from_repr(r: Repr) -> Self {
-                let from_f64: fn(f64) -> $t = $from_f64;
                 match r {
-                    Repr::Float(f) => from_f64(f),
-                    Repr::Int(i) => from_f64(i as f64),
-                    Repr::Uint(u) => from_f64(u as f64),
-                    Repr::Bool(b) => from_f64(f64::from(u8::from(b))),
+                    Repr::Float(f) => ($from_f64)(f),
+                    Repr::Int(i) => ($from_f64)(i as f64),
+                    Repr::Uint(u) => ($from_f64)(u as f64),
+                    Repr::Bool(b) => ($from_f64)(f64::from(u8::from(b))),
                 }
             }
         }
     };
 }
-from_repr_float!(f64, |v| v);
+from_repr_float!(f64, (|v: f64| v));
 from_repr_float!(f16, f16::from_f64);
 from_repr_float!(bf16, bf16::from_f64);
 
@@ -165,9 +164,31 @@ fn half_fast_path(x: &TensorView<'_>, to: DataType) -> Result<Option<Value>> {
     }))
 }
 
+/// Float to integer without the [`Repr`] detour (the common f32 → int64 cast of index math).
+fn float_to_int_fast_path(x: &TensorView<'_>, to: DataType) -> Result<Option<Value>> {
+    fn typed<S: Copy + Sync + Into<f64>, D: Num>(src: &[S], shape: Vec<usize>) -> Result<Value> {
+        util::out(shape, map_chunks(src, |s, d| {
+            for (o, &v) in d.iter_mut().zip(s) {
+                *o = D::from_f64(v.into());
+            }
+        }))
+    }
+    let shape = x.shape().to_vec();
+    Ok(Some(match (x.dtype(), to) {
+        (DataType::Float, DataType::Int64) => typed::<f32, i64>(x.as_slice()?, shape)?,
+        (DataType::Float, DataType::Int32) => typed::<f32, i32>(x.as_slice()?, shape)?,
+        (DataType::Double, DataType::Int64) => typed::<f64, i64>(x.as_slice()?, shape)?,
+        (DataType::Double, DataType::Int32) => typed::<f64, i32>(x.as_slice()?, shape)?,
+        _ => return Ok(None),
+    }))
+}
+
 /// Casts a tensor view to `to`.
 fn cast_view(x: &TensorView<'_>, to: DataType) -> Result<Value> {
     if let Some(v) = half_fast_path(x, to)? {
+        return Ok(v);
+    }
+    if let Some(v) = float_to_int_fast_path(x, to)? {
         return Ok(v);
     }
     let shape = x.shape().to_vec();
@@ -265,7 +286,7 @@ fn format_g8(v: f64) -> String {
     let sci = format!("{:.*e}", (PRECISION - 1) as usize, v);
     let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
     let exp: i32 = exp.parse().unwrap_or(0);
-    if exp < -4 || exp >= PRECISION {
+    if !(-4..PRECISION).contains(&exp) {
         let sign = if exp < 0 { '-' } else { '+' };
         format!("{}e{sign}{:02}", trim_zeros(mantissa), exp.abs())
     } else {
@@ -508,7 +529,7 @@ mod tests {
         let x = tensor(&[10], vec![0.1f32, 1.0, -2.5, 1e20, 1e-7, f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 123456789.0, 3.0e-45]);
         let want = ["0.1", "1", "-2.5", "1e+20", "1e-07", "NaN", "INF", "-INF", "1.2345679e+08", "2.8025969e-45"];
         assert_eq!(strings(&cast(&x, DataType::String).unwrap()), want);
-        let d = tensor(&[4], vec![0.1f64, 123456789.123456789, 0.0001, 12345678.0]);
+        let d = tensor(&[4], vec![0.1f64, 123_456_789.123_456_79, 0.0001, 12345678.0]);
         assert_eq!(strings(&cast(&d, DataType::String).unwrap()), ["0.1", "1.2345679e+08", "0.0001", "12345678"]);
         let i = tensor(&[3], vec![1i64, -5, 300]);
         assert_eq!(strings(&cast(&i, DataType::String).unwrap()), ["1", "-5", "300"]);

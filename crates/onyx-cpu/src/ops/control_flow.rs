@@ -66,7 +66,10 @@ impl If {
             .enumerate()
             .map(|(j, name)| {
                 let i = self.formal_inputs + j;
-                let v = inputs.get(i).copied().flatten()
+                let v = inputs
+                    .get(i)
+                    .copied()
+                    .flatten()
                     .ok_or_else(|| Error::input(&self.at, i, format!("the outer value '{name}'"), "no input"))?;
                 Ok((name.as_str(), v))
             })
@@ -82,7 +85,10 @@ impl Kernel for If {
         let outs = branch.run(&[], &outer)?;
         if outs.len() != self.outputs {
             let name = if cond { "then_branch" } else { "else_branch" };
-            return Err(Error::node(&self.at, format!("{name} returned {} values for {} outputs", outs.len(), self.outputs)));
+            return Err(Error::node(
+                &self.at,
+                format!("{name} returned {} values for {} outputs", outs.len(), self.outputs),
+            ));
         }
         Ok(outs)
     }
@@ -112,7 +118,8 @@ mod tests {
             if let Some(v) = outer.get(self.graph.name.as_str()) {
                 return Ok(vec![v.to_value()]);
             }
-            let t = self.graph.initializers.values().next().ok_or_else(|| Error::InvalidArgument("empty fake".into()))?;
+            let t =
+                self.graph.initializers.values().next().ok_or_else(|| Error::InvalidArgument("empty fake".into()))?;
             Ok(vec![Value::Tensor(t.clone())])
         }
     }
@@ -131,10 +138,15 @@ mod tests {
     }
 
     fn if_node(then_g: Graph, else_g: Graph, implicit: &[&str]) -> onyx_core::ir::Node {
-        let mut n = node("If", &[true], 1, vec![
-            attr("then_branch", AttrValue::Graph(Box::new(then_g))),
-            attr("else_branch", AttrValue::Graph(Box::new(else_g))),
-        ]);
+        let mut n = node(
+            "If",
+            &[true],
+            1,
+            vec![
+                attr("then_branch", AttrValue::Graph(Box::new(then_g))),
+                attr("else_branch", AttrValue::Graph(Box::new(else_g))),
+            ],
+        );
         n.implicit_inputs = implicit.iter().map(|s| s.to_string()).collect();
         n
     }

@@ -67,7 +67,14 @@ fn build(ctx: &NodeContext<'_>, kind: Kind) -> Result<Box<dyn Kernel>> {
         Kind::Conv => (None, None),
         Kind::Transpose => (non_negative("output_padding")?, non_negative("output_shape")?),
     };
-    Ok(Box::new(ConvOp { window: WindowAttrs::from_node(node)?, at, kind, group: group as usize, output_padding, output_shape }))
+    Ok(Box::new(ConvOp {
+        window: WindowAttrs::from_node(node)?,
+        at,
+        kind,
+        group: group as usize,
+        output_padding,
+        output_shape,
+    }))
 }
 
 impl ConvOp {
@@ -79,16 +86,29 @@ impl ConvOp {
             return Err(if rank < 3 {
                 Error::input(at, 0, "a tensor of rank 3 to 5 ([N, C, spatial...])", format!("shape {x:?}"))
             } else {
-                Error::Unsupported(format!("{at} (convolution over {} spatial dimensions; at most {MAX_SPATIAL})", rank - 2))
+                Error::Unsupported(format!(
+                    "{at} (convolution over {} spatial dimensions; at most {MAX_SPATIAL})",
+                    rank - 2
+                ))
             });
         }
         if w.len() != rank {
-            return Err(Error::input(at, 1, format!("a weight tensor of rank {rank} like X {x:?}"), format!("shape {w:?}")));
+            return Err(Error::input(
+                at,
+                1,
+                format!("a weight tensor of rank {rank} like X {x:?}"),
+                format!("shape {w:?}"),
+            ));
         }
         let kernel = &w[2..];
         if let Some(k) = &self.window.kernel_shape {
             if k.as_slice() != kernel {
-                return Err(Error::attribute(at, "kernel_shape", format!("{kernel:?} (the spatial dims of W {w:?})"), format!("{k:?}")));
+                return Err(Error::attribute(
+                    at,
+                    "kernel_shape",
+                    format!("{kernel:?} (the spatial dims of W {w:?})"),
+                    format!("{k:?}"),
+                ));
             }
         }
         let (n, c_in) = (x[0], x[1]);
@@ -104,7 +124,12 @@ impl ConvOp {
                     ));
                 }
                 if w[0] % group != 0 {
-                    return Err(Error::input(at, 1, format!("a number of output channels divisible by group {group}"), format!("shape {w:?}")));
+                    return Err(Error::input(
+                        at,
+                        1,
+                        format!("a number of output channels divisible by group {group}"),
+                        format!("shape {w:?}"),
+                    ));
                 }
                 w[0]
             }
@@ -117,7 +142,8 @@ impl ConvOp {
                         format!("shape {w:?}"),
                     ));
                 }
-                w[1].checked_mul(group).ok_or_else(|| Error::attribute(at, "group", "a group count that fits", group.to_string()))?
+                w[1].checked_mul(group)
+                    .ok_or_else(|| Error::attribute(at, "group", "a group count that fits", group.to_string()))?
             }
         };
         if let Some(b) = b {
@@ -127,7 +153,9 @@ impl ConvOp {
         }
         let axes = match self.kind {
             Kind::Conv => self.window.resolve(x, kernel, false, at)?,
-            Kind::Transpose => self.window.resolve_transpose(x, kernel, &self.output_padding, &self.output_shape, at)?,
+            Kind::Transpose => {
+                self.window.resolve_transpose(x, kernel, &self.output_padding, &self.output_shape, at)?
+            }
         };
         let shape = ConvShape { batch: n, c_in, c_out, group, axes: to_3d(&axes) };
         shape.out_elems().map_err(|e| e.at(at))?;
@@ -140,7 +168,13 @@ impl ConvOp {
         shape
     }
 
-    fn run_typed<T: Real>(&self, x: &TensorView<'_>, w: &TensorView<'_>, b: Option<&TensorView<'_>>, s: &ConvShape) -> Result<Value> {
+    fn run_typed<T: Real>(
+        &self,
+        x: &TensorView<'_>,
+        w: &TensorView<'_>,
+        b: Option<&TensorView<'_>>,
+        s: &ConvShape,
+    ) -> Result<Value> {
         let (xs, ws) = (float_slice::<T>(x)?, float_slice::<T>(w)?);
         let bs = b.map(float_slice::<T>).transpose()?;
         let y = match self.kind {

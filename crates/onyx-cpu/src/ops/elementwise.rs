@@ -2,16 +2,14 @@
 //! broadcasting, variadic Sum/Mean/Max/Min, and Where.
 //!
 //! The math is generic over [`num::Real`] (f32, f64) and [`num::Num`] (those and the integer
-//! types); f16 and bf16 are widened to f32 chunk by chunk. Large tensors are processed in
-//! parallel chunks (see [`super::broadcast`]).
+//! types); f16 and bf16 are computed in f32 (widened chunk by chunk for unary ops). Large
+//! tensors are processed in parallel chunks (see [`super::broadcast`]).
 
 mod binary;
 mod math;
 pub mod num;
 #[cfg(test)]
 pub(crate) mod testing;
-#[cfg(test)]
-mod ort_check;
 mod unary;
 mod variadic;
 
@@ -23,7 +21,7 @@ use super::broadcast::par_zip_chunks;
 use super::util;
 use crate::Registry;
 
-pub use self::math::{erf_f32, erf_f64};
+pub use self::math::{erf_f32, erf_f64, exp_f32, tanh_f32};
 pub(crate) use self::unary::INT_TYPES;
 
 /// Runs `$body` with `$T` bound to the Rust type of an integer `$dtype`; `$else` otherwise.

@@ -45,7 +45,14 @@ pub(crate) fn indices(view: &TensorView<'_>, input: usize, at: &Location) -> Res
 
 /// Gathers whole blocks: for every outer position and every index, the `inner` elements at
 /// `index` along an axis of `dim` elements. `idx` must already be in range.
-pub(crate) fn gather_blocks<T: Elem>(data: &[T], outer: usize, dim: usize, inner: usize, idx: &[usize], at: &Location) -> Result<Vec<T>> {
+pub(crate) fn gather_blocks<T: Elem>(
+    data: &[T],
+    outer: usize,
+    dim: usize,
+    inner: usize,
+    idx: &[usize],
+    at: &Location,
+) -> Result<Vec<T>> {
     let n = outer * idx.len() * inner;
     let mut out = elems::alloc::<T>(n, at)?;
     if inner == 0 || idx.is_empty() {
@@ -87,7 +94,8 @@ impl Kernel for Gather {
             .into_iter()
             .map(|i| wrap_index(i, dim, 1, &self.at))
             .collect::<Result<Vec<_>>>()?;
-        let shape: Vec<usize> = x.shape()[..axis].iter().chain(iv.shape()).chain(&x.shape()[axis + 1..]).copied().collect();
+        let shape: Vec<usize> =
+            x.shape()[..axis].iter().chain(iv.shape()).chain(&x.shape()[axis + 1..]).copied().collect();
         if elems::count(&shape, &self.at)? == 0 {
             return with_elem!(x.dtype(), &self.at, T => Ok(vec![elems::value::<T>(x.dtype(), shape, Vec::new())?]));
         }
@@ -103,9 +111,21 @@ impl Kernel for Gather {
 
 /// The data offset every element of an indices tensor of `ishape` addresses along `axis` of
 /// data of `dshape` (GatherElements and ScatterElements); checks ranks, dims and indices.
-pub(crate) fn element_offsets(dshape: &[usize], ishape: &[usize], idx: &[i64], axis: usize, input: usize, at: &Location) -> Result<Vec<usize>> {
+pub(crate) fn element_offsets(
+    dshape: &[usize],
+    ishape: &[usize],
+    idx: &[i64],
+    axis: usize,
+    input: usize,
+    at: &Location,
+) -> Result<Vec<usize>> {
     if ishape.len() != dshape.len() || (0..dshape.len()).any(|d| d != axis && ishape[d] > dshape[d]) {
-        return Err(Error::input(at, input, format!("indices of rank {} no larger than the data {dshape:?} off the axis", dshape.len()), format!("{ishape:?}")));
+        return Err(Error::input(
+            at,
+            input,
+            format!("indices of rank {} no larger than the data {dshape:?} off the axis", dshape.len()),
+            format!("{ishape:?}"),
+        ));
     }
     if idx.is_empty() {
         return Ok(Vec::new());
@@ -116,7 +136,8 @@ pub(crate) fn element_offsets(dshape: &[usize], ishape: &[usize], idx: &[i64], a
     let mut pos = vec![0usize; ishape.len()];
     for &i in idx {
         let i = wrap_index(i, dim, input, at)?;
-        let base: usize = pos.iter().zip(&strides).enumerate().map(|(d, (&p, &s))| if d == axis { 0 } else { p * s }).sum();
+        let base: usize =
+            pos.iter().zip(&strides).enumerate().map(|(d, (&p, &s))| if d == axis { 0 } else { p * s }).sum();
         offsets.push(base + i * strides[axis]);
         for d in (0..pos.len()).rev() {
             pos[d] += 1;
@@ -176,10 +197,15 @@ pub(crate) fn nd_plan(dshape: &[usize], ishape: &[usize], idx: &[i64], batch: us
     let (r, q) = (dshape.len(), ishape.len());
     let k = ishape.last().copied().unwrap_or(0);
     if r == 0 || q == 0 || batch >= r.min(q) || k > r - batch || dshape[..batch] != ishape[..batch] {
-        return Err(Error::input(at, 1, format!(
+        return Err(Error::input(
+            at,
+            1,
+            format!(
             "indices of rank >= 1 whose first {batch} dims match the data {dshape:?} and whose last dim is at most {}",
             r.saturating_sub(batch)
-        ), format!("{ishape:?}")));
+        ),
+            format!("{ishape:?}"),
+        ));
     }
     let strides = elems::strides(dshape, at)?;
     let slice = elems::count(&dshape[batch + k..], at)?;
@@ -211,7 +237,8 @@ struct GatherNd {
 fn build_gather_nd(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
     let at = ctx.node.location();
     let b = if ctx.since_version >= 12 { ctx.node.int_or("batch_dims", 0)? } else { 0 };
-    let batch_dims = usize::try_from(b).map_err(|_| Error::attribute(&at, "batch_dims", "a non-negative int", b.to_string()))?;
+    let batch_dims =
+        usize::try_from(b).map_err(|_| Error::attribute(&at, "batch_dims", "a non-negative int", b.to_string()))?;
     Ok(Box::new(GatherNd { batch_dims, at }))
 }
 

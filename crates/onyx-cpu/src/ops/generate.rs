@@ -35,8 +35,17 @@ fn constant_value(node: &Node) -> Result<Tensor> {
             ("value_ints", AttrValue::Ints(i)) => Tensor::from_vec(vec![i.len()], i.clone())?,
             ("value_string", AttrValue::String(s)) => Tensor::from_strings(vec![], strings(std::slice::from_ref(s)))?,
             ("value_strings", AttrValue::Strings(s)) => Tensor::from_strings(vec![s.len()], strings(s))?,
-            (name @ ("value" | "sparse_value" | "value_float" | "value_floats" | "value_int" | "value_ints" | "value_string" | "value_strings"), v) => {
-                return Err(Error::attribute(&at, name, "the type its name says", format!("an attribute of type {}", v.type_name())));
+            (
+                name @ ("value" | "sparse_value" | "value_float" | "value_floats" | "value_int" | "value_ints"
+                | "value_string" | "value_strings"),
+                v,
+            ) => {
+                return Err(Error::attribute(
+                    &at,
+                    name,
+                    "the type its name says",
+                    format!("an attribute of type {}", v.type_name()),
+                ));
             }
             _ => continue,
         };
@@ -93,7 +102,9 @@ fn build_constant_of_shape(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
     let at = ctx.node.location();
     let value = match ctx.node.get_tensor("value")? {
         Some(t) if t.len() == 1 => t.clone(),
-        Some(t) => return Err(Error::attribute(&at, "value", "a one-element tensor", format!("{}{:?}", t.dtype(), t.shape()))),
+        Some(t) => {
+            return Err(Error::attribute(&at, "value", "a one-element tensor", format!("{}{:?}", t.dtype(), t.shape())))
+        }
         None => Tensor::scalar(0f32),
     };
     Ok(Box::new(ConstantOfShape { value, at }))
@@ -147,9 +158,19 @@ impl Kernel for Range {
         let dtype = views[0].dtype();
         let mut scalars = [0f64; 3];
         for (i, v) in views.iter().enumerate() {
-            util::expect_dtype(v, &[DataType::Float, DataType::Double, DataType::Int16, DataType::Int32, DataType::Int64], i, &self.at)?;
+            util::expect_dtype(
+                v,
+                &[DataType::Float, DataType::Double, DataType::Int16, DataType::Int32, DataType::Int64],
+                i,
+                &self.at,
+            )?;
             if v.dtype() != dtype || v.len() != 1 {
-                return Err(Error::input(&self.at, i, format!("a {dtype} scalar"), format!("{}{:?}", v.dtype(), v.shape())));
+                return Err(Error::input(
+                    &self.at,
+                    i,
+                    format!("a {dtype} scalar"),
+                    format!("{}{:?}", v.dtype(), v.shape()),
+                ));
             }
             scalars[i] = elems::numeric_f64(v, i, &self.at)?[0];
         }
@@ -192,7 +213,9 @@ fn build_eye_like(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
     let dtype = match ctx.node.get_int("dtype")? {
         None => None,
         Some(code) => Some(
-            i32::try_from(code).ok().and_then(DataType::from_onnx)
+            i32::try_from(code)
+                .ok()
+                .and_then(DataType::from_onnx)
                 .ok_or_else(|| Error::attribute(&at, "dtype", "an ONNX data type code", code.to_string()))?,
         ),
     };
@@ -249,7 +272,13 @@ mod tests {
         assert_eq!(i64v(&y), (vec![2], vec![7, 8]));
         let y = run1("Constant", 12, vec![string("value_string", "hi")], &[]).unwrap();
         assert_eq!(y.view().unwrap().strings().unwrap(), &["hi"]);
-        let y = run1("Constant", 12, vec![attr("value_strings", AttrValue::Strings(vec![b"a".to_vec(), b"bc".to_vec()]))], &[]).unwrap();
+        let y = run1(
+            "Constant",
+            12,
+            vec![attr("value_strings", AttrValue::Strings(vec![b"a".to_vec(), b"bc".to_vec()]))],
+            &[],
+        )
+        .unwrap();
         assert_eq!(y.view().unwrap().strings().unwrap(), &["a", "bc"]);
         let sparse = t(&[2, 2], vec![0i64, 5, 0, 0]);
         let y = run1("Constant", 11, vec![attr("sparse_value", AttrValue::SparseTensor(sparse))], &[]).unwrap();
@@ -257,7 +286,8 @@ mod tests {
 
         let err = run1("Constant", 13, vec![], &[]).unwrap_err().to_string();
         assert!(err.contains("none of them"), "{err}");
-        let err = run1("Constant", 13, vec![int("value_int", 1), float("value_float", 1.0)], &[]).unwrap_err().to_string();
+        let err =
+            run1("Constant", 13, vec![int("value_int", 1), float("value_float", 1.0)], &[]).unwrap_err().to_string();
         assert!(err.contains("value_int, value_float"), "{err}");
         let err = run1("Constant", 13, vec![float("value_int", 1.0)], &[]).unwrap_err().to_string();
         assert!(err.contains("'value_int'") && err.contains("float"), "{err}");
@@ -267,7 +297,8 @@ mod tests {
     fn constant_of_shape() {
         let y = run1("ConstantOfShape", 9, vec![], &[Some(i64s(&[2, 3]))]).unwrap();
         assert_eq!(f32s(&y), (vec![2, 3], vec![0.0; 6]));
-        let y = run1("ConstantOfShape", 20, vec![tensor_attr("value", t(&[1], vec![-7i32]))], &[Some(i64s(&[3]))]).unwrap();
+        let y =
+            run1("ConstantOfShape", 20, vec![tensor_attr("value", t(&[1], vec![-7i32]))], &[Some(i64s(&[3]))]).unwrap();
         assert_eq!(y.as_slice::<i32>().unwrap(), &[-7, -7, -7]);
         let b = Tensor::from_bools(vec![1], vec![true]).unwrap();
         let y = run1("ConstantOfShape", 9, vec![tensor_attr("value", b)], &[Some(i64s(&[]))]).unwrap();
@@ -276,7 +307,9 @@ mod tests {
         assert!(err.contains("non-negative"), "{err}");
         let err = run1("ConstantOfShape", 9, vec![], &[Some(t(&[1], vec![2i32]))]).unwrap_err().to_string();
         assert!(err.contains("input 0") && err.contains("int32"), "{err}");
-        let err = run1("ConstantOfShape", 9, vec![tensor_attr("value", t(&[2], vec![1f32, 2.0]))], &[Some(i64s(&[1]))]).unwrap_err().to_string();
+        let err = run1("ConstantOfShape", 9, vec![tensor_attr("value", t(&[2], vec![1f32, 2.0]))], &[Some(i64s(&[1]))])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("one-element"), "{err}");
     }
 

@@ -50,7 +50,12 @@ impl Transpose {
         };
         if let Some(p) = &self.perm {
             if perm.contains(&usize::MAX) {
-                return Err(onyx_core::Error::attribute(&self.at, "perm", format!("a permutation of 0..{rank}"), format!("{p:?}")));
+                return Err(onyx_core::Error::attribute(
+                    &self.at,
+                    "perm",
+                    format!("a permutation of 0..{rank}"),
+                    format!("{p:?}"),
+                ));
             }
         }
         transpose::check_perm(&perm, rank, &self.at)?;

@@ -157,8 +157,14 @@ pub(crate) fn matmul_float<T: Real>(a: &[T], b: &[T], plan: &MatMulPlan) -> Resu
     let mut out = filled(element_count(&plan.out_shape)?, T::ZERO)?;
     if plan.folds() {
         let rows = plan.batches() * m;
-        return gemm::gemm(T::ONE, MatRef::row_major(a, rows, k), MatRef::row_major(b, k, n), T::ZERO, MatMut::row_major(&mut out, rows, n))
-            .map(|_| out);
+        return gemm::gemm(
+            T::ONE,
+            MatRef::row_major(a, rows, k),
+            MatRef::row_major(b, k, n),
+            T::ZERO,
+            MatMut::row_major(&mut out, rows, n),
+        )
+        .map(|_| out);
     }
     let one = |(c, &(ao, bo)): (&mut [T], &(usize, usize)), parallel: bool| -> Result<()> {
         let am = MatRef::row_major(a.get(ao..).unwrap_or_default(), m, k);
@@ -321,7 +327,13 @@ impl GemmOp {
         Ok(GemmDims { m, k, n, c_strides })
     }
 
-    fn run_float<T: Real>(&self, a: &TensorView<'_>, b: &TensorView<'_>, c: Option<&TensorView<'_>>, d: &GemmDims) -> Result<Value> {
+    fn run_float<T: Real>(
+        &self,
+        a: &TensorView<'_>,
+        b: &TensorView<'_>,
+        c: Option<&TensorView<'_>>,
+        d: &GemmDims,
+    ) -> Result<Value> {
         let (m, k, n) = (d.m, d.k, d.n);
         let (a_data, b_data) = (float_slice::<T>(a)?, float_slice::<T>(b)?);
         let beta = T::from_f32(self.beta);
@@ -334,12 +346,19 @@ impl GemmOp {
         }
         let am = MatRef::row_major(&a_data[..], a.shape()[0], a.shape()[1]).t_if(self.trans_a);
         let bm = MatRef::row_major(&b_data[..], b.shape()[0], b.shape()[1]).t_if(self.trans_b);
-        gemm::gemm(T::from_f32(self.alpha), am, bm, gemm_beta, MatMut::row_major(&mut y, m, n)).map_err(|e| e.at(&self.at))?;
+        gemm::gemm(T::from_f32(self.alpha), am, bm, gemm_beta, MatMut::row_major(&mut y, m, n))
+            .map_err(|e| e.at(&self.at))?;
         debug_assert_eq!(k, am.cols);
         float_output(a.dtype(), vec![m, n], y)
     }
 
-    fn run_int<T: IntElem>(&self, a: &TensorView<'_>, b: &TensorView<'_>, c: Option<&TensorView<'_>>, d: &GemmDims) -> Result<Value> {
+    fn run_int<T: IntElem>(
+        &self,
+        a: &TensorView<'_>,
+        b: &TensorView<'_>,
+        c: Option<&TensorView<'_>>,
+        d: &GemmDims,
+    ) -> Result<Value> {
         let (m, n) = (d.m, d.n);
         let am = MatRef::row_major(a.as_slice::<T>()?, a.shape()[0], a.shape()[1]).t_if(self.trans_a);
         let bm = MatRef::row_major(b.as_slice::<T>()?, b.shape()[0], b.shape()[1]).t_if(self.trans_b);
@@ -427,10 +446,18 @@ fn widen_8bit(v: &TensorView<'_>, index: usize, at: &Location) -> Result<Vec<i32
 /// Subtracts zero points from `x`, a row-major tensor seen as `groups` blocks of `rows x cols`.
 /// `zp` holds one value, one per `per` index (row of A or column of B), or one per
 /// (block, `per` index); `by_row` says whether `per` indexes rows or columns.
-fn subtract_zero_point(x: &mut [i32], zp: &[i32], rows: usize, cols: usize, by_row: bool, index: usize, at: &Location) -> Result<()> {
+fn subtract_zero_point(
+    x: &mut [i32],
+    zp: &[i32],
+    rows: usize,
+    cols: usize,
+    by_row: bool,
+    index: usize,
+    at: &Location,
+) -> Result<()> {
     let per = if by_row { rows } else { cols };
     let block = rows * cols;
-    let blocks = if block == 0 { 0 } else { x.len() / block };
+    let blocks = x.len().checked_div(block).unwrap_or(0);
     let zp_at: Box<dyn Fn(usize, usize) -> i32> = match zp.len() {
         1 => Box::new(|_, _| zp[0]),
         l if l == per => Box::new(|_, i| zp[i]),

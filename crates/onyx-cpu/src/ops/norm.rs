@@ -47,12 +47,23 @@ fn for_chunks<T: Real>(x: &[T], y: &mut [T], len: usize, f: impl Fn(usize, &[T],
 const FLOATS: [DataType; 4] = [DataType::Float, DataType::Double, DataType::Float16, DataType::BFloat16];
 
 /// Input `i` with its element count checked against `len`.
-fn param<'r>(inputs: &[Option<ValueRef<'r>>], i: usize, lens: &[usize], what: &str, at: &Location) -> Result<TensorView<'r>> {
+fn param<'r>(
+    inputs: &[Option<ValueRef<'r>>],
+    i: usize,
+    lens: &[usize],
+    what: &str,
+    at: &Location,
+) -> Result<TensorView<'r>> {
     let v = util::input(inputs, i, at)?;
     util::expect_dtype(&v, &FLOATS, i, at)?;
     if !lens.contains(&v.len()) {
         let lens: Vec<String> = lens.iter().map(usize::to_string).collect();
-        return Err(Error::input(at, i, format!("{} elements ({what})", lens.join(" or ")), format!("shape {:?}", v.shape())));
+        return Err(Error::input(
+            at,
+            i,
+            format!("{} elements ({what})", lens.join(" or ")),
+            format!("shape {:?}", v.shape()),
+        ));
     }
     Ok(v)
 }
@@ -62,7 +73,12 @@ fn channel_input<'r>(inputs: &[Option<ValueRef<'r>>], min_rank: usize, at: &Loca
     let x = util::input(inputs, 0, at)?;
     util::expect_dtype(&x, &FLOATS, 0, at)?;
     if x.rank() < min_rank {
-        return Err(Error::input(at, 0, format!("a tensor of rank {min_rank} or more ([N, C, ...])"), format!("shape {:?}", x.shape())));
+        return Err(Error::input(
+            at,
+            0,
+            format!("a tensor of rank {min_rank} or more ([N, C, ...])"),
+            format!("shape {:?}", x.shape()),
+        ));
     }
     Ok(x)
 }
@@ -93,7 +109,15 @@ fn build_batch_norm(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
 /// `y[n, f, i] = (x - mean[f]) / sqrt(var[f] + eps) * scale[f] + b[f]` on X seen as
 /// `[N, features, inner]`: features are the channels (inner: the spatial size), or for the old
 /// non-spatial form every element of one image (inner: 1).
-pub(crate) fn batch_norm<T: Real>(x: &[T], inner: usize, scale: &[T], b: &[T], mean: &[T], var: &[T], eps: T) -> Vec<T> {
+pub(crate) fn batch_norm<T: Real>(
+    x: &[T],
+    inner: usize,
+    scale: &[T],
+    b: &[T],
+    mean: &[T],
+    var: &[T],
+    eps: T,
+) -> Vec<T> {
     let a: Vec<T> = scale.iter().zip(var).map(|(&s, &v)| s / (v + eps).sqrt()).collect();
     let shift: Vec<T> = b.iter().zip(mean).zip(&a).map(|((&b, &m), &a)| b - m * a).collect();
     let features = a.len().max(1);
@@ -128,17 +152,24 @@ impl Kernel for BatchNorm {
     fn run(&self, inputs: &[Option<ValueRef<'_>>], wanted: &[bool]) -> Result<Vec<Value>> {
         let at = &self.at;
         if wanted.iter().skip(1).any(|&w| w) {
-            return Err(Error::Unsupported(format!("{at} (the running statistics outputs exist only in training mode)")));
+            return Err(Error::Unsupported(format!(
+                "{at} (the running statistics outputs exist only in training mode)"
+            )));
         }
         let x = channel_input(inputs, 2, at)?;
         let c = x.shape()[1];
         let spatial: usize = x.shape()[2..].iter().product();
         let scale = param(inputs, 1, &[c, c * spatial], "one per channel", at)?;
         let features = scale.len();
-        let [b, m, v] = [(2, "like scale"), (3, "like scale"), (4, "like scale")].map(|(i, what)| param(inputs, i, &[features], what, at));
+        let [b, m, v] = [(2, "like scale"), (3, "like scale"), (4, "like scale")]
+            .map(|(i, what)| param(inputs, i, &[features], what, at));
         let params = [scale, b?, m?, v?];
         let inner = if features == c { spatial } else { 1 };
-        let y = if is_double(&x) { self.run_typed::<f64>(&x, &params, inner)? } else { self.run_typed::<f32>(&x, &params, inner)? };
+        let y = if is_double(&x) {
+            self.run_typed::<f64>(&x, &params, inner)?
+        } else {
+            self.run_typed::<f32>(&x, &params, inner)?
+        };
         Ok(vec![y])
     }
 }
@@ -148,7 +179,15 @@ impl Kernel for BatchNorm {
 
 /// Normalizes X (`[N, C, inner]`) per image and group of `C / groups` channels by the group's
 /// mean and variance, then applies `scale` and `bias` (one per channel).
-pub(crate) fn group_norm<T: Real>(x: &[T], channels: usize, groups: usize, inner: usize, scale: &[T], bias: &[T], eps: T) -> Vec<T> {
+pub(crate) fn group_norm<T: Real>(
+    x: &[T],
+    channels: usize,
+    groups: usize,
+    inner: usize,
+    scale: &[T],
+    bias: &[T],
+    eps: T,
+) -> Vec<T> {
     let per_group = channels / groups.max(1);
     let mut y = vec![T::ZERO; x.len()];
     for_chunks(x, &mut y, per_group * inner, |block, xc, yc| {
@@ -179,7 +218,13 @@ struct GroupNorm {
 
 fn build_instance_norm(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
     let node = ctx.node;
-    Ok(Box::new(GroupNorm { at: node.location(), epsilon: node.float_or("epsilon", 1e-5)?, groups: None, per_group_params: false, stash_double: false }))
+    Ok(Box::new(GroupNorm {
+        at: node.location(),
+        epsilon: node.float_or("epsilon", 1e-5)?,
+        groups: None,
+        per_group_params: false,
+        stash_double: false,
+    }))
 }
 
 fn build_group_norm(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
@@ -209,7 +254,13 @@ fn stash_type(node: &Node, at: &Location) -> Result<DataType> {
 }
 
 impl GroupNorm {
-    fn run_typed<T: Real>(&self, x: &TensorView<'_>, scale: &TensorView<'_>, bias: &TensorView<'_>, groups: usize) -> Result<Value> {
+    fn run_typed<T: Real>(
+        &self,
+        x: &TensorView<'_>,
+        scale: &TensorView<'_>,
+        bias: &TensorView<'_>,
+        groups: usize,
+    ) -> Result<Value> {
         let c = x.shape()[1];
         let inner: usize = x.shape()[2..].iter().product();
         let (mut s, mut b) = (float_slice::<T>(scale)?.into_owned(), float_slice::<T>(bias)?.into_owned());
@@ -230,9 +281,15 @@ impl Kernel for GroupNorm {
         let c = x.shape()[1];
         let groups = self.groups.unwrap_or(c);
         if c % groups != 0 {
-            return Err(Error::input(at, 0, format!("a channel count divisible by num_groups {groups}"), format!("shape {:?}", x.shape())));
+            return Err(Error::input(
+                at,
+                0,
+                format!("a channel count divisible by num_groups {groups}"),
+                format!("shape {:?}", x.shape()),
+            ));
         }
-        let (lens, what) = if self.per_group_params { (vec![groups, c], "one per group") } else { (vec![c], "one per channel") };
+        let (lens, what) =
+            if self.per_group_params { (vec![groups, c], "one per group") } else { (vec![c], "one per channel") };
         let scale = param(inputs, 1, &lens, what, at)?;
         let bias = param(inputs, 2, &[scale.len()], "like scale", at)?;
         let y = if self.stash_double || is_double(&x) {
@@ -250,8 +307,14 @@ impl Kernel for GroupNorm {
 /// LayerNormalization of `rows` rows of `x`: `y = (x - mean) * inv_std * scale + bias`, with
 /// `scale` and `bias` one value per row element. Returns Y, the means and the inverse
 /// standard deviations.
-pub(crate) fn layer_norm<T: Real>(x: &[T], row_len: usize, scale: &[T], bias: Option<&[T]>, eps: T) -> (Vec<T>, Vec<T>, Vec<T>) {
-    let rows = if row_len == 0 { 0 } else { x.len() / row_len };
+pub(crate) fn layer_norm<T: Real>(
+    x: &[T],
+    row_len: usize,
+    scale: &[T],
+    bias: Option<&[T]>,
+    eps: T,
+) -> (Vec<T>, Vec<T>, Vec<T>) {
+    let rows = x.len().checked_div(row_len).unwrap_or(0);
     let mut y = vec![T::ZERO; x.len()];
     let mut stats = vec![(T::ZERO, T::ZERO); rows];
     let one_row = |(xr, yr): (&[T], &mut [T]), st: &mut (T, T)| {
@@ -291,7 +354,12 @@ struct LayerNorm {
 fn build_layer_norm(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
     let node = ctx.node;
     let at = node.location();
-    Ok(Box::new(LayerNorm { axis: node.int_or("axis", -1)?, epsilon: node.float_or("epsilon", 1e-5)?, stash: stash_type(node, &at)?, at }))
+    Ok(Box::new(LayerNorm {
+        axis: node.int_or("axis", -1)?,
+        epsilon: node.float_or("epsilon", 1e-5)?,
+        stash: stash_type(node, &at)?,
+        at,
+    }))
 }
 
 /// Expands `v` (unidirectionally broadcastable to `shape`) to `shape`'s element count.
@@ -322,13 +390,26 @@ fn broadcast_to<T: Copy>(v: &[T], from: &[usize], shape: &[usize]) -> Option<Vec
 }
 
 impl LayerNorm {
-    fn run_typed<T: Real>(&self, x: &TensorView<'_>, scale: &TensorView<'_>, bias: Option<&TensorView<'_>>, axis: usize, wanted: &[bool]) -> Result<Vec<Value>> {
+    fn run_typed<T: Real>(
+        &self,
+        x: &TensorView<'_>,
+        scale: &TensorView<'_>,
+        bias: Option<&TensorView<'_>>,
+        axis: usize,
+        wanted: &[bool],
+    ) -> Result<Vec<Value>> {
         let at = &self.at;
         let norm_shape = &x.shape()[axis..];
         let row_len: usize = norm_shape.iter().product();
         let expand = |v: &TensorView<'_>, i: usize| -> Result<Vec<T>> {
-            broadcast_to(&float_slice::<T>(v)?, v.shape(), norm_shape)
-                .ok_or_else(|| Error::input(at, i, format!("a shape broadcastable to {norm_shape:?} (X's dims from axis {axis})"), format!("shape {:?}", v.shape())))
+            broadcast_to(&float_slice::<T>(v)?, v.shape(), norm_shape).ok_or_else(|| {
+                Error::input(
+                    at,
+                    i,
+                    format!("a shape broadcastable to {norm_shape:?} (X's dims from axis {axis})"),
+                    format!("shape {:?}", v.shape()),
+                )
+            })
         };
         let s = expand(scale, 1)?;
         let b = bias.map(|b| expand(b, 2)).transpose()?;
@@ -414,7 +495,13 @@ fn build_lrn(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
         Some(s) => return Err(Error::attribute(&at, "size", "a positive integer", s.to_string())),
         None => return Err(Error::attribute(&at, "size", "an int", "no attribute")),
     };
-    Ok(Box::new(Lrn { size, alpha: node.float_or("alpha", 1e-4)?, beta: node.float_or("beta", 0.75)?, bias: node.float_or("bias", 1.0)?, at }))
+    Ok(Box::new(Lrn {
+        size,
+        alpha: node.float_or("alpha", 1e-4)?,
+        beta: node.float_or("beta", 0.75)?,
+        bias: node.float_or("bias", 1.0)?,
+        at,
+    }))
 }
 
 impl Lrn {
@@ -450,7 +537,7 @@ pub(crate) fn mean_variance_norm<T: Real>(x: &[T], shape: &[usize], reduced: &[b
             groups *= shape[d];
         }
     }
-    let count = if groups == 0 { 0 } else { x.len() / groups };
+    let count = x.len().checked_div(groups).unwrap_or(0);
     let mut group_of = vec![0usize; x.len()];
     let mut idx = vec![0usize; shape.len()];
     for g in group_of.iter_mut() {
@@ -503,8 +590,14 @@ impl Kernel for Mvn {
         util::expect_dtype(&x, &FLOATS, 0, at)?;
         let mut reduced = vec![false; x.rank()];
         for &a in &self.axes {
-            let d = util::normalize_axis(a, x.rank(), at)
-                .map_err(|_| Error::attribute(at, "axes", format!("axes within rank {} of X {:?}", x.rank(), x.shape()), format!("{:?}", self.axes)))?;
+            let d = util::normalize_axis(a, x.rank(), at).map_err(|_| {
+                Error::attribute(
+                    at,
+                    "axes",
+                    format!("axes within rank {} of X {:?}", x.rank(), x.shape()),
+                    format!("{:?}", self.axes),
+                )
+            })?;
             reduced[d] = true;
         }
         let y = if is_double(&x) { self.run_typed::<f64>(&x, &reduced)? } else { self.run_typed::<f32>(&x, &reduced)? };

@@ -98,7 +98,13 @@ impl PoolGeometry {
 
     /// Calls `add(acc, x[i], i)` for every input element `i` of each window, then
     /// `emit(output index, acc, valid taps, taps inside the padded input)`.
-    fn walk<T: Copy, A>(&self, x: &[T], start: impl Fn() -> A, add: impl Fn(&mut A, T, usize), mut emit: impl FnMut(usize, A, usize, usize)) {
+    fn walk<T: Copy, A>(
+        &self,
+        x: &[T],
+        start: impl Fn() -> A,
+        add: impl Fn(&mut A, T, usize),
+        mut emit: impl FnMut(usize, A, usize, usize),
+    ) {
         let [az, ay, ax] = self.axes;
         let [tzs, tys, txs] = &self.taps;
         let mut out = 0;
@@ -158,7 +164,14 @@ fn axis_taps(a: &Axis) -> Vec<Taps> {
 }
 
 /// Runs `f` on every (input plane, output plane, plane number), in parallel when large.
-fn for_planes<T: Sync, U: Send>(x: &[T], in_len: usize, y: &mut [U], out_len: usize, work: usize, f: impl Fn(&[T], &mut [U], usize) + Sync + Send) {
+fn for_planes<T: Sync, U: Send>(
+    x: &[T],
+    in_len: usize,
+    y: &mut [U],
+    out_len: usize,
+    work: usize,
+    f: impl Fn(&[T], &mut [U], usize) + Sync + Send,
+) {
     let (in_len, out_len) = (in_len.max(1), out_len.max(1));
     if work >= PARALLEL_WORK {
         y.par_chunks_mut(out_len).zip(x.par_chunks(in_len)).enumerate().for_each(|(p, (yp, xp))| f(xp, yp, p));
@@ -169,9 +182,14 @@ fn for_planes<T: Sync, U: Send>(x: &[T], in_len: usize, y: &mut [U], out_len: us
 
 /// Max pooling of `planes` planes; with `indices`, also the flat input index of each max
 /// (row-major, or column-major within the plane when `column_major`).
-pub(crate) fn max_pool<T: PoolElem>(x: &[T], g: &PoolGeometry, indices: bool, column_major: bool) -> Result<(Vec<T>, Option<Vec<i64>>)> {
+pub(crate) fn max_pool<T: PoolElem>(
+    x: &[T],
+    g: &PoolGeometry,
+    indices: bool,
+    column_major: bool,
+) -> Result<(Vec<T>, Option<Vec<i64>>)> {
     let (in_len, out_len) = (g.in_len(), g.out_len());
-    let planes = if in_len == 0 { 0 } else { x.len() / in_len };
+    let planes = x.len().checked_div(in_len).unwrap_or(0);
     let mut y = filled(planes * out_len, T::LOWEST)?;
     let start = || (T::LOWEST, usize::MAX);
     // As onnxruntime: NaNs never win; the first of equal maxima does.
@@ -205,13 +223,18 @@ pub(crate) fn max_pool<T: PoolElem>(x: &[T], g: &PoolGeometry, indices: bool, co
 /// padded input when `count_include_pad`.
 pub(crate) fn average_pool<T: Real>(x: &[T], g: &PoolGeometry, count_include_pad: bool) -> Result<Vec<T>> {
     let (in_len, out_len) = (g.in_len(), g.out_len());
-    let planes = if in_len == 0 { 0 } else { x.len() / in_len };
+    let planes = x.len().checked_div(in_len).unwrap_or(0);
     let mut y = filled(planes * out_len, T::ZERO)?;
     let work = y.len().saturating_mul(g.k_len());
     for_planes(x, in_len, &mut y, out_len, work, |xp, yp, _| {
-        g.walk(xp, || T::ZERO, |s, v, _| *s += v, |o, s, valid, padded| {
-            yp[o] = s / T::from_usize(if count_include_pad { padded } else { valid });
-        })
+        g.walk(
+            xp,
+            || T::ZERO,
+            |s, v, _| *s += v,
+            |o, s, valid, padded| {
+                yp[o] = s / T::from_usize(if count_include_pad { padded } else { valid });
+            },
+        )
     });
     Ok(y)
 }
@@ -219,7 +242,7 @@ pub(crate) fn average_pool<T: Real>(x: &[T], g: &PoolGeometry, count_include_pad
 /// Lp pooling: `(sum |x|^p)^(1/p)` over each window (padding contributes nothing).
 pub(crate) fn lp_pool<T: Real>(x: &[T], g: &PoolGeometry, p: f64) -> Result<Vec<T>> {
     let (in_len, out_len) = (g.in_len(), g.out_len());
-    let planes = if in_len == 0 { 0 } else { x.len() / in_len };
+    let planes = x.len().checked_div(in_len).unwrap_or(0);
     let mut y = filled(planes * out_len, T::ZERO)?;
     let work = y.len().saturating_mul(g.k_len());
     let (pt, inv) = (T::from_f64(p), T::from_f64(1.0 / p));
@@ -239,7 +262,9 @@ fn lp_exponent(node: &Node, at: &Location) -> Result<f64> {
         None => 2.0,
         Some(AttrValue::Int(p)) => *p as f64,
         Some(AttrValue::Float(p)) => f64::from(*p),
-        Some(other) => return Err(Error::attribute(at, "p", "an int", format!("an attribute of type {}", other.type_name()))),
+        Some(other) => {
+            return Err(Error::attribute(at, "p", "an int", format!("an attribute of type {}", other.type_name())))
+        }
     };
     if p <= 0.0 || !p.is_finite() {
         return Err(Error::attribute(at, "p", "a positive number", p.to_string()));
@@ -288,7 +313,15 @@ fn build_pool(ctx: &NodeContext<'_>, reduce: Reduce) -> Result<Box<dyn Kernel>> 
 fn build_global(ctx: &NodeContext<'_>, reduce: Reduce) -> Result<Box<dyn Kernel>> {
     let at = ctx.node.location();
     let p = if reduce == Reduce::Lp { lp_exponent(ctx.node, &at)? } else { 2.0 };
-    Ok(Box::new(PoolOp { at, reduce, window: None, ceil_mode: false, count_include_pad: false, column_major: false, p }))
+    Ok(Box::new(PoolOp {
+        at,
+        reduce,
+        window: None,
+        ceil_mode: false,
+        count_include_pad: false,
+        column_major: false,
+        p,
+    }))
 }
 
 impl PoolOp {
@@ -298,10 +331,18 @@ impl PoolOp {
         let rank = x.len();
         let min_rank = if self.window.is_some() { 3 } else { 2 };
         if rank < min_rank {
-            return Err(Error::input(at, 0, format!("a tensor of rank {min_rank} or more ([N, C, spatial...])"), format!("shape {x:?}")));
+            return Err(Error::input(
+                at,
+                0,
+                format!("a tensor of rank {min_rank} or more ([N, C, spatial...])"),
+                format!("shape {x:?}"),
+            ));
         }
         if rank > MAX_SPATIAL + 2 {
-            return Err(Error::Unsupported(format!("{at} (pooling over {} spatial dimensions; at most {MAX_SPATIAL})", rank - 2)));
+            return Err(Error::Unsupported(format!(
+                "{at} (pooling over {} spatial dimensions; at most {MAX_SPATIAL})",
+                rank - 2
+            )));
         }
         let axes = match &self.window {
             Some(w) => w.resolve(x, w.kernel_shape.as_deref().unwrap_or_default(), self.ceil_mode, at)?,
@@ -313,7 +354,13 @@ impl PoolOp {
         Ok((PoolGeometry::new(to_3d(&axes)), shape))
     }
 
-    fn run_float<T: Real + PoolElem>(&self, x: &TensorView<'_>, g: &PoolGeometry, shape: Vec<usize>, indices: bool) -> Result<Vec<Value>> {
+    fn run_float<T: Real + PoolElem>(
+        &self,
+        x: &TensorView<'_>,
+        g: &PoolGeometry,
+        shape: Vec<usize>,
+        indices: bool,
+    ) -> Result<Vec<Value>> {
         let xs = float_slice::<T>(x)?;
         let (y, idx) = match self.reduce {
             Reduce::Max => max_pool(&xs, g, indices, self.column_major)?,
@@ -327,7 +374,13 @@ impl PoolOp {
         Ok(out)
     }
 
-    fn run_int<T: PoolElem + onyx_core::Element>(&self, x: &TensorView<'_>, g: &PoolGeometry, shape: Vec<usize>, indices: bool) -> Result<Vec<Value>> {
+    fn run_int<T: PoolElem + onyx_core::Element>(
+        &self,
+        x: &TensorView<'_>,
+        g: &PoolGeometry,
+        shape: Vec<usize>,
+        indices: bool,
+    ) -> Result<Vec<Value>> {
         let (y, idx) = max_pool(x.as_slice::<T>()?, g, indices, self.column_major)?;
         let mut out = vec![util::out(shape.clone(), y)?];
         if let Some(idx) = idx {
@@ -349,7 +402,11 @@ impl Kernel for PoolOp {
             (None, DataType::Int8) if windowed_max => self.run_int::<i8>(&x, &g, shape, indices),
             (None, DataType::Uint8) if windowed_max => self.run_int::<u8>(&x, &g, shape, indices),
             (None, other) => {
-                let allowed = if windowed_max { "a float, double, float16, bfloat16, int8 or uint8 tensor" } else { "a float, double, float16 or bfloat16 tensor" };
+                let allowed = if windowed_max {
+                    "a float, double, float16, bfloat16, int8 or uint8 tensor"
+                } else {
+                    "a float, double, float16 or bfloat16 tensor"
+                };
                 Err(Error::input(&self.at, 0, allowed, other.name()))
             }
         }

@@ -6,8 +6,8 @@
 //! every output reduces one contiguous row, folded in 16 independent lanes so that the loop
 //! vectorizes; otherwise whole rows of `inner` accumulators are updated at once. Integers use
 //! wrapping arithmetic; L2, LogSum and LogSumExp of integers are computed in f64 and truncated
-//! back as ONNX Runtime does (LogSumExp truncating each term, as ONNX Runtime computes it in the
-//! integer type). f16 and bf16 are computed in f32. Max and Min propagate NaN (as numpy and the
+//! back as ONNX Runtime does (LogSumExp truncating each term e^(x − max), as ONNX Runtime computes
+//! them in the integer type). f16 and bf16 are computed in f32. Max and Min propagate NaN (as numpy and the
 //! ONNX reference do; ONNX Runtime's ReduceMax happens to skip NaN).
 
 mod scan;
@@ -138,7 +138,7 @@ pub(crate) fn transpose<T: Copy + Send + Sync + Default>(x: &[T], shape: &[usize
 
 /// Folds a row in 16 lanes (so that the loop vectorizes), then the lanes together.
 #[inline]
-fn fold_lanes<T: Copy>(row: &[T], init: T, pre: &impl Fn(T) -> T, comb: &impl Fn(T, T) -> T) -> T {
+pub(crate) fn fold_lanes<T: Copy>(row: &[T], init: T, pre: &impl Fn(T) -> T, comb: &impl Fn(T, T) -> T) -> T {
     const LANES: usize = 16;
     let mut lanes = [init; LANES];
     let mut chunks = row.chunks_exact(LANES);
@@ -256,10 +256,10 @@ fn min_nan<T: Num>(a: T, v: T) -> T {
 
 /// log Σ e^x, stable: m + log Σ e^(x − m) with m the maximum (±∞ and NaN maxima are the result).
 /// With `truncate` (integer inputs, as ONNX Runtime computes them in the integer type) every
-/// term e^(x − m) and the logarithm are truncated toward zero.
+/// term e^(x − m) is truncated toward zero.
 fn log_sum_exp<T: Real>(x: &[T], l: &Layout, truncate: bool) -> Vec<T> {
     let cut = move |v: T| if truncate { v.trunc() } else { v };
-    let finish = move |m: T, s: T| if m.is_nan() || m.is_infinite() { m } else { m + cut(s.ln()) };
+    let finish = move |m: T, s: T| if m.is_nan() || m.is_infinite() { m } else { m + s.ln() };
     let (r, inner) = (l.r, l.inner);
     if inner == 1 {
         return for_rows(x, r, l.outer, |row| {
@@ -305,11 +305,10 @@ fn reduce_real<T: Real>(op: ReduceOp, x: &[T], l: &Layout) -> Vec<T> {
 /// The reductions computed natively on integers (wrapping); the others go through f64.
 fn reduce_int<T: Int>(op: ReduceOp, x: &[T], l: &Layout) -> Vec<T> {
     let id = |v: T| v;
-    let n = T::from_f64(l.r as f64);
     let r = l.r;
     match op {
         ReduceOp::Sum => reduce_with(x, l, T::ZERO, id, Num::add, id),
-        ReduceOp::Mean => reduce_with(x, l, T::ZERO, id, Num::add, |a| if r == 0 { a } else { a.div_trunc(n) }),
+        ReduceOp::Mean => reduce_with(x, l, T::ZERO, id, Num::add, |a| if r == 0 { a } else { a.div_count(r) }),
         ReduceOp::SumSquare => reduce_with(x, l, T::ZERO, |v| v.mul(v), Num::add, id),
         ReduceOp::L1 => reduce_with(x, l, T::ZERO, Num::abs, Num::add, id),
         ReduceOp::Prod => reduce_with(x, l, T::ONE, id, Num::mul, id),
@@ -554,13 +553,15 @@ mod tests {
             let y = run(op, 18, vec![], &[t, &axis]).unwrap();
             assert_eq!((y.dtype(), y.shape(), ints(&y)), (DataType::Int32, &[2, 1][..], want.to_vec()), "{op}");
         }
+        let many = tensor(&[256], vec![3u8; 256]);
+        assert_eq!(ints(&run("ReduceMean", 18, vec![], &[&many]).unwrap()), vec![0]);
         let big = tensor(&[3], vec![u8::MAX, 1, 7]);
         assert_eq!(ints(&run("ReduceMax", 18, vec![attr_i("keepdims", 0)], &[&big]).unwrap()), vec![255]);
         let wrap = tensor(&[2], vec![i64::MAX, 1]);
         assert_eq!(ints(&run("ReduceSum", 13, vec![], &[&wrap]).unwrap()), vec![i64::MIN]);
-        // ONNX Runtime's integer LogSumExp truncates every term: max + trunc(ln(#maxima)).
-        let zeros = tensor(&[1, 4], vec![0i64; 4]);
-        assert_eq!(ints(&run("ReduceLogSumExp", 18, vec![], &[&zeros, &axis]).unwrap()), vec![1]);
+        // ONNX Runtime's integer LogSumExp truncates every term: trunc(max + ln(#maxima)).
+        let small = tensor(&[2, 4], vec![0i64, 0, 0, 0, -2, -2, -2, -5]);
+        assert_eq!(ints(&run("ReduceLogSumExp", 18, vec![], &[&small, &axis]).unwrap()), vec![1, 0]);
         let b = bools(&[2, 3], &[false, true, false, false, false, false]);
         let y = run("ReduceMax", 20, vec![], &[&b, &axis]).unwrap();
         assert_eq!((y.dtype(), bool_values(&y)), (DataType::Bool, vec![true, false]));

@@ -56,7 +56,12 @@ fn parse_mode(node: &Node, allow_cubic: bool, at: &Location) -> Result<Mode> {
         "nearest" => Ok(Mode::Nearest),
         "linear" | "bilinear" => Ok(Mode::Linear),
         "cubic" if allow_cubic => Ok(Mode::Cubic),
-        other => Err(Error::attribute(at, "mode", if allow_cubic { "nearest, linear or cubic" } else { "nearest or linear" }, other)),
+        other => Err(Error::attribute(
+            at,
+            "mode",
+            if allow_cubic { "nearest, linear or cubic" } else { "nearest or linear" },
+            other,
+        )),
     }
 }
 
@@ -69,7 +74,9 @@ fn parse_coord(s: &str, at: &Location) -> Result<Coord> {
         "asymmetric" => Coord::Asymmetric,
         "tf_half_pixel_for_nn" => Coord::TfHalfPixelForNn,
         "tf_crop_and_resize" => Coord::TfCropAndResize,
-        other => return Err(Error::attribute(at, "coordinate_transformation_mode", "a mode the ONNX spec lists", other)),
+        other => {
+            return Err(Error::attribute(at, "coordinate_transformation_mode", "a mode the ONNX spec lists", other))
+        }
     })
 }
 
@@ -79,7 +86,14 @@ fn parse_rounding(s: &str, at: &Location) -> Result<Rounding> {
         "round_prefer_ceil" => Rounding::RoundPreferCeil,
         "floor" => Rounding::Floor,
         "ceil" => Rounding::Ceil,
-        other => return Err(Error::attribute(at, "nearest_mode", "round_prefer_floor, round_prefer_ceil, floor or ceil", other)),
+        other => {
+            return Err(Error::attribute(
+                at,
+                "nearest_mode",
+                "round_prefer_floor, round_prefer_ceil, floor or ceil",
+                other,
+            ))
+        }
     })
 }
 
@@ -112,7 +126,9 @@ fn build_resize(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
         "stretch" => Policy::Stretch,
         "not_larger" if v >= 18 => Policy::NotLarger,
         "not_smaller" if v >= 18 => Policy::NotSmaller,
-        other => return Err(Error::attribute(&at, "keep_aspect_ratio_policy", "stretch, not_larger or not_smaller", other)),
+        other => {
+            return Err(Error::attribute(&at, "keep_aspect_ratio_policy", "stretch, not_larger or not_smaller", other))
+        }
     };
     let filter = Filter {
         mode,
@@ -136,7 +152,9 @@ fn build_resize(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
 fn build_upsample(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
     let node = ctx.node;
     let inputs = if ctx.since_version < 9 {
-        let scales = node.get_floats("scales")?.ok_or_else(|| Error::attribute(&node.location(), "scales", "a list of floats", "nothing"))?;
+        let scales = node
+            .get_floats("scales")?
+            .ok_or_else(|| Error::attribute(&node.location(), "scales", "a list of floats", "nothing"))?;
         Inputs::ScalesAttr(scales.to_vec())
     } else {
         Inputs::Scales
@@ -148,7 +166,12 @@ impl Resize {
     /// A float input (scales, roi) as f64 values; `None` when omitted or empty.
     fn floats(&self, inputs: &[Option<ValueRef<'_>>], i: usize) -> Result<Option<Vec<f64>>> {
         let Some(v) = util::opt_input(inputs, i, &self.at)?.filter(|v| !v.is_empty()) else { return Ok(None) };
-        util::expect_dtype(&v, &[DataType::Float, DataType::Float16, DataType::Double, DataType::BFloat16], i, &self.at)?;
+        util::expect_dtype(
+            &v,
+            &[DataType::Float, DataType::Float16, DataType::Double, DataType::BFloat16],
+            i,
+            &self.at,
+        )?;
         Ok(Some(util::to_f32(&v)?.into_iter().map(f64::from).collect()))
     }
 
@@ -179,7 +202,8 @@ impl Resize {
                 (self.floats(inputs, 1)?, self.floats(inputs, 2)?, sizes)
             }
         };
-        let mut plan: Vec<Axis> = shape.iter().map(|&d| Axis { input: d, output: d, scale: 1.0, roi: (0.0, 1.0) }).collect();
+        let mut plan: Vec<Axis> =
+            shape.iter().map(|&d| Axis { input: d, output: d, scale: 1.0, roi: (0.0, 1.0) }).collect();
         match (scales, sizes) {
             (Some(_), Some(_)) => return Err(Error::node(&self.at, "Resize takes scales or sizes, not both")),
             (None, None) => return Err(Error::node(&self.at, "Resize needs scales or sizes")),
@@ -189,7 +213,12 @@ impl Resize {
         if self.coord == Coord::TfCropAndResize {
             let roi = roi.ok_or_else(|| Error::input(&self.at, 1, "a roi for tf_crop_and_resize", "no input"))?;
             if roi.len() != 2 * axes.len() {
-                return Err(Error::input(&self.at, 1, format!("{} roi values (start and end per axis)", 2 * axes.len()), roi.len().to_string()));
+                return Err(Error::input(
+                    &self.at,
+                    1,
+                    format!("{} roi values (start and end per axis)", 2 * axes.len()),
+                    roi.len().to_string(),
+                ));
             }
             for (i, &d) in axes.iter().enumerate() {
                 plan[d].roi = (roi[i], roi[i + axes.len()]);
@@ -204,12 +233,22 @@ impl Resize {
     fn apply_scales(&self, plan: &mut [Axis], axes: &[usize], scales: &[f64]) -> Result<()> {
         let index = if matches!(self.inputs, Inputs::RoiScalesSizes) { 2 } else { 1 };
         if scales.len() != axes.len() || scales.iter().any(|&s| !(s > 0.0 && s.is_finite())) {
-            return Err(Error::input(&self.at, index, format!("{} positive scales", axes.len()), format!("{scales:?}")));
+            return Err(Error::input(
+                &self.at,
+                index,
+                format!("{} positive scales", axes.len()),
+                format!("{scales:?}"),
+            ));
         }
         for (&d, &s) in axes.iter().zip(scales) {
             let out = (plan[d].input as f64 * s).floor();
             if out > (usize::MAX / 16) as f64 {
-                return Err(Error::input(&self.at, index, "scales giving an output that fits in memory", format!("{scales:?}")));
+                return Err(Error::input(
+                    &self.at,
+                    index,
+                    "scales giving an output that fits in memory",
+                    format!("{scales:?}"),
+                ));
             }
             plan[d].output = out as usize;
             plan[d].scale = s;
@@ -245,7 +284,10 @@ impl Resize {
 
     /// Nearest: one gather through per-axis index maps, for every element type.
     fn nearest(&self, x: &TensorView<'_>, plan: &[Axis]) -> Result<Value> {
-        let maps = plan.iter().map(|a| interp::nearest_map(a, self.coord, self.rounding, &self.at)).collect::<Result<Vec<_>>>()?;
+        let maps = plan
+            .iter()
+            .map(|a| interp::nearest_map(a, self.coord, self.rounding, &self.at))
+            .collect::<Result<Vec<_>>>()?;
         let shape: Vec<usize> = plan.iter().map(|a| a.output).collect();
         let fill = elems::scalar(x.dtype(), self.extrapolation, &self.at).ok();
         with_elem!(x.dtype(), &self.at, T => {
@@ -289,7 +331,13 @@ impl Kernel for Resize {
             return Ok(vec![self.nearest(&x, &plan)?]);
         }
         let out = match x.dtype() {
-            DataType::Double => util::out(shape, self.filtered(x.as_slice::<f64>().map(<[f64]>::to_vec).or_else(|_| elems::numeric_f64(&x, 0, &self.at))?, &plan)?)?,
+            DataType::Double => util::out(
+                shape,
+                self.filtered(
+                    x.as_slice::<f64>().map(<[f64]>::to_vec).or_else(|_| elems::numeric_f64(&x, 0, &self.at))?,
+                    &plan,
+                )?,
+            )?,
             DataType::Float | DataType::Float16 | DataType::BFloat16 => {
                 let data = util::to_f32(&x).map_err(|e| e.at(&self.at))?;
                 util::from_f32(x.dtype(), shape, self.filtered(data, &plan)?)?
@@ -313,7 +361,10 @@ impl Kernel for Resize {
 fn saturate(dtype: DataType, shape: Vec<usize>, data: &[f64]) -> Result<Value> {
     macro_rules! cast {
         ($t:ty) => {
-            util::out(shape, data.iter().map(|&v| v.round_ties_even().clamp(<$t>::MIN as f64, <$t>::MAX as f64) as $t).collect())
+            util::out(
+                shape,
+                data.iter().map(|&v| v.round_ties_even().clamp(<$t>::MIN as f64, <$t>::MAX as f64) as $t).collect(),
+            )
         };
     }
     match dtype {

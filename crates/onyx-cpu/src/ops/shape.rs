@@ -27,7 +27,9 @@ pub fn register(r: &mut Registry) {
 fn shape_of<'r>(inputs: &[Option<ValueRef<'r>>], i: usize, at: &Location) -> Result<&'r [usize]> {
     match elems::input_ref(inputs, i, at)? {
         ValueRef::View(v) => Ok(v.shape()),
-        ValueRef::Value(v) => v.as_tensor().map(Tensor::shape).map_err(|e| Error::input(at, i, "a tensor", e.to_string())),
+        ValueRef::Value(v) => {
+            v.as_tensor().map(Tensor::shape).map_err(|e| Error::input(at, i, "a tensor", e.to_string()))
+        }
     }
 }
 
@@ -56,7 +58,12 @@ pub(crate) fn reshape_dims(input: &[usize], spec: &[i64], allowzero: bool, at: &
             }
             0 if allowzero => 0,
             0 => *input.get(i).ok_or_else(|| {
-                Error::input(at, 1, format!("0 only at positions below the input rank {}", input.len()), format!("{spec:?}"))
+                Error::input(
+                    at,
+                    1,
+                    format!("0 only at positions below the input rank {}", input.len()),
+                    format!("{spec:?}"),
+                )
             })?,
             s if s < 0 => return Err(Error::input(at, 1, "dims >= -1", format!("{spec:?}"))),
             s => usize::try_from(s).map_err(|_| Error::input(at, 1, "dims that fit in memory", format!("{spec:?}")))?,
@@ -135,7 +142,11 @@ enum Axes {
 
 impl Axes {
     fn build(ctx: &NodeContext<'_>) -> Result<Self> {
-        Ok(if ctx.since_version >= 13 { Axes::Input } else { Axes::Attribute(ctx.node.get_ints("axes")?.map(<[i64]>::to_vec)) })
+        Ok(if ctx.since_version >= 13 {
+            Axes::Input
+        } else {
+            Axes::Attribute(ctx.node.get_ints("axes")?.map(<[i64]>::to_vec))
+        })
     }
 
     fn get(&self, inputs: &[Option<ValueRef<'_>>], at: &Location) -> Result<Option<Vec<i64>>> {
@@ -179,7 +190,12 @@ impl Kernel for Squeeze {
             Some(axes) => {
                 let chosen = distinct_axes(&axes, input.len(), &self.at)?;
                 if let Some(d) = (0..input.len()).find(|&d| chosen[d] && input[d] != 1) {
-                    return Err(Error::input(&self.at, 0, format!("size 1 along squeezed axis {d}"), format!("{input:?}")));
+                    return Err(Error::input(
+                        &self.at,
+                        0,
+                        format!("size 1 along squeezed axis {d}"),
+                        format!("{input:?}"),
+                    ));
                 }
                 input.iter().zip(&chosen).filter(|(_, &c)| !c).map(|(&d, _)| d).collect()
             }
@@ -222,7 +238,8 @@ struct ShapeOp {
 }
 
 fn build_shape(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
-    let (start, end) = if ctx.since_version >= 15 { (ctx.node.int_or("start", 0)?, ctx.node.get_int("end")?) } else { (0, None) };
+    let (start, end) =
+        if ctx.since_version >= 15 { (ctx.node.int_or("start", 0)?, ctx.node.get_int("end")?) } else { (0, None) };
     Ok(Box::new(ShapeOp { start, end, at: ctx.node.location() }))
 }
 
@@ -280,7 +297,9 @@ impl Kernel for Expand {
     fn run(&self, inputs: &[Option<ValueRef<'_>>], _wanted: &[bool]) -> Result<Vec<Value>> {
         let x = util::input(inputs, 0, &self.at)?;
         let spec = i64_input(inputs, 1, &self.at)?;
-        let spec: Vec<usize> = spec.iter().map(|&d| usize::try_from(d))
+        let spec: Vec<usize> = spec
+            .iter()
+            .map(|&d| usize::try_from(d))
             .collect::<std::result::Result<_, _>>()
             .map_err(|_| Error::input(&self.at, 1, "non-negative dims", format!("{spec:?}")))?;
         let shape = broadcast_shapes(x.shape(), &spec, &self.at)?;
@@ -290,7 +309,9 @@ impl Kernel for Expand {
         // The input's dims aligned to the output's rank; size-1 dims always read index 0.
         let pad = shape.len() - x.rank();
         let in_shape: Vec<usize> = (0..shape.len()).map(|d| if d < pad { 1 } else { x.shape()[d - pad] }).collect();
-        let maps: Vec<Vec<Option<usize>>> = shape.iter().zip(&in_shape)
+        let maps: Vec<Vec<Option<usize>>> = shape
+            .iter()
+            .zip(&in_shape)
             .map(|(&n, &i)| (0..n).map(|o| Some(if i == 1 { 0 } else { o })).collect())
             .collect();
         with_elem!(x.dtype(), &self.at, T => {
@@ -324,10 +345,7 @@ struct Dropout {
 }
 
 fn build_dropout(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
-    Ok(Box::new(Dropout {
-        bool_mask: ctx.since_version >= 10,
-        at: ctx.node.location(),
-    }))
+    Ok(Box::new(Dropout { bool_mask: ctx.since_version >= 10, at: ctx.node.location() }))
 }
 
 impl Dropout {

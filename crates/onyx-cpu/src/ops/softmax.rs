@@ -14,6 +14,7 @@ use rayon::prelude::*;
 use super::broadcast::PAR_CHUNK;
 use super::elementwise::num::Real;
 use super::elementwise::{dtype_error, narrow, widen, FLOAT_TYPES};
+use super::reduce::fold_lanes;
 use super::util;
 use crate::Registry;
 
@@ -133,15 +134,12 @@ fn rows<T: Real>(x: &[T], n: usize, row: impl Fn(&[T], &mut [T]) + Sync) -> Vec<
     out
 }
 
-/// Softmax (or LogSoftmax) of one contiguous row.
+/// Softmax (or LogSoftmax) of one contiguous row. Each pass is a separate loop (the maxima and
+/// sums folded in lanes) so that all of them vectorize.
 fn softmax_row<T: Real>(log: bool, src: &[T], dst: &mut [T]) {
-    let m = src.iter().fold(T::LOWEST, |a, &v| max_nan(a, v));
-    let mut sum = T::ZERO;
-    for (o, &v) in dst.iter_mut().zip(src) {
-        let e = (v - m).exp();
-        *o = e;
-        sum = sum + e;
-    }
+    let m = fold_lanes(src, T::LOWEST, &|v| v, &max_nan);
+    dst.iter_mut().zip(src).for_each(|(o, &v)| *o = (v - m).exp());
+    let sum = fold_lanes(dst, T::ZERO, &|v| v, &|a, b| a + b);
     if log {
         // (x − m) − ln Σ: subtracting m first keeps the result exact for large inputs.
         let ls = sum.ln();

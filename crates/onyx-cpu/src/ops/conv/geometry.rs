@@ -28,7 +28,9 @@ impl AutoPad {
             "SAME_UPPER" => Ok(AutoPad::SameUpper),
             "SAME_LOWER" => Ok(AutoPad::SameLower),
             "VALID" => Ok(AutoPad::Valid),
-            other => Err(Error::attribute(at, "auto_pad", "NOTSET, SAME_UPPER, SAME_LOWER or VALID", format!("'{other}'"))),
+            other => {
+                Err(Error::attribute(at, "auto_pad", "NOTSET, SAME_UPPER, SAME_LOWER or VALID", format!("'{other}'")))
+            }
         }
     }
 
@@ -117,7 +119,9 @@ pub(crate) const MAX_ATTR: i64 = i32::MAX as i64;
 fn list(node: &Node, name: &str, at: &Location, min: i64, what: &str) -> Result<Option<Vec<usize>>> {
     match node.get_ints(name)? {
         None => Ok(None),
-        Some(v) if v.iter().all(|&x| (min..=MAX_ATTR).contains(&x)) => Ok(Some(v.iter().map(|&x| x as usize).collect())),
+        Some(v) if v.iter().all(|&x| (min..=MAX_ATTR).contains(&x)) => {
+            Ok(Some(v.iter().map(|&x| x as usize).collect()))
+        }
         Some(v) => Err(Error::attribute(at, name, format!("{what} up to {MAX_ATTR}"), format!("{v:?}"))),
     }
 }
@@ -139,7 +143,9 @@ impl WindowAttrs {
         match v {
             None => Ok(vec![default; rank]),
             Some(v) if v.len() == rank => Ok(v.clone()),
-            Some(v) => Err(Error::attribute(at, name, format!("{rank} values (one per spatial axis)"), format!("{v:?}"))),
+            Some(v) => {
+                Err(Error::attribute(at, name, format!("{rank} values (one per spatial axis)"), format!("{v:?}")))
+            }
         }
     }
 
@@ -148,13 +154,21 @@ impl WindowAttrs {
         match &self.pads {
             None => Ok(vec![(0, 0); rank]),
             Some(p) if p.len() == 2 * rank => Ok((0..rank).map(|i| (p[i], p[i + rank])).collect()),
-            Some(p) => Err(Error::attribute(at, "pads", format!("{} values (begin and end per spatial axis)", 2 * rank), format!("{p:?}"))),
+            Some(p) => Err(Error::attribute(
+                at,
+                "pads",
+                format!("{} values (begin and end per spatial axis)", 2 * rank),
+                format!("{p:?}"),
+            )),
         }
     }
 
     /// Strides and dilations per axis.
     pub fn strides_dilations(&self, rank: usize, at: &Location) -> Result<(Vec<usize>, Vec<usize>)> {
-        Ok((Self::per_axis(&self.strides, "strides", rank, 1, at)?, Self::per_axis(&self.dilations, "dilations", rank, 1, at)?))
+        Ok((
+            Self::per_axis(&self.strides, "strides", rank, 1, at)?,
+            Self::per_axis(&self.dilations, "dilations", rank, 1, at)?,
+        ))
     }
 
     /// Resolves a Conv or pooling window over `input` (the full input shape, `[N, C, spatial...]`)
@@ -174,7 +188,15 @@ impl WindowAttrs {
         let pads = self.explicit_pads(rank, at)?;
         (0..rank)
             .map(|i| {
-                let axis = Axis { input: spatial[i], kernel: kernel[i], stride: strides[i], dilation: dilations[i], pad_begin: 0, pad_end: 0, output: 0 };
+                let axis = Axis {
+                    input: spatial[i],
+                    kernel: kernel[i],
+                    stride: strides[i],
+                    dilation: dilations[i],
+                    pad_begin: 0,
+                    pad_end: 0,
+                    output: 0,
+                };
                 self.resolve_axis(axis, pads[i], ceil_mode).ok_or_else(|| {
                     Error::input(
                         at,
@@ -218,7 +240,8 @@ impl WindowAttrs {
                 a.output = a.input.div_ceil(a.stride);
                 let total = ((a.output.max(1) - 1) * a.stride + eff).saturating_sub(a.input);
                 let small = total / 2;
-                let (begin, end) = if self.auto_pad == AutoPad::SameUpper { (small, total - small) } else { (total - small, small) };
+                let (begin, end) =
+                    if self.auto_pad == AutoPad::SameUpper { (small, total - small) } else { (total - small, small) };
                 a.pad_begin = begin as isize;
                 a.pad_end = end as isize;
             }
@@ -245,7 +268,14 @@ impl WindowAttrs {
             // Some exporters include N and C; only the spatial tail matters.
             Some(s) if s.len() == rank + 2 => Some(s[2..].to_vec()),
             Some(s) if s.len() == rank => Some(s.clone()),
-            Some(s) => return Err(Error::attribute(at, "output_shape", format!("{rank} values (one per spatial axis)"), format!("{s:?}"))),
+            Some(s) => {
+                return Err(Error::attribute(
+                    at,
+                    "output_shape",
+                    format!("{rank} values (one per spatial axis)"),
+                    format!("{s:?}"),
+                ))
+            }
             None => None,
         };
         (0..rank)
@@ -318,7 +348,8 @@ mod tests {
                         for pad in -2..4isize {
                             let a = axis(input, kernel, stride, dilation, pad, 7);
                             for k in 0..kernel {
-                                let valid: Vec<usize> = (0..7).filter(|&o| (0..input as isize).contains(&a.input_index(o, k))).collect();
+                                let valid: Vec<usize> =
+                                    (0..7).filter(|&o| (0..input as isize).contains(&a.input_index(o, k))).collect();
                                 let (lo, hi) = a.valid_outputs(k);
                                 let want = valid.first().map_or((lo, lo), |&f| (f, valid.last().map_or(f, |l| l + 1)));
                                 assert_eq!((lo, hi), want, "{a:?} k={k}");
@@ -357,11 +388,19 @@ mod tests {
         for (mode, pads, stride, input, kernel, ceil, (pb, pe, out)) in cases {
             let a = attrs(mode, pads.clone(), vec![stride]);
             let got = a.resolve(&[1, 1, input], &[kernel], ceil, &at).unwrap();
-            assert_eq!((got[0].pad_begin, got[0].pad_end, got[0].output), (pb, pe, out), "{mode:?} {pads:?} s{stride} in{input} k{kernel} ceil={ceil}");
+            assert_eq!(
+                (got[0].pad_begin, got[0].pad_end, got[0].output),
+                (pb, pe, out),
+                "{mode:?} {pads:?} s{stride} in{input} k{kernel} ceil={ceil}"
+            );
         }
         let err = attrs(AutoPad::NotSet, Some(vec![0, 1]), vec![1]).resolve(&[1, 1, 2], &[5], false, &at).unwrap_err();
-        assert!(err.to_string().contains("at least 5 (kernel 5 with dilation 1) after pads 0+1, found shape [1, 1, 2]"), "{err}");
-        let err = attrs(AutoPad::NotSet, Some(vec![0, 1, 1]), vec![1]).resolve(&[1, 1, 8], &[3], false, &at).unwrap_err();
+        assert!(
+            err.to_string().contains("at least 5 (kernel 5 with dilation 1) after pads 0+1, found shape [1, 1, 2]"),
+            "{err}"
+        );
+        let err =
+            attrs(AutoPad::NotSet, Some(vec![0, 1, 1]), vec![1]).resolve(&[1, 1, 8], &[3], false, &at).unwrap_err();
         assert!(err.to_string().contains("'pads': expected 2 values"), "{err}");
     }
 }

@@ -116,7 +116,9 @@ pub(crate) fn conv<T: Real>(x: &[T], w: &[T], bias: Option<&[T]>, s: &ConvShape)
         }
     };
     if outer_parallel {
-        y.par_chunks_mut(item_len).enumerate().try_for_each_init(Vec::new, |scratch, item| one(scratch, item, false))?;
+        y.par_chunks_mut(item_len)
+            .enumerate()
+            .try_for_each_init(Vec::new, |scratch, item| one(scratch, item, false))?;
     } else {
         let mut scratch = Vec::new();
         y.chunks_mut(item_len).enumerate().try_for_each(|item| one(&mut scratch, item, true))?;
@@ -124,7 +126,13 @@ pub(crate) fn conv<T: Real>(x: &[T], w: &[T], bias: Option<&[T]>, s: &ConvShape)
     Ok(y)
 }
 
-fn gemm_maybe_parallel<T: Real>(parallel: bool, a: MatRef<'_, T>, b: MatRef<'_, T>, beta: T, c: MatMut<'_, T>) -> Result<()> {
+fn gemm_maybe_parallel<T: Real>(
+    parallel: bool,
+    a: MatRef<'_, T>,
+    b: MatRef<'_, T>,
+    beta: T,
+    c: MatMut<'_, T>,
+) -> Result<()> {
     if parallel {
         gemm(T::ONE, a, b, beta, c)
     } else {
@@ -134,7 +142,14 @@ fn gemm_maybe_parallel<T: Real>(parallel: bool, a: MatRef<'_, T>, b: MatRef<'_, 
 
 /// A 1x1 stride-1 unpadded convolution of one (image, group): the input already is the
 /// `[C_in/group, H*W]` matrix, so it is one GEMM.
-fn pointwise_item<T: Real>(x_ng: &[T], w_g: &[T], bias: Option<&[T]>, s: &ConvShape, y_ng: &mut [T], parallel: bool) -> Result<()> {
+fn pointwise_item<T: Real>(
+    x_ng: &[T],
+    w_g: &[T],
+    bias: Option<&[T]>,
+    s: &ConvShape,
+    y_ng: &mut [T],
+    parallel: bool,
+) -> Result<()> {
     let (mg, cg, len) = (s.mg(), s.cg(), s.out_len());
     fill_bias(y_ng, len, bias);
     let beta = if bias.is_some() { T::ONE } else { T::ZERO };
@@ -144,7 +159,15 @@ fn pointwise_item<T: Real>(x_ng: &[T], w_g: &[T], bias: Option<&[T]>, s: &ConvSh
 
 /// One (image, group) by im2col + GEMM, in tiles of output rows so the column buffer stays
 /// under [`COL_TILE_ELEMS`]; `scratch` is reused between calls.
-fn im2col_item<T: Real>(x_ng: &[T], w_g: &[T], bias: Option<&[T]>, s: &ConvShape, y_ng: &mut [T], scratch: &mut Vec<T>, parallel: bool) -> Result<()> {
+fn im2col_item<T: Real>(
+    x_ng: &[T],
+    w_g: &[T],
+    bias: Option<&[T]>,
+    s: &ConvShape,
+    y_ng: &mut [T],
+    scratch: &mut Vec<T>,
+    parallel: bool,
+) -> Result<()> {
     let [az, ay, ax] = s.axes;
     let (mg, out_len, ow) = (s.mg(), s.out_len(), ax.output);
     let krows = s.cg() * s.k_len();
@@ -158,7 +181,13 @@ fn im2col_item<T: Real>(x_ng: &[T], w_g: &[T], bias: Option<&[T]>, s: &ConvShape
         scratch.resize(krows * ncols, T::ZERO);
         im2col(x_ng, s, rows.clone(), scratch, parallel);
         let c = MatMut { data: &mut y_ng[r0 * ow..], rows: mg, cols: ncols, rs: out_len };
-        gemm_maybe_parallel(parallel, MatRef::row_major(w_g, mg, krows), MatRef::row_major(scratch, krows, ncols), beta, c)?;
+        gemm_maybe_parallel(
+            parallel,
+            MatRef::row_major(w_g, mg, krows),
+            MatRef::row_major(scratch, krows, ncols),
+            beta,
+            c,
+        )?;
     }
     Ok(())
 }

@@ -51,7 +51,9 @@ pub(crate) fn conv_transpose<T: Real>(x: &[T], w: &[T], bias: Option<&[T]>, s: &
         transpose_item(x_ng, w_g, bias_g, s, y_ng, scratch, parallel)
     };
     if outer_parallel {
-        y.par_chunks_mut(item_len).enumerate().try_for_each_init(Vec::new, |scratch, item| one(scratch, item, false))?;
+        y.par_chunks_mut(item_len)
+            .enumerate()
+            .try_for_each_init(Vec::new, |scratch, item| one(scratch, item, false))?;
     } else {
         let mut scratch = Vec::new();
         y.chunks_mut(item_len).enumerate().try_for_each(|item| one(&mut scratch, item, true))?;
@@ -60,7 +62,15 @@ pub(crate) fn conv_transpose<T: Real>(x: &[T], w: &[T], bias: Option<&[T]>, s: &
 }
 
 /// One (image, group): for each tile of input rows, `col = W_g^T * X_tile`, then col2im.
-fn transpose_item<T: Real>(x_ng: &[T], w_g: &[T], bias: Option<&[T]>, s: &ConvShape, y_ng: &mut [T], scratch: &mut Vec<T>, parallel: bool) -> Result<()> {
+fn transpose_item<T: Real>(
+    x_ng: &[T],
+    w_g: &[T],
+    bias: Option<&[T]>,
+    s: &ConvShape,
+    y_ng: &mut [T],
+    scratch: &mut Vec<T>,
+    parallel: bool,
+) -> Result<()> {
     let [az, ay, ax] = s.axes;
     let (cg, krows, in_len, iw) = (s.cg(), s.mg() * s.k_len(), s.in_len(), ax.input);
     let in_rows = az.input * ay.input;

@@ -353,9 +353,10 @@ mod tests {
     ];
 
     type Reference = fn(f64, f64) -> f64;
-
     /// (op, attributes, reference, range of a, range of b).
-    fn float_cases() -> Vec<(&'static str, Vec<onyx_core::ir::Attribute>, Reference, (f32, f32), (f32, f32))> {
+    type Case = (&'static str, Vec<onyx_core::ir::Attribute>, Reference, (f32, f32), (f32, f32));
+
+    fn float_cases() -> Vec<Case> {
         vec![
             ("Add", vec![], |x, y| x + y, (-9.0, 9.0), (-9.0, 9.0)),
             ("Sub", vec![], |x, y| x - y, (-9.0, 9.0), (-9.0, 9.0)),

@@ -75,7 +75,7 @@ pub fn f64_to_i32(v: f64) -> i32 {
 /// f64 to i64 like [`f64_to_i32`]: truncation, `i64::MIN` for NaN and values out of range.
 #[inline]
 pub fn f64_to_i64(v: f64) -> i64 {
-    if v >= -9_223_372_036_854_775_808.0 && v < 9_223_372_036_854_775_808.0 {
+    if (-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0).contains(&v) {
         v as i64
     } else {
         i64::MIN
@@ -134,8 +134,7 @@ macro_rules! num_int {
             }
             #[inline]
             fn from_f64(v: f64) -> Self {
-                let conv: fn(f64) -> Self = $conv;
-                conv(v)
+                $conv(v)
             }
         }
     };
@@ -145,13 +144,13 @@ macro_rules! num_int {
     (@sign false, $x:expr) => { if $x > 0 { 1 } else { 0 } };
 }
 
-num_int!(i8, signed: true, from_f64: |v| f64_to_i32(v) as i8);
-num_int!(i16, signed: true, from_f64: |v| f64_to_i32(v) as i16);
+num_int!(i8, signed: true, from_f64: (|v| f64_to_i32(v) as i8));
+num_int!(i16, signed: true, from_f64: (|v| f64_to_i32(v) as i16));
 num_int!(i32, signed: true, from_f64: f64_to_i32);
 num_int!(i64, signed: true, from_f64: f64_to_i64);
-num_int!(u8, signed: false, from_f64: |v| f64_to_i32(v) as u8);
-num_int!(u16, signed: false, from_f64: |v| f64_to_i32(v) as u16);
-num_int!(u32, signed: false, from_f64: |v| f64_to_i64(v) as u32);
+num_int!(u8, signed: false, from_f64: (|v| f64_to_i32(v) as u8));
+num_int!(u16, signed: false, from_f64: (|v| f64_to_i32(v) as u16));
+num_int!(u32, signed: false, from_f64: (|v| f64_to_i64(v) as u32));
 num_int!(u64, signed: false, from_f64: f64_to_u64);
 
 /// f32 or f64: the float types computed natively.
@@ -217,7 +216,7 @@ pub trait Real:
 }
 
 macro_rules! num_float {
-    ($t:ident, $erf:path) => {
+    ($t:ident, $erf:path, $exp:path, $tanh:path) => {
         impl Num for $t {
             const ZERO: Self = 0.0;
             const ONE: Self = 1.0;
@@ -280,7 +279,7 @@ macro_rules! num_float {
             }
             #[inline]
             fn exp(self) -> Self {
-                $t::exp(self)
+                $exp(self)
             }
             #[inline]
             fn exp_m1(self) -> Self {
@@ -336,7 +335,7 @@ macro_rules! num_float {
             }
             #[inline]
             fn tanh(self) -> Self {
-                $t::tanh(self)
+                $tanh(self)
             }
             #[inline]
             fn asinh(self) -> Self {
@@ -386,8 +385,9 @@ macro_rules! num_float {
     };
 }
 
-num_float!(f32, super::math::erf_f32);
-num_float!(f64, super::math::erf_f64);
+// f32 uses the vectorizable exp and tanh of `math`; f64 the standard library's.
+num_float!(f32, super::math::erf_f32, super::math::exp_f32, super::math::tanh_f32);
+num_float!(f64, super::math::erf_f64, f64::exp, f64::tanh);
 
 /// f16 or bf16: stored in 16 bits, computed in f32.
 pub trait Half: Element {
@@ -421,6 +421,16 @@ pub trait Int: Num + Eq + Ord {
     fn div_trunc(self, o: Self) -> Self;
     /// Remainder with the sign of the dividend, like C's `%` (the divisor must not be 0).
     fn rem_trunc(self, o: Self) -> Self;
+    /// `self / count`, truncating toward zero; through f64 when `count` does not fit `Self`
+    /// (so that a count of 256 uint8 values never becomes a division by 0).
+    fn div_count(self, count: usize) -> Self {
+        let n = Self::from_f64(count as f64);
+        if n != Self::ZERO && n.to_f64() == count as f64 {
+            self.div_trunc(n)
+        } else {
+            Self::from_f64((self.to_f64() / count as f64).trunc())
+        }
+    }
     /// Remainder with the sign of the divisor, like Python's `%` (the divisor must not be 0).
     fn rem_floor(self, o: Self) -> Self {
         let r = self.rem_trunc(o);
@@ -493,7 +503,8 @@ mod tests {
     #[test]
     fn float_to_int_follows_onnx_runtime_on_x86() {
         // (input, i8, u8, i16, u16, i32, u32, i64, u64) as ONNX Runtime 1.x gives them.
-        let cases: &[(f64, i8, u8, i16, u16, i32, u32, i64, u64)] = &[
+        type Case = (f64, i8, u8, i16, u16, i32, u32, i64, u64);
+        let cases: &[Case] = &[
             (300.7, 44, 44, 300, 300, 300, 300, 300, 300),
             (-300.7, -44, 212, -300, 65236, -300, 4294966996, -300, 18446744073709551316),
             (-2.5, -2, 254, -2, 65534, -2, 4294967294, -2, 18446744073709551614),
@@ -536,5 +547,7 @@ mod tests {
         assert_eq!(7u8.rem_floor(3), 1);
         assert_eq!((1u8.shl(7), 1u8.shl(8), 255u8.shr(9), 200u16.shr(3)), (128, 0, 0, 25));
         assert_eq!(Int::not(0i16), -1);
+        assert_eq!((100u8.div_count(256), (-7i8).div_count(2), 200u8.div_count(3)), (0, -3, 66));
+        assert_eq!(i64::MAX.div_count(1), i64::MAX);
     }
 }

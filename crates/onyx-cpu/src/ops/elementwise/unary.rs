@@ -319,7 +319,7 @@ impl Kernel for Clip {
         let shape = x.shape().to_vec();
         let y = crate::dispatch_numeric!(dtype, T => {
             let (lo, hi): (Option<T>, Option<T>) = match self.attr_bounds {
-                Some((lo, hi)) => (lo.map(|v| from_attr(v)), hi.map(|v| from_attr(v))),
+                Some((lo, hi)) => (lo.map(from_attr), hi.map(from_attr)),
                 None => (self.bound_input::<T>(inputs, 1, dtype)?, self.bound_input::<T>(inputs, 2, dtype)?),
             };
             util::out(shape, clip_slice(x.as_slice::<T>()?, lo, hi))
@@ -555,8 +555,8 @@ mod tests {
         let x = tensor(&[6], vec![f32::NAN, -0.0, f32::INFINITY, f32::NEG_INFINITY, -100.0, 100.0]);
         let cases: &[(&str, &[f32])] = &[
             ("Relu", &[f32::NAN, -0.0, f32::INFINITY, 0.0, 0.0, 100.0]),
-            ("Sigmoid", &[f32::NAN, 0.5, 1.0, 0.0, 3.720_076e-44, 1.0]),
-            ("Softplus", &[f32::NAN, std::f32::consts::LN_2, f32::INFINITY, 0.0, 3.720_076e-44, 100.0]),
+            ("Sigmoid", &[f32::NAN, 0.5, 1.0, 0.0, 3.8e-44, 1.0]),
+            ("Softplus", &[f32::NAN, std::f32::consts::LN_2, f32::INFINITY, 0.0, 3.8e-44, 100.0]),
             ("Tanh", &[f32::NAN, -0.0, 1.0, -1.0, -1.0, 1.0]),
             ("Erf", &[f32::NAN, -0.0, 1.0, -1.0, -1.0, 1.0]),
             ("Sign", &[f32::NAN, 0.0, 1.0, -1.0, -1.0, 1.0]),

@@ -17,7 +17,15 @@ pub(crate) fn build_one_hot(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
 }
 
 /// Fills `[outer, depth, inner]` with `off`, then `on` at each in-range index.
-pub(crate) fn one_hot<T: Elem>(idx: &[i64], outer: usize, inner: usize, depth: usize, off: &T, on: &T, at: &Location) -> Result<Vec<T>> {
+pub(crate) fn one_hot<T: Elem>(
+    idx: &[i64],
+    outer: usize,
+    inner: usize,
+    depth: usize,
+    off: &T,
+    on: &T,
+    at: &Location,
+) -> Result<Vec<T>> {
     let n = outer.checked_mul(depth).and_then(|x| x.checked_mul(inner));
     let n = n.ok_or_else(|| Error::node(at, "the output of OneHot is too large"))?;
     let mut out = elems::alloc::<T>(n, at)?;
@@ -47,7 +55,12 @@ impl Kernel for OneHot {
         }
         let rank = iv.rank() as i64;
         if self.axis < -rank - 1 || self.axis > rank {
-            return Err(Error::attribute(&self.at, "axis", format!("a value in [{}, {rank}]", -rank - 1), self.axis.to_string()));
+            return Err(Error::attribute(
+                &self.at,
+                "axis",
+                format!("a value in [{}, {rank}]", -rank - 1),
+                self.axis.to_string(),
+            ));
         }
         let axis = if self.axis < 0 { self.axis + rank + 1 } else { self.axis } as usize;
         // Indices of any numeric type are truncated to integers.

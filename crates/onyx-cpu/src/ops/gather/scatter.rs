@@ -36,7 +36,12 @@ impl Reduction {
             "mul" => Ok(Reduction::Mul),
             "max" if v >= 18 => Ok(Reduction::Max),
             "min" if v >= 18 => Ok(Reduction::Min),
-            other => Err(Error::attribute(&at, "reduction", if v >= 18 { "none, add, mul, max or min" } else { "none, add or mul" }, other)),
+            other => Err(Error::attribute(
+                &at,
+                "reduction",
+                if v >= 18 { "none, add, mul, max or min" } else { "none, add or mul" },
+                other,
+            )),
         }
     }
 }
@@ -71,8 +76,20 @@ fn combine<T: Combine>(reduction: Reduction, dst: &mut T, src: T) {
         Reduction::None => src,
         Reduction::Add => dst.add(src),
         Reduction::Mul => dst.mul(src),
-        Reduction::Max => if src > *dst { src } else { *dst },
-        Reduction::Min => if src < *dst { src } else { *dst },
+        Reduction::Max => {
+            if src > *dst {
+                src
+            } else {
+                *dst
+            }
+        }
+        Reduction::Min => {
+            if src < *dst {
+                src
+            } else {
+                *dst
+            }
+        }
     };
 }
 
@@ -87,7 +104,13 @@ fn scatter_moved<T: Elem>(data: &[T], targets: &[usize], updates: &[T], run: usi
 }
 
 /// As [`scatter_moved`] with a numeric reduction.
-fn scatter_reduce<T: Combine>(data: &[T], targets: &[usize], updates: &[T], run: usize, reduction: Reduction) -> Vec<T> {
+fn scatter_reduce<T: Combine>(
+    data: &[T],
+    targets: &[usize],
+    updates: &[T],
+    run: usize,
+    reduction: Reduction,
+) -> Vec<T> {
     let mut out = data.to_vec();
     for (&t, u) in targets.iter().zip(updates.chunks(run.max(1))) {
         for (d, &s) in out[t..t + u.len()].iter_mut().zip(u) {
@@ -98,7 +121,14 @@ fn scatter_reduce<T: Combine>(data: &[T], targets: &[usize], updates: &[T], run:
 }
 
 /// Scatters `updates` (runs of `run` elements) to `targets` of a copy of `x`.
-fn scatter(x: &TensorView<'_>, u: &TensorView<'_>, targets: &[usize], run: usize, reduction: Reduction, at: &Location) -> Result<Value> {
+fn scatter(
+    x: &TensorView<'_>,
+    u: &TensorView<'_>,
+    targets: &[usize],
+    run: usize,
+    reduction: Reduction,
+    at: &Location,
+) -> Result<Value> {
     if u.dtype() != x.dtype() {
         return Err(Error::input(at, 2, format!("updates of the data's type {}", x.dtype()), u.dtype().name()));
     }
@@ -133,7 +163,12 @@ impl Kernel for ScatterNd {
         util::expect_dtype(&iv, &[DataType::Int64], 1, &self.at)?;
         let plan = nd_plan(x.shape(), iv.shape(), &indices(&iv, 1, &self.at)?, 0, &self.at)?;
         if u.shape() != plan.out_shape.as_slice() {
-            return Err(Error::input(&self.at, 2, format!("updates of shape {:?}", plan.out_shape), format!("{:?}", u.shape())));
+            return Err(Error::input(
+                &self.at,
+                2,
+                format!("updates of shape {:?}", plan.out_shape),
+                format!("{:?}", u.shape()),
+            ));
         }
         Ok(vec![scatter(&x, &u, &plan.starts, plan.slice, self.reduction, &self.at)?])
     }
@@ -160,7 +195,12 @@ impl Kernel for ScatterElements {
             return Err(Error::input(&self.at, 0, "a tensor of rank 1 or more", "a scalar"));
         }
         if u.shape() != iv.shape() {
-            return Err(Error::input(&self.at, 2, format!("updates of the indices' shape {:?}", iv.shape()), format!("{:?}", u.shape())));
+            return Err(Error::input(
+                &self.at,
+                2,
+                format!("updates of the indices' shape {:?}", iv.shape()),
+                format!("{:?}", u.shape()),
+            ));
         }
         let axis = util::normalize_axis(self.axis, x.rank(), &self.at)?;
         let targets = element_offsets(x.shape(), iv.shape(), &indices(&iv, 1, &self.at)?, axis, 1, &self.at)?;

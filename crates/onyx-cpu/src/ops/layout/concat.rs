@@ -7,7 +7,12 @@ use super::elems::{self, with_elem, Elem};
 use crate::ops::util;
 
 /// Concatenates `parts` (each `(data, shape)`, equal except along `axis`) along `axis`.
-pub(crate) fn concat<T: Elem>(parts: &[(&[T], &[usize])], axis: usize, out_len: usize, at: &Location) -> Result<Vec<T>> {
+pub(crate) fn concat<T: Elem>(
+    parts: &[(&[T], &[usize])],
+    axis: usize,
+    out_len: usize,
+    at: &Location,
+) -> Result<Vec<T>> {
     let mut out = elems::with_capacity(out_len, at)?;
     let Some((_, first_shape)) = parts.first() else { return Ok(out) };
     if out_len == 0 {
@@ -24,7 +29,13 @@ pub(crate) fn concat<T: Elem>(parts: &[(&[T], &[usize])], axis: usize, out_len: 
 }
 
 /// Splits `data` of `shape` along `axis` into pieces of `sizes` (summing to the axis' dim).
-pub(crate) fn split<T: Elem>(data: &[T], shape: &[usize], axis: usize, sizes: &[usize], at: &Location) -> Result<Vec<Vec<T>>> {
+pub(crate) fn split<T: Elem>(
+    data: &[T],
+    shape: &[usize],
+    axis: usize,
+    sizes: &[usize],
+    at: &Location,
+) -> Result<Vec<Vec<T>>> {
     if elems::count(shape, at)? == 0 {
         return Ok(sizes.iter().map(|_| Vec::new()).collect());
     }
@@ -127,7 +138,12 @@ pub(crate) fn build_split(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
     let num_outputs = if v >= 18 { node.get_int("num_outputs")? } else { None };
     if let Some(n) = num_outputs {
         if n < 1 || n as usize != node.outputs.len() {
-            return Err(Error::attribute(&at, "num_outputs", format!("the number of outputs ({})", node.outputs.len()), n.to_string()));
+            return Err(Error::attribute(
+                &at,
+                "num_outputs",
+                format!("the number of outputs ({})", node.outputs.len()),
+                n.to_string(),
+            ));
         }
     }
     Ok(Box::new(Split {
@@ -157,9 +173,13 @@ impl Split {
                 && sizes.iter().all(|&s| s >= 0)
                 && sizes.iter().try_fold(0i64, |a, &s| a.checked_add(s)) == Some(dim as i64);
             if !ok {
-                return Err(Error::node(&self.at, format!(
-                    "split sizes {sizes:?} must be {} non-negative sizes summing to the axis' dim {dim}", self.outputs
-                )));
+                return Err(Error::node(
+                    &self.at,
+                    format!(
+                        "split sizes {sizes:?} must be {} non-negative sizes summing to the axis' dim {dim}",
+                        self.outputs
+                    ),
+                ));
             }
             return Ok(sizes.iter().map(|&s| s as usize).collect());
         }
@@ -172,7 +192,10 @@ impl Split {
             return Err(Error::node(&self.at, format!("cannot split a dim of {dim} evenly into {n} outputs")));
         }
         let rest = dim.checked_sub(chunk * (n - 1)).ok_or_else(|| {
-            Error::node(&self.at, format!("cannot split a dim of {dim} into {n} pieces of {chunk} and a smaller last one"))
+            Error::node(
+                &self.at,
+                format!("cannot split a dim of {dim} into {n} pieces of {chunk} and a smaller last one"),
+            )
         })?;
         let mut sizes = vec![chunk; n - 1];
         sizes.push(rest);
@@ -224,7 +247,8 @@ mod tests {
     #[test]
     fn concat_random_against_naive() {
         let shapes = [[3usize, 2, 5], [3, 7, 5], [3, 1, 5]];
-        let parts: Vec<Vec<f32>> = shapes.iter().enumerate().map(|(i, s)| rand_f32(s.iter().product(), i as u64)).collect();
+        let parts: Vec<Vec<f32>> =
+            shapes.iter().enumerate().map(|(i, s)| rand_f32(s.iter().product(), i as u64)).collect();
         let inputs: Vec<Option<Tensor>> = parts.iter().zip(&shapes).map(|(p, s)| Some(t(s, p.clone()))).collect();
         let y = run1("Concat", 4, vec![int("axis", 1)], &inputs).unwrap();
         let mut want = Vec::new();
@@ -271,15 +295,25 @@ mod tests {
         let x = t(&[2, 5], (0..10i64).collect());
         let err = run_n("Split", 13, vec![int("axis", 1)], &[Some(x.clone())], 2).unwrap_err().to_string();
         assert!(err.contains("evenly"), "{err}");
-        let err = run_n("Split", 13, vec![int("axis", 1)], &[Some(x.clone()), Some(i64s(&[4, 2]))], 2).unwrap_err().to_string();
+        let err = run_n("Split", 13, vec![int("axis", 1)], &[Some(x.clone()), Some(i64s(&[4, 2]))], 2)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("summing"), "{err}");
-        let err = run_n("Split", 13, vec![int("axis", 1)], &[Some(x.clone()), Some(i64s(&[6, -1]))], 2).unwrap_err().to_string();
+        let err = run_n("Split", 13, vec![int("axis", 1)], &[Some(x.clone()), Some(i64s(&[6, -1]))], 2)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("non-negative"), "{err}");
-        let err = run_n("Split", 18, vec![int("axis", 1), int("num_outputs", 3)], &[Some(x.clone())], 2).unwrap_err().to_string();
+        let err = run_n("Split", 18, vec![int("axis", 1), int("num_outputs", 3)], &[Some(x.clone())], 2)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("num_outputs"), "{err}");
-        let err = run_n("Split", 18, vec![int("axis", 1), int("num_outputs", 4)], &[Some(x.clone())], 4).unwrap_err().to_string();
+        let err = run_n("Split", 18, vec![int("axis", 1), int("num_outputs", 4)], &[Some(x.clone())], 4)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("smaller last"), "{err}");
-        let err = run_n("Split", 13, vec![int("axis", 0)], &[Some(x), Some(t(&[2], vec![1i32, 1]))], 2).unwrap_err().to_string();
+        let err = run_n("Split", 13, vec![int("axis", 0)], &[Some(x), Some(t(&[2], vec![1i32, 1]))], 2)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("input 1") && err.contains("int32"), "{err}");
     }
 }

@@ -62,8 +62,7 @@ pub(crate) fn unsupported_dtype(at: &Location, dtype: DataType) -> Error {
 /// allocated.
 pub(crate) fn alloc<T: Clone + Default>(n: usize, at: &Location) -> Result<Vec<T>> {
     let mut v = Vec::new();
-    v.try_reserve_exact(n)
-        .map_err(|_| Error::node(at, format!("cannot allocate an output of {n} elements")))?;
+    v.try_reserve_exact(n).map_err(|_| Error::node(at, format!("cannot allocate an output of {n} elements")))?;
     v.resize(n, T::default());
     Ok(v)
 }
@@ -71,8 +70,7 @@ pub(crate) fn alloc<T: Clone + Default>(n: usize, at: &Location) -> Result<Vec<T
 /// An empty vector with room for `n` elements, or an error when it cannot be allocated.
 pub(crate) fn with_capacity<T>(n: usize, at: &Location) -> Result<Vec<T>> {
     let mut v = Vec::new();
-    v.try_reserve_exact(n)
-        .map_err(|_| Error::node(at, format!("cannot allocate an output of {n} elements")))?;
+    v.try_reserve_exact(n).map_err(|_| Error::node(at, format!("cannot allocate an output of {n} elements")))?;
     Ok(v)
 }
 
@@ -160,7 +158,9 @@ pub(crate) fn numeric_f64(view: &TensorView<'_>, i: usize, at: &Location) -> Res
 pub(crate) fn strides(shape: &[usize], at: &Location) -> Result<Vec<usize>> {
     let mut s = vec![1usize; shape.len()];
     for i in (0..shape.len().saturating_sub(1)).rev() {
-        s[i] = s[i + 1].checked_mul(shape[i + 1]).ok_or_else(|| Error::node(at, format!("shape {shape:?} is too large")))?;
+        s[i] = s[i + 1]
+            .checked_mul(shape[i + 1])
+            .ok_or_else(|| Error::node(at, format!("shape {shape:?} is too large")))?;
     }
     Ok(s)
 }

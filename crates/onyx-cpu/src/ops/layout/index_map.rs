@@ -8,19 +8,26 @@ use rayon::prelude::*;
 use super::elems::{self, Elem};
 use onyx_core::{Location, Result};
 
-/// A piece of an output row: a copy of `len` input elements from `src`, or `len` fill values.
+/// A piece of an output row: a copy of `len` input elements from `src`, `len` copies of the
+/// element at `src`, or `len` fill values.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Segment {
     Copy { src: usize, len: usize },
+    Repeat { src: usize, len: usize },
     Fill { len: usize },
 }
 
-/// Splits the last axis' map into maximal copies and fills.
+/// Splits the last axis' map into maximal copies, repeats and fills.
 fn segments(map: &[Option<usize>]) -> Vec<Segment> {
     let mut out: Vec<Segment> = Vec::new();
     for &m in map {
         match (out.last_mut(), m) {
+            (Some(seg @ Segment::Copy { len: 1, .. }), Some(s)) if matches!(*seg, Segment::Copy { src, .. } if src == s) =>
+            {
+                *seg = Segment::Repeat { src: s, len: 2 };
+            }
             (Some(Segment::Copy { src, len }), Some(s)) if *src + *len == s => *len += 1,
+            (Some(Segment::Repeat { src, len }), Some(s)) if *src == s => *len += 1,
             (Some(Segment::Fill { len }), None) => *len += 1,
             (_, Some(s)) => out.push(Segment::Copy { src: s, len: 1 }),
             (_, None) => out.push(Segment::Fill { len: 1 }),
@@ -81,6 +88,10 @@ pub(crate) fn gather_axes<T: Elem>(
                     dst[pos..pos + len].clone_from_slice(&data[base + src..base + src + len]);
                     pos += len;
                 }
+                Segment::Repeat { src, len } => {
+                    dst[pos..pos + len].fill(data[base + src].clone());
+                    pos += len;
+                }
                 Segment::Fill { len } => {
                     dst[pos..pos + len].fill(fill.clone());
                     pos += len;
@@ -102,14 +113,16 @@ mod tests {
 
     #[test]
     fn segments_merge_runs() {
-        let map = [Some(3), Some(4), None, None, Some(0), Some(2), Some(3)];
+        let map = [Some(3), Some(4), None, None, Some(0), Some(2), Some(3), Some(3), Some(3), Some(1)];
         assert_eq!(
             segments(&map),
             vec![
                 Segment::Copy { src: 3, len: 2 },
                 Segment::Fill { len: 2 },
                 Segment::Copy { src: 0, len: 1 },
-                Segment::Copy { src: 2, len: 2 }
+                Segment::Copy { src: 2, len: 2 },
+                Segment::Repeat { src: 3, len: 2 },
+                Segment::Copy { src: 1, len: 1 }
             ]
         );
     }
@@ -122,7 +135,7 @@ mod tests {
         let maps = vec![
             vec![Some(2), None, Some(0), Some(0)],
             vec![Some(4), Some(3), Some(1)],
-            vec![None, Some(0), Some(1), Some(2), Some(6), None, Some(5), Some(4)],
+            vec![None, Some(0), Some(1), Some(2), Some(6), None, Some(5), Some(5), Some(5), Some(4)],
         ];
         let got = gather_axes(&data, &shape, &maps, &9999, &at).unwrap();
         let mut want = Vec::new();

@@ -45,7 +45,10 @@ pub(crate) fn axis_map(dim: usize, begin: i64, end: i64, mode: PadMode, at: &Loc
     let hi = d - (-end).max(0);
     let n = (hi - lo).max(0);
     if n == 0 && mode != PadMode::Constant && out > 0 {
-        return Err(Error::node(at, format!("{mode:?} padding needs a non-empty dim, found a dim of {d} after cropping")));
+        return Err(Error::node(
+            at,
+            format!("{mode:?} padding needs a non-empty dim, found a dim of {d} after cropping"),
+        ));
     }
     let source = |o: i64| -> Option<usize> {
         let s = o - begin;
@@ -61,7 +64,11 @@ pub(crate) fn axis_map(dim: usize, begin: i64, end: i64, mode: PadMode, at: &Loc
             PadMode::Reflect => {
                 let period = 2 * (n - 1);
                 let m = r.rem_euclid(period);
-                if m < n { m } else { period - m }
+                if m < n {
+                    m
+                } else {
+                    period - m
+                }
             }
         };
         Some((lo + rel) as usize)
@@ -110,9 +117,10 @@ impl Pad {
             None => (0..rank).collect(),
         };
         if pads.len() != 2 * axes.len() {
-            return Err(Error::node(&self.at, format!(
-                "pads {pads:?} must hold a begin and an end for each of the {} axes", axes.len()
-            )));
+            return Err(Error::node(
+                &self.at,
+                format!("pads {pads:?} must hold a begin and an end for each of the {} axes", axes.len()),
+            ));
         }
         let mut out = vec![(0, 0); rank];
         for (i, &axis) in axes.iter().enumerate() {
@@ -126,7 +134,10 @@ impl Kernel for Pad {
     fn run(&self, inputs: &[Option<ValueRef<'_>>], _wanted: &[bool]) -> Result<Vec<Value>> {
         let x = util::input(inputs, 0, &self.at)?;
         let pads = self.pads(inputs, x.rank())?;
-        let maps = x.shape().iter().zip(&pads)
+        let maps = x
+            .shape()
+            .iter()
+            .zip(&pads)
             .map(|(&d, &(b, e))| axis_map(d, b, e, self.mode, &self.at))
             .collect::<Result<Vec<_>>>()?;
         let shape: Vec<usize> = maps.iter().map(Vec::len).collect();
@@ -184,7 +195,8 @@ mod tests {
         let data = rand_f32(2 * 3, 3);
         let x = t(&[2, 3], data.clone());
         // np.pad(x, ((1, 0), (2, 1)), constant_values=1.5)
-        let y = run1("Pad", 11, vec![], &[Some(x.clone()), Some(i64s(&[1, 2, 0, 1])), Some(t(&[], vec![1.5f32]))]).unwrap();
+        let y =
+            run1("Pad", 11, vec![], &[Some(x.clone()), Some(i64s(&[1, 2, 0, 1])), Some(t(&[], vec![1.5f32]))]).unwrap();
         let c = 1.5;
         let d = &data;
         let want = vec![c, c, c, c, c, c, c, c, d[0], d[1], d[2], c, c, c, d[3], d[4], d[5], c];
@@ -213,11 +225,16 @@ mod tests {
         let x = t(&[2, 3], vec![1f32; 6]);
         let err = run1("Pad", 11, vec![], &[Some(x.clone()), Some(i64s(&[1, 2]))]).unwrap_err().to_string();
         assert!(err.contains("begin and an end"), "{err}");
-        let err = run1("Pad", 11, vec![], &[Some(x.clone()), Some(t(&[4], vec![1i32, 1, 1, 1]))]).unwrap_err().to_string();
+        let err =
+            run1("Pad", 11, vec![], &[Some(x.clone()), Some(t(&[4], vec![1i32, 1, 1, 1]))]).unwrap_err().to_string();
         assert!(err.contains("input 1") && err.contains("int32"), "{err}");
-        let err = run1("Pad", 11, vec![], &[Some(x.clone()), Some(i64s(&[0, 0, 0, 0])), Some(t(&[], vec![1i64]))]).unwrap_err().to_string();
+        let err = run1("Pad", 11, vec![], &[Some(x.clone()), Some(i64s(&[0, 0, 0, 0])), Some(t(&[], vec![1i64]))])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("input 2") && err.contains("int64"), "{err}");
-        let err = run1("Pad", 18, vec![string("mode", "wrap")], &[Some(x.clone()), Some(i64s(&[0, 0, 0, 0]))]).unwrap_err().to_string();
+        let err = run1("Pad", 18, vec![string("mode", "wrap")], &[Some(x.clone()), Some(i64s(&[0, 0, 0, 0]))])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("'mode'"), "{err}");
         assert!(run1("Pad", 2, vec![], &[Some(x)]).unwrap_err().to_string().contains("'pads'"));
     }

@@ -61,10 +61,7 @@ pub(crate) fn plan(
 
 /// The input index each output index reads, per axis.
 pub(crate) fn maps(slices: &[AxisSlice]) -> Vec<Vec<Option<usize>>> {
-    slices
-        .iter()
-        .map(|s| (0..s.count as i64).map(|o| Some((s.start + o * s.step) as usize)).collect())
-        .collect()
+    slices.iter().map(|s| (0..s.count as i64).map(|o| Some((s.start + o * s.step) as usize)).collect()).collect()
 }
 
 /// starts, ends and (optional) axes given as attributes (opset 1).
@@ -82,7 +79,9 @@ pub(crate) fn build_slice(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
     let at = node.location();
     let attrs = if ctx.since_version < 10 {
         let get = |name: &str| -> Result<Vec<i64>> {
-            node.get_ints(name)?.map(<[i64]>::to_vec).ok_or_else(|| Error::attribute(&at, name, "a list of ints", "nothing"))
+            node.get_ints(name)?
+                .map(<[i64]>::to_vec)
+                .ok_or_else(|| Error::attribute(&at, name, "a list of ints", "nothing"))
         };
         Some((get("starts")?, get("ends")?, node.get_ints("axes")?.map(<[i64]>::to_vec)))
     } else {
@@ -169,7 +168,13 @@ mod tests {
             "Slice",
             13,
             vec![],
-            &[Some(x.clone()), Some(i64s(&[1, -1, 4])), Some(i64s(&[3, i64::MIN, 0])), Some(i64s(&[0, 1, 2])), Some(i64s(&[1, -2, -3]))],
+            &[
+                Some(x.clone()),
+                Some(i64s(&[1, -1, 4])),
+                Some(i64s(&[3, i64::MIN, 0])),
+                Some(i64s(&[0, 1, 2])),
+                Some(i64s(&[1, -2, -3])),
+            ],
         )
         .unwrap();
         let mut want = Vec::new();
@@ -182,14 +187,18 @@ mod tests {
         }
         assert_eq!(f32s(&y), (vec![2, 2, 2], want));
         // opset 1: attributes; x[:, 1:3] via axes [-2]... axes negative from opset 11 only, positive here
-        let y = run1("Slice", 1, vec![ints("starts", &[1]), ints("ends", &[3]), ints("axes", &[1])], &[Some(x.clone())]).unwrap();
+        let y =
+            run1("Slice", 1, vec![ints("starts", &[1]), ints("ends", &[3]), ints("axes", &[1])], &[Some(x.clone())])
+                .unwrap();
         assert_eq!(y.shape(), &[3, 2, 5]);
         assert_eq!(f32s(&y).1[..5], data[5..10]);
         // int32 starts/ends, no axes: leading axes
-        let y = run1("Slice", 10, vec![], &[Some(x.clone()), Some(t(&[1], vec![2i32])), Some(t(&[1], vec![3i32]))]).unwrap();
+        let y = run1("Slice", 10, vec![], &[Some(x.clone()), Some(t(&[1], vec![2i32])), Some(t(&[1], vec![3i32]))])
+            .unwrap();
         assert_eq!(f32s(&y), (vec![1, 4, 5], data[40..].to_vec()));
         let s = strs(&[4], &["a", "b", "c", "d"]);
-        let y = run1("Slice", 13, vec![], &[Some(s), Some(i64s(&[-1])), Some(i64s(&[-5])), None, Some(i64s(&[-1]))]).unwrap();
+        let y = run1("Slice", 13, vec![], &[Some(s), Some(i64s(&[-1])), Some(i64s(&[-5])), None, Some(i64s(&[-1]))])
+            .unwrap();
         assert_eq!(y.view().unwrap().strings().unwrap(), &["d", "c", "b", "a"]);
     }
 

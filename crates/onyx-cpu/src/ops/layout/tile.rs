@@ -23,8 +23,10 @@ pub(crate) fn tile_maps(shape: &[usize], repeats: &[i64], at: &Location) -> Resu
         .iter()
         .zip(repeats)
         .map(|(&d, &r)| {
-            let r = usize::try_from(r).map_err(|_| Error::input(at, 1, "non-negative repeats", format!("{repeats:?}")))?;
-            let n = d.checked_mul(r).ok_or_else(|| Error::node(at, format!("tiling a dim of {d} {r} times overflows")))?;
+            let r =
+                usize::try_from(r).map_err(|_| Error::input(at, 1, "non-negative repeats", format!("{repeats:?}")))?;
+            let n =
+                d.checked_mul(r).ok_or_else(|| Error::node(at, format!("tiling a dim of {d} {r} times overflows")))?;
             let mut map = elems::with_capacity(n, at)?;
             map.extend((0..n).map(|o| Some(o % d)));
             Ok(map)
@@ -37,7 +39,12 @@ impl Kernel for Tile {
         let x = util::input(inputs, 0, &self.at)?;
         let repeats = elems::int_values(&util::input(inputs, 1, &self.at)?, 1, &[DataType::Int64], &self.at)?;
         if repeats.len() != x.rank() {
-            return Err(Error::input(&self.at, 1, format!("{} repeats (the input's rank)", x.rank()), format!("{repeats:?}")));
+            return Err(Error::input(
+                &self.at,
+                1,
+                format!("{} repeats (the input's rank)", x.rank()),
+                format!("{repeats:?}"),
+            ));
         }
         let maps = tile_maps(x.shape(), &repeats, &self.at)?;
         let shape: Vec<usize> = maps.iter().map(Vec::len).collect();
@@ -62,7 +69,10 @@ fn build_rearrange(ctx: &NodeContext<'_>, to_space: bool) -> Result<Box<dyn Kern
     let node = ctx.node;
     let at = node.location();
     let b = node.get_int("blocksize")?.ok_or_else(|| Error::attribute(&at, "blocksize", "an int", "nothing"))?;
-    let blocksize = usize::try_from(b).ok().filter(|&b| b > 0).ok_or_else(|| Error::attribute(&at, "blocksize", "a positive int", b.to_string()))?;
+    let blocksize = usize::try_from(b)
+        .ok()
+        .filter(|&b| b > 0)
+        .ok_or_else(|| Error::attribute(&at, "blocksize", "a positive int", b.to_string()))?;
     let crd = match (to_space && ctx.since_version >= 11).then(|| node.string_or("mode", "DCR")).transpose()? {
         None => false,
         Some(m) if m == "DCR" => false,
@@ -90,7 +100,12 @@ impl Rearrange {
         let bb = b.checked_mul(b).ok_or_else(|| Error::node(&self.at, "blocksize is too large"))?;
         if self.to_space {
             if c % bb != 0 {
-                return Err(Error::input(&self.at, 0, format!("channels divisible by blocksize² = {bb}"), format!("{shape:?}")));
+                return Err(Error::input(
+                    &self.at,
+                    0,
+                    format!("channels divisible by blocksize² = {bb}"),
+                    format!("{shape:?}"),
+                ));
             }
             let too_large = || Error::node(&self.at, format!("blocksize {b} makes {shape:?} too large"));
             let out = vec![n, c / bb, h.checked_mul(b).ok_or_else(too_large)?, w.checked_mul(b).ok_or_else(too_large)?];
@@ -101,9 +116,16 @@ impl Rearrange {
             })
         } else {
             if h % b != 0 || w % b != 0 {
-                return Err(Error::input(&self.at, 0, format!("height and width divisible by blocksize {b}"), format!("{shape:?}")));
+                return Err(Error::input(
+                    &self.at,
+                    0,
+                    format!("height and width divisible by blocksize {b}"),
+                    format!("{shape:?}"),
+                ));
             }
-            let depth = c.checked_mul(bb).ok_or_else(|| Error::node(&self.at, format!("blocksize {b} makes {shape:?} too large")))?;
+            let depth = c
+                .checked_mul(bb)
+                .ok_or_else(|| Error::node(&self.at, format!("blocksize {b} makes {shape:?} too large")))?;
             Ok(([n, c, h / b, b, w / b, b], [0, 3, 5, 1, 2, 4], vec![n, depth, h / b, w / b]))
         }
     }
@@ -148,7 +170,8 @@ mod tests {
         let x = t(&[1, 8, 1, 2], (0..16i64).collect());
         let dcr = run1("DepthToSpace", 13, vec![int("blocksize", 2)], &[Some(x.clone())]).unwrap();
         assert_eq!(i64v(&dcr), (vec![1, 2, 2, 4], vec![0, 4, 1, 5, 8, 12, 9, 13, 2, 6, 3, 7, 10, 14, 11, 15]));
-        let crd = run1("DepthToSpace", 13, vec![int("blocksize", 2), string("mode", "CRD")], &[Some(x.clone())]).unwrap();
+        let crd =
+            run1("DepthToSpace", 13, vec![int("blocksize", 2), string("mode", "CRD")], &[Some(x.clone())]).unwrap();
         assert_eq!(i64v(&crd), (vec![1, 2, 2, 4], vec![0, 2, 1, 3, 4, 6, 5, 7, 8, 10, 9, 11, 12, 14, 13, 15]));
         // SpaceToDepth inverts DCR DepthToSpace
         let back = run1("SpaceToDepth", 13, vec![int("blocksize", 2)], &[Some(dcr)]).unwrap();
@@ -159,7 +182,9 @@ mod tests {
         assert!(err.contains("divisible"), "{err}");
         let err = run1("DepthToSpace", 13, vec![int("blocksize", 0)], &[Some(x.clone())]).unwrap_err().to_string();
         assert!(err.contains("positive"), "{err}");
-        let err = run1("DepthToSpace", 13, vec![int("blocksize", 2)], &[Some(t(&[8, 1, 2], vec![0i64; 16]))]).unwrap_err().to_string();
+        let err = run1("DepthToSpace", 13, vec![int("blocksize", 2)], &[Some(t(&[8, 1, 2], vec![0i64; 16]))])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("4-D"), "{err}");
     }
 }

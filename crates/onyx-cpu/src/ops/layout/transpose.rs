@@ -8,8 +8,7 @@ use onyx_core::{Error, Location, Result};
 /// Checks that `perm` is a permutation of `0..rank`.
 pub(crate) fn check_perm(perm: &[usize], rank: usize, at: &Location) -> Result<()> {
     let mut seen = vec![false; rank];
-    let ok = perm.len() == rank
-        && perm.iter().all(|&p| p < rank && !std::mem::replace(&mut seen[p], true));
+    let ok = perm.len() == rank && perm.iter().all(|&p| p < rank && !std::mem::replace(&mut seen[p], true));
     if ok {
         Ok(())
     } else {

@@ -125,11 +125,24 @@ pub(crate) fn gemm<T: Real>(alpha: T, a: MatRef<'_, T>, b: MatRef<'_, T>, beta: 
 }
 
 /// [`gemm`] on the calling thread only: for callers that already run in parallel.
-pub(crate) fn gemm_serial<T: Real>(alpha: T, a: MatRef<'_, T>, b: MatRef<'_, T>, beta: T, c: MatMut<'_, T>) -> Result<()> {
+pub(crate) fn gemm_serial<T: Real>(
+    alpha: T,
+    a: MatRef<'_, T>,
+    b: MatRef<'_, T>,
+    beta: T,
+    c: MatMut<'_, T>,
+) -> Result<()> {
     gemm_with(alpha, a, b, beta, c, false)
 }
 
-fn gemm_with<T: Real>(alpha: T, a: MatRef<'_, T>, b: MatRef<'_, T>, beta: T, c: MatMut<'_, T>, parallel: bool) -> Result<()> {
+fn gemm_with<T: Real>(
+    alpha: T,
+    a: MatRef<'_, T>,
+    b: MatRef<'_, T>,
+    beta: T,
+    c: MatMut<'_, T>,
+    parallel: bool,
+) -> Result<()> {
     check_shapes(&a, &b, &c)?;
     let (m, k, n) = (a.rows, a.cols, b.cols);
     if m == 0 || n == 0 {
@@ -167,7 +180,14 @@ fn scale_rows<T: Real>(c: MatMut<'_, T>, beta: T) {
 }
 
 /// Each thread computes a block of C's rows in place.
-fn split_rows<T: Real>(alpha: T, a: MatRef<'_, T>, b: MatRef<'_, T>, beta: T, c: MatMut<'_, T>, threads: usize) -> Result<()> {
+fn split_rows<T: Real>(
+    alpha: T,
+    a: MatRef<'_, T>,
+    b: MatRef<'_, T>,
+    beta: T,
+    c: MatMut<'_, T>,
+    threads: usize,
+) -> Result<()> {
     let (m, n) = (c.rows, c.cols);
     let rows_per = m.div_ceil(threads).max(MIN_ROWS_PER_THREAD);
     let rs = c.rs;
@@ -184,7 +204,14 @@ fn split_rows<T: Real>(alpha: T, a: MatRef<'_, T>, b: MatRef<'_, T>, beta: T, c:
 
 /// Each thread computes a block of C's columns into its own buffer; the blocks are then
 /// merged into C (C's columns are not contiguous, so they cannot be lent to threads).
-fn split_cols<T: Real>(alpha: T, a: MatRef<'_, T>, b: MatRef<'_, T>, beta: T, c: MatMut<'_, T>, threads: usize) -> Result<()> {
+fn split_cols<T: Real>(
+    alpha: T,
+    a: MatRef<'_, T>,
+    b: MatRef<'_, T>,
+    beta: T,
+    c: MatMut<'_, T>,
+    threads: usize,
+) -> Result<()> {
     let (m, n) = (c.rows, c.cols);
     let cols_per = n.div_ceil(threads).max(MIN_COLS_PER_THREAD);
     let starts: Vec<usize> = (0..n).step_by(cols_per).collect();
@@ -214,7 +241,18 @@ mod tests {
 
     /// Naive reference: C = alpha * op(A) * op(B) + beta * C on dense row-major storage.
     #[allow(clippy::too_many_arguments)]
-    fn reference(m: usize, k: usize, n: usize, alpha: f64, a: &[f64], ta: bool, b: &[f64], tb: bool, beta: f64, c: &[f64]) -> Vec<f64> {
+    fn reference(
+        m: usize,
+        k: usize,
+        n: usize,
+        alpha: f64,
+        a: &[f64],
+        ta: bool,
+        b: &[f64],
+        tb: bool,
+        beta: f64,
+        c: &[f64],
+    ) -> Vec<f64> {
         let mut out = vec![0.0; m * n];
         for i in 0..m {
             for j in 0..n {
@@ -247,7 +285,8 @@ mod tests {
                     let mut c = c0.clone();
                     gemm(alpha, am, bm, beta, MatMut::row_major(&mut c, m, n)).unwrap();
                     assert_close(&c, &want, 1e-12, &format!("f64 {m}x{k}x{n} ta={ta} tb={tb} a={alpha} b={beta}"));
-                    let (a32, b32): (Vec<f32>, Vec<f32>) = (a.iter().map(|&x| x as f32).collect(), b.iter().map(|&x| x as f32).collect());
+                    let (a32, b32): (Vec<f32>, Vec<f32>) =
+                        (a.iter().map(|&x| x as f32).collect(), b.iter().map(|&x| x as f32).collect());
                     let mut c32: Vec<f32> = c0.iter().map(|&x| x as f32).collect();
                     let am = if ta { MatRef::row_major(&a32[..], k, m).t() } else { MatRef::row_major(&a32[..], m, k) };
                     let bm = if tb { MatRef::row_major(&b32[..], n, k).t() } else { MatRef::row_major(&b32[..], k, n) };
@@ -263,9 +302,16 @@ mod tests {
     fn beta_zero_ignores_nan_in_c_and_padded_rows_are_kept() {
         let a = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0]; // 2x3
         let b = [1.0f32, 0.5, -1.0, 2.0, 0.0, 1.0]; // 3x2
-        // C is 2x2 inside rows of stride 3; the padding column must be left alone.
+                                                    // C is 2x2 inside rows of stride 3; the padding column must be left alone.
         let mut c = [f32::NAN, f32::NAN, 7.0, f32::NAN, f32::NAN, 9.0];
-        gemm(1.0, MatRef::row_major(&a, 2, 3), MatRef::row_major(&b, 3, 2), 0.0, MatMut { data: &mut c, rows: 2, cols: 2, rs: 3 }).unwrap();
+        gemm(
+            1.0,
+            MatRef::row_major(&a, 2, 3),
+            MatRef::row_major(&b, 3, 2),
+            0.0,
+            MatMut { data: &mut c, rows: 2, cols: 2, rs: 3 },
+        )
+        .unwrap();
         assert_eq!(c, [-1.0, 7.5, 7.0, -1.0, 18.0, 9.0]);
     }
 
@@ -273,7 +319,9 @@ mod tests {
     fn bad_operands_are_errors() {
         let a = [1.0f32; 6];
         let mut c = [0.0f32; 4];
-        let err = gemm(1.0, MatRef::row_major(&a, 2, 3), MatRef::row_major(&a, 2, 3), 0.0, MatMut::row_major(&mut c, 2, 2)).unwrap_err();
+        let err =
+            gemm(1.0, MatRef::row_major(&a, 2, 3), MatRef::row_major(&a, 2, 3), 0.0, MatMut::row_major(&mut c, 2, 2))
+                .unwrap_err();
         assert!(err.to_string().contains("2x3 by 2x3"), "{err}");
         // B claims more elements than its slice holds.
         let b = MatRef { data: &a[..], rows: 3, cols: 2, rs: 3, cs: 1 };

@@ -78,7 +78,13 @@ macro_rules! real {
             fn powf(self, p: Self) -> Self {
                 <$t>::powf(self, p)
             }
-            fn matmul(alpha: Self, a: MatRef<'_, Self>, b: MatRef<'_, Self>, beta: Self, c: MatMut<'_, Self>) -> Result<()> {
+            fn matmul(
+                alpha: Self,
+                a: MatRef<'_, Self>,
+                b: MatRef<'_, Self>,
+                beta: Self,
+                c: MatMut<'_, Self>,
+            ) -> Result<()> {
                 check_shapes(&a, &b, &c)?;
                 // SAFETY: `check_shapes` just verified that every element index `i * rs + j * cs`
                 // of A (m x k), B (k x n) and C (m x n) is inside its slice, that the strides fit
@@ -114,8 +120,7 @@ real!(f64, matrixmultiply::dgemm);
 /// A vector of `n` copies of `value`, or an error (not an abort) when it cannot be allocated.
 pub(crate) fn filled<T: Clone>(n: usize, value: T) -> Result<Vec<T>> {
     let mut v = Vec::new();
-    v.try_reserve_exact(n)
-        .map_err(|_| Error::InvalidArgument(format!("cannot allocate an output of {n} elements")))?;
+    v.try_reserve_exact(n).map_err(|_| Error::InvalidArgument(format!("cannot allocate an output of {n} elements")))?;
     v.resize(n, value);
     Ok(v)
 }

@@ -100,7 +100,12 @@ pub(crate) fn run(kernel: &dyn Kernel, inputs: &[Option<Tensor>], outputs: usize
 }
 
 /// Builds and runs `node` on f32 inputs given as (shape, data); returns output 0 as (shape, data).
-pub(crate) fn run_f32(build_fn: BuildFn, node: &Node, since: i64, inputs: &[Option<(&[usize], &[f32])>]) -> Result<(Vec<usize>, Vec<f32>)> {
+pub(crate) fn run_f32(
+    build_fn: BuildFn,
+    node: &Node,
+    since: i64,
+    inputs: &[Option<(&[usize], &[f32])>],
+) -> Result<(Vec<usize>, Vec<f32>)> {
     let kernel = build(build_fn, node, since)?;
     let tensors: Vec<Option<Tensor>> = inputs
         .iter()

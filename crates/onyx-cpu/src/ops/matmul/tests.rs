@@ -1,5 +1,7 @@
 //! Tests of MatMul, Gemm and MatMulInteger against naive references.
 
+#![allow(clippy::type_complexity)] // the case tables are tuples
+
 use onyx_core::ir::AttrValue;
 use onyx_core::{DataType, Tensor};
 
@@ -72,13 +74,19 @@ fn matmul_matches_numpy_semantics() {
         let want = reference_matmul(&a, ash, &b, bsh);
         let kernel = build(build_matmul, &matmul_node(), 13).unwrap();
         // f64
-        let inputs = [Some(Tensor::from_vec(ash.to_vec(), a.clone()).unwrap()), Some(Tensor::from_vec(bsh.to_vec(), b.clone()).unwrap())];
+        let inputs = [
+            Some(Tensor::from_vec(ash.to_vec(), a.clone()).unwrap()),
+            Some(Tensor::from_vec(bsh.to_vec(), b.clone()).unwrap()),
+        ];
         let out = run(kernel.as_ref(), &inputs, 1).unwrap();
         assert_eq!(out[0].as_tensor().unwrap().shape(), osh, "{ash:?} @ {bsh:?}");
         assert_close(&to_f64(&out[0]), &want, 1e-12, &format!("f64 {ash:?} @ {bsh:?}"));
         // f32
         let f = |v: &[f64]| v.iter().map(|&x| x as f32).collect::<Vec<f32>>();
-        let inputs = [Some(Tensor::from_vec(ash.to_vec(), f(&a)).unwrap()), Some(Tensor::from_vec(bsh.to_vec(), f(&b)).unwrap())];
+        let inputs = [
+            Some(Tensor::from_vec(ash.to_vec(), f(&a)).unwrap()),
+            Some(Tensor::from_vec(bsh.to_vec(), f(&b)).unwrap()),
+        ];
         let out = run(kernel.as_ref(), &inputs, 1).unwrap();
         assert_close(&to_f64(&out[0]), &want, 1e-4, &format!("f32 {ash:?} @ {bsh:?}"));
     }
@@ -93,7 +101,8 @@ fn matmul_half_and_integer_types() {
     let want = reference_matmul(&a, &ash, &b, &bsh);
     let kernel = build(build_matmul, &matmul_node(), 13).unwrap();
     let h = |v: &[f64]| v.iter().map(|&x| half::bf16::from_f64(x)).collect::<Vec<_>>();
-    let inputs = [Some(Tensor::from_vec(ash.to_vec(), h(&a)).unwrap()), Some(Tensor::from_vec(bsh.to_vec(), h(&b)).unwrap())];
+    let inputs =
+        [Some(Tensor::from_vec(ash.to_vec(), h(&a)).unwrap()), Some(Tensor::from_vec(bsh.to_vec(), h(&b)).unwrap())];
     let out = run(kernel.as_ref(), &inputs, 1).unwrap();
     let t = out[0].as_tensor().unwrap();
     assert_eq!(t.dtype(), DataType::BFloat16);
@@ -102,14 +111,23 @@ fn matmul_half_and_integer_types() {
 
     let ai: Vec<i64> = (0..30).map(|_| rng.range(-50, 50)).collect();
     let bi: Vec<i64> = (0..20).map(|_| rng.range(-50, 50)).collect();
-    let want = reference_matmul(&ai.iter().map(|&x| x as f64).collect::<Vec<_>>(), &ash, &bi.iter().map(|&x| x as f64).collect::<Vec<_>>(), &bsh);
-    let inputs = [Some(Tensor::from_vec(ash.to_vec(), ai.clone()).unwrap()), Some(Tensor::from_vec(bsh.to_vec(), bi.clone()).unwrap())];
+    let want = reference_matmul(
+        &ai.iter().map(|&x| x as f64).collect::<Vec<_>>(),
+        &ash,
+        &bi.iter().map(|&x| x as f64).collect::<Vec<_>>(),
+        &bsh,
+    );
+    let inputs = [
+        Some(Tensor::from_vec(ash.to_vec(), ai.clone()).unwrap()),
+        Some(Tensor::from_vec(bsh.to_vec(), bi.clone()).unwrap()),
+    ];
     let out = run(kernel.as_ref(), &inputs, 1).unwrap();
     let got: Vec<f64> = out[0].as_tensor().unwrap().as_slice::<i64>().unwrap().iter().map(|&x| x as f64).collect();
     assert_eq!(got, want);
     let a32: Vec<i32> = ai.iter().map(|&x| x as i32).collect();
     let b32: Vec<i32> = bi.iter().map(|&x| x as i32).collect();
-    let inputs = [Some(Tensor::from_vec(ash.to_vec(), a32).unwrap()), Some(Tensor::from_vec(bsh.to_vec(), b32).unwrap())];
+    let inputs =
+        [Some(Tensor::from_vec(ash.to_vec(), a32).unwrap()), Some(Tensor::from_vec(bsh.to_vec(), b32).unwrap())];
     let out = run(kernel.as_ref(), &inputs, 1).unwrap();
     let got: Vec<f64> = out[0].as_tensor().unwrap().as_slice::<i32>().unwrap().iter().map(|&x| x as f64).collect();
     assert_eq!(got, want);
@@ -128,7 +146,8 @@ fn matmul_errors_name_both_shapes() {
         let err = run(kernel.as_ref(), &[t(ash), t(bsh)], 1).unwrap_err().to_string();
         assert!(err.contains(msg) && err.contains("MatMul node 'n'"), "{err}");
     }
-    let err = run(kernel.as_ref(), &[t(&[2, 2]), Some(Tensor::from_vec(vec![2, 2], vec![1.0f64; 4]).unwrap())], 1).unwrap_err();
+    let err = run(kernel.as_ref(), &[t(&[2, 2]), Some(Tensor::from_vec(vec![2, 2], vec![1.0f64; 4]).unwrap())], 1)
+        .unwrap_err();
     assert!(err.to_string().contains("input 1: expected float like input 0, found double"), "{err}");
     let bools = Tensor::from_bools(vec![1, 1], vec![true]).unwrap();
     let err = run(kernel.as_ref(), &[Some(bools.clone()), Some(bools)], 1).unwrap_err();
@@ -138,7 +157,17 @@ fn matmul_errors_name_both_shapes() {
 
 /// Naive Gemm reference with C given as (shape, data) broadcast to [m, n].
 #[allow(clippy::too_many_arguments)]
-fn reference_gemm(a: &[f64], ash: [usize; 2], ta: bool, b: &[f64], bsh: [usize; 2], tb: bool, c: Option<(&[usize], &[f64])>, alpha: f64, beta: f64) -> Vec<f64> {
+fn reference_gemm(
+    a: &[f64],
+    ash: [usize; 2],
+    ta: bool,
+    b: &[f64],
+    bsh: [usize; 2],
+    tb: bool,
+    c: Option<(&[usize], &[f64])>,
+    alpha: f64,
+    beta: f64,
+) -> Vec<f64> {
     let (m, k) = if ta { (ash[1], ash[0]) } else { (ash[0], ash[1]) };
     let n = if tb { bsh[0] } else { bsh[1] };
     let mut out = vec![0.0; m * n];
@@ -187,7 +216,8 @@ fn gemm_node(alpha: f32, beta: f32, ta: bool, tb: bool, with_c: bool) -> onyx_co
 fn gemm_matches_reference_for_transposes_and_c_broadcasts() {
     let mut rng = Rng::new(3);
     let (m, k, n) = (5, 7, 3);
-    let c_shapes: &[Option<&[usize]>] = &[None, Some(&[]), Some(&[n]), Some(&[1, n]), Some(&[m, 1]), Some(&[m, n]), Some(&[1])];
+    let c_shapes: &[Option<&[usize]>] =
+        &[None, Some(&[]), Some(&[n]), Some(&[1, n]), Some(&[m, 1]), Some(&[m, n]), Some(&[1])];
     for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
         for &csh in c_shapes {
             for (alpha, beta) in [(1.0, 1.0), (0.5, -2.0), (1.5, 0.0)] {
@@ -197,8 +227,12 @@ fn gemm_matches_reference_for_transposes_and_c_broadcasts() {
                 let b = rng.vec_f64(k * n);
                 let c = csh.map(|s| rng.vec_f64(s.iter().product()));
                 let want = reference_gemm(&a, ash, ta, &b, bsh, tb, csh.zip(c.as_deref()), alpha, beta);
-                let kernel = build(build_gemm, &gemm_node(alpha as f32, beta as f32, ta, tb, csh.is_some()), 13).unwrap();
-                let mut inputs = vec![Some(Tensor::from_vec(ash.to_vec(), a.clone()).unwrap()), Some(Tensor::from_vec(bsh.to_vec(), b.clone()).unwrap())];
+                let kernel =
+                    build(build_gemm, &gemm_node(alpha as f32, beta as f32, ta, tb, csh.is_some()), 13).unwrap();
+                let mut inputs = vec![
+                    Some(Tensor::from_vec(ash.to_vec(), a.clone()).unwrap()),
+                    Some(Tensor::from_vec(bsh.to_vec(), b.clone()).unwrap()),
+                ];
                 if let (Some(s), Some(c)) = (csh, &c) {
                     inputs.push(Some(Tensor::from_vec(s.to_vec(), c.clone()).unwrap()));
                 }
@@ -220,7 +254,11 @@ fn gemm_large_f32_and_int32() {
     let want = reference_gemm(&a, [k, m], true, &b, [k, n], false, Some((&[n], &c)), 0.75, 0.5);
     let f = |v: &[f64]| v.iter().map(|&x| x as f32).collect::<Vec<f32>>();
     let kernel = build(build_gemm, &gemm_node(0.75, 0.5, true, false, true), 11).unwrap();
-    let inputs = [Some(Tensor::from_vec(vec![k, m], f(&a)).unwrap()), Some(Tensor::from_vec(vec![k, n], f(&b)).unwrap()), Some(Tensor::from_vec(vec![n], f(&c)).unwrap())];
+    let inputs = [
+        Some(Tensor::from_vec(vec![k, m], f(&a)).unwrap()),
+        Some(Tensor::from_vec(vec![k, n], f(&b)).unwrap()),
+        Some(Tensor::from_vec(vec![n], f(&c)).unwrap()),
+    ];
     let out = run(kernel.as_ref(), &inputs, 1).unwrap();
     assert_close(&to_f64(&out[0]), &want, 1e-4, "f32 gemm");
 
@@ -230,7 +268,11 @@ fn gemm_large_f32_and_int32() {
     let g = |v: &[i32]| v.iter().map(|&x| x as f64).collect::<Vec<f64>>();
     let want = reference_gemm(&g(&ai), [3, 4], false, &g(&bi), [2, 4], true, Some((&[2], &g(&ci))), 2.0, 3.0);
     let kernel = build(build_gemm, &gemm_node(2.0, 3.0, false, true, true), 13).unwrap();
-    let inputs = [Some(Tensor::from_vec(vec![3, 4], ai).unwrap()), Some(Tensor::from_vec(vec![2, 4], bi).unwrap()), Some(Tensor::from_vec(vec![2], ci).unwrap())];
+    let inputs = [
+        Some(Tensor::from_vec(vec![3, 4], ai).unwrap()),
+        Some(Tensor::from_vec(vec![2, 4], bi).unwrap()),
+        Some(Tensor::from_vec(vec![2], ci).unwrap()),
+    ];
     let out = run(kernel.as_ref(), &inputs, 1).unwrap();
     let got: Vec<f64> = out[0].as_tensor().unwrap().as_slice::<i32>().unwrap().iter().map(|&x| x as f64).collect();
     assert_eq!(got, want);
@@ -256,7 +298,15 @@ fn gemm_errors() {
 }
 
 /// Naive MatMulInteger for 2-D operands with per-row / per-column zero points.
-fn reference_mmi(a: &[i32], b: &[i32], m: usize, k: usize, n: usize, azp: &dyn Fn(usize) -> i32, bzp: &dyn Fn(usize) -> i32) -> Vec<i32> {
+fn reference_mmi(
+    a: &[i32],
+    b: &[i32],
+    m: usize,
+    k: usize,
+    n: usize,
+    azp: &dyn Fn(usize) -> i32,
+    bzp: &dyn Fn(usize) -> i32,
+) -> Vec<i32> {
     let mut out = vec![0; m * n];
     for i in 0..m {
         for j in 0..n {
@@ -274,7 +324,8 @@ fn matmul_integer_with_zero_points() {
     let b: Vec<i8> = (0..k * n).map(|_| rng.range(-128, 128) as i8).collect();
     let azp: Vec<u8> = (0..m).map(|_| rng.range(0, 256) as u8).collect();
     let bzp: Vec<i8> = (0..n).map(|_| rng.range(-128, 128) as i8).collect();
-    let (a32, b32): (Vec<i32>, Vec<i32>) = (a.iter().map(|&x| x as i32).collect(), b.iter().map(|&x| x as i32).collect());
+    let (a32, b32): (Vec<i32>, Vec<i32>) =
+        (a.iter().map(|&x| x as i32).collect(), b.iter().map(|&x| x as i32).collect());
     let kernel = build(build_matmul_integer, &node("MatMulInteger", &["a", "b", "az", "bz"], 1, vec![]), 10).unwrap();
     let ta = Tensor::from_vec(vec![m, k], a.clone()).unwrap();
     let tb = Tensor::from_vec(vec![k, n], b.clone()).unwrap();
@@ -282,8 +333,18 @@ fn matmul_integer_with_zero_points() {
     let cases: Vec<(Option<Tensor>, Option<Tensor>, Vec<i32>, Vec<i32>)> = vec![
         (None, None, vec![0; m], vec![0; n]),
         (Some(Tensor::scalar(azp[0])), Some(Tensor::scalar(bzp[0])), vec![azp[0] as i32; m], vec![bzp[0] as i32; n]),
-        (Some(Tensor::from_vec(vec![m], azp.clone()).unwrap()), Some(Tensor::from_vec(vec![n], bzp.clone()).unwrap()), azp.iter().map(|&x| x as i32).collect(), bzp.iter().map(|&x| x as i32).collect()),
-        (Some(Tensor::from_vec(vec![m, 1], azp.clone()).unwrap()), None, azp.iter().map(|&x| x as i32).collect(), vec![0; n]),
+        (
+            Some(Tensor::from_vec(vec![m], azp.clone()).unwrap()),
+            Some(Tensor::from_vec(vec![n], bzp.clone()).unwrap()),
+            azp.iter().map(|&x| x as i32).collect(),
+            bzp.iter().map(|&x| x as i32).collect(),
+        ),
+        (
+            Some(Tensor::from_vec(vec![m, 1], azp.clone()).unwrap()),
+            None,
+            azp.iter().map(|&x| x as i32).collect(),
+            vec![0; n],
+        ),
     ];
     for (az, bz, azr, bzr) in cases {
         let want = reference_mmi(&a32, &b32, m, k, n, &|i| azr[i], &|j| bzr[j]);
@@ -297,7 +358,12 @@ fn matmul_integer_with_zero_points() {
     let azp2: Vec<u8> = (0..2 * m).map(|_| rng.range(0, 256) as u8).collect();
     let out = run(
         kernel.as_ref(),
-        &[Some(Tensor::from_vec(vec![2, m, k], a2.clone()).unwrap()), Some(tb.clone()), Some(Tensor::from_vec(vec![2, m, 1], azp2.clone()).unwrap()), None],
+        &[
+            Some(Tensor::from_vec(vec![2, m, k], a2.clone()).unwrap()),
+            Some(tb.clone()),
+            Some(Tensor::from_vec(vec![2, m, 1], azp2.clone()).unwrap()),
+            None,
+        ],
         1,
     )
     .unwrap();
@@ -308,9 +374,22 @@ fn matmul_integer_with_zero_points() {
         assert_eq!(&got[batch * m * n..(batch + 1) * m * n], &want[..], "batch {batch}");
     }
     // Errors: wrong zero-point count, float operand, zero point of another type.
-    let err = run(kernel.as_ref(), &[Some(ta.clone()), Some(tb.clone()), Some(Tensor::from_vec(vec![3], vec![1u8; 3]).unwrap()), None], 1).unwrap_err();
-    assert!(err.to_string().contains("input 2: expected 1 zero point or 5 (one per row of A), found 3 zero points"), "{err}");
-    let err = run(kernel.as_ref(), &[Some(Tensor::from_vec(vec![1, 1], vec![1.0f32]).unwrap()), Some(tb.clone()), None, None], 1).unwrap_err();
+    let err = run(
+        kernel.as_ref(),
+        &[Some(ta.clone()), Some(tb.clone()), Some(Tensor::from_vec(vec![3], vec![1u8; 3]).unwrap()), None],
+        1,
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("input 2: expected 1 zero point or 5 (one per row of A), found 3 zero points"),
+        "{err}"
+    );
+    let err = run(
+        kernel.as_ref(),
+        &[Some(Tensor::from_vec(vec![1, 1], vec![1.0f32]).unwrap()), Some(tb.clone()), None, None],
+        1,
+    )
+    .unwrap_err();
     assert!(err.to_string().contains("input 0: expected a uint8 or int8 tensor, found float"), "{err}");
     let err = run(kernel.as_ref(), &[Some(ta), Some(tb), None, Some(Tensor::scalar(1u8))], 1).unwrap_err();
     assert!(err.to_string().contains("input 3: expected int8 like input 1, found uint8"), "{err}");

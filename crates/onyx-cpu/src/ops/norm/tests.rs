@@ -1,5 +1,7 @@
 //! Normalization ops against naive f64 references on random data.
 
+#![allow(clippy::type_complexity)] // the case tables are tuples
+
 use onyx_core::ir::AttrValue;
 use onyx_core::{Error, Tensor};
 
@@ -53,7 +55,8 @@ fn batch_norm_matches_formula() {
                 (xv - m[f]) / (v[f] + eps).sqrt() * s[f] + b[f]
             })
             .collect();
-        let n = node("BatchNormalization", &["x", "s", "b", "m", "v"], 1, vec![("epsilon", AttrValue::Float(eps as f32))]);
+        let n =
+            node("BatchNormalization", &["x", "s", "b", "m", "v"], 1, vec![("epsilon", AttrValue::Float(eps as f32))]);
         let k = build(build_batch_norm, &n, 15).unwrap();
         let p = [features];
         let out = run(k.as_ref(), &[t64(shape, &x), t64(&p, &s), t64(&p, &b), t64(&p, &m), t64(&p, &v)], 1).unwrap();
@@ -147,12 +150,23 @@ fn group_norm_errors() {
     let n = node("GroupNormalization", &["x", "s", "b"], 1, vec![("num_groups", AttrValue::Int(4))]);
     let k = build(build_group_norm, &n, 21).unwrap();
     let err = run(k.as_ref(), &[ones(&[1, 6, 3]), ones(&[6]), ones(&[6])], 1).unwrap_err().to_string();
-    assert!(err.contains("input 0: expected a channel count divisible by num_groups 4, found shape [1, 6, 3]"), "{err}");
+    assert!(
+        err.contains("input 0: expected a channel count divisible by num_groups 4, found shape [1, 6, 3]"),
+        "{err}"
+    );
     let err = run(k.as_ref(), &[ones(&[1, 8, 3]), ones(&[4]), ones(&[4])], 1).unwrap_err().to_string();
     assert!(err.contains("input 1: expected 8 elements (one per channel), found shape [4]"), "{err}");
-    let err = build(build_group_norm, &node("GroupNormalization", &["x", "s", "b"], 1, vec![]), 21).err().unwrap().to_string();
+    let err = build(build_group_norm, &node("GroupNormalization", &["x", "s", "b"], 1, vec![]), 21)
+        .err()
+        .unwrap()
+        .to_string();
     assert!(err.contains("'num_groups': expected an int, found no attribute"), "{err}");
-    let bad = node("GroupNormalization", &["x", "s", "b"], 1, vec![("num_groups", AttrValue::Int(2)), ("stash_type", AttrValue::Int(7))]);
+    let bad = node(
+        "GroupNormalization",
+        &["x", "s", "b"],
+        1,
+        vec![("num_groups", AttrValue::Int(2)), ("stash_type", AttrValue::Int(7))],
+    );
     let err = build(build_group_norm, &bad, 21).err().unwrap().to_string();
     assert!(err.contains("'stash_type': expected a float type code"), "{err}");
 }
@@ -193,7 +207,11 @@ fn layer_norm_matches_reference_with_statistics() {
             let inv = 1.0 / (var + 1e-5).sqrt();
             means.push(mean);
             invs.push(inv);
-            want.extend(r.iter().enumerate().map(|(j, &v)| (v - mean) * inv * s[param_at(j)] + if with_bias { b[param_at(j)] } else { 0.0 }));
+            want.extend(
+                r.iter()
+                    .enumerate()
+                    .map(|(j, &v)| (v - mean) * inv * s[param_at(j)] + if with_bias { b[param_at(j)] } else { 0.0 }),
+            );
         }
         let inputs: &[&str] = if with_bias { &["x", "s", "b"] } else { &["x", "s"] };
         let n = node("LayerNormalization", inputs, 3, vec![("axis", AttrValue::Int(axis))]);
@@ -218,7 +236,12 @@ fn layer_norm_matches_reference_with_statistics() {
         let out = run(k.as_ref(), &tensors16, 3).unwrap();
         assert_close(&f16_values(&out[0]), &want, 2e-2, &format!("{what} f16"));
         assert_eq!(out[1].as_tensor().unwrap().dtype(), DataType::Float);
-        let n = node("LayerNormalization", inputs, 3, vec![("axis", AttrValue::Int(axis)), ("stash_type", AttrValue::Int(11))]);
+        let n = node(
+            "LayerNormalization",
+            inputs,
+            3,
+            vec![("axis", AttrValue::Int(axis)), ("stash_type", AttrValue::Int(11))],
+        );
         let k = build(build_layer_norm, &n, 17).unwrap();
         let out = run(k.as_ref(), &tensors, 3).unwrap();
         assert_eq!(out[2].as_tensor().unwrap().dtype(), DataType::Double);
@@ -227,18 +250,25 @@ fn layer_norm_matches_reference_with_statistics() {
     // Only Y wanted: one output.
     let n = node("LayerNormalization", &["x", "s"], 1, vec![]);
     let k = build(build_layer_norm, &n, 17).unwrap();
-    assert_eq!(run(k.as_ref(), &[t32(&[2, 3], &[1., 2., 3., 4., 5., 7.]), t32(&[3], &[1., 1., 1.])], 1).unwrap().len(), 1);
+    assert_eq!(
+        run(k.as_ref(), &[t32(&[2, 3], &[1., 2., 3., 4., 5., 7.]), t32(&[3], &[1., 1., 1.])], 1).unwrap().len(),
+        1
+    );
 }
 
 #[test]
 fn layer_norm_errors() {
     let ones = |s: &[usize]| t32(s, &vec![1.0; s.iter().product()]);
-    let k = build(build_layer_norm, &node("LayerNormalization", &["x", "s"], 1, vec![("axis", AttrValue::Int(2))]), 17).unwrap();
+    let k = build(build_layer_norm, &node("LayerNormalization", &["x", "s"], 1, vec![("axis", AttrValue::Int(2))]), 17)
+        .unwrap();
     let err = run(k.as_ref(), &[ones(&[2, 3]), ones(&[3])], 1).unwrap_err().to_string();
     assert!(err.contains("axis 2 is out of range for rank 2"), "{err}");
     let k = build(build_layer_norm, &node("LayerNormalization", &["x", "s"], 1, vec![]), 17).unwrap();
     let err = run(k.as_ref(), &[ones(&[2, 3]), ones(&[2])], 1).unwrap_err().to_string();
-    assert!(err.contains("input 1: expected a shape broadcastable to [3] (X's dims from axis 1), found shape [2]"), "{err}");
+    assert!(
+        err.contains("input 1: expected a shape broadcastable to [3] (X's dims from axis 1), found shape [2]"),
+        "{err}"
+    );
     let xi = Some(Tensor::from_vec(vec![3], vec![1i32; 3]).unwrap());
     let err = run(k.as_ref(), &[xi, ones(&[3])], 1).unwrap_err().to_string();
     assert!(err.contains("input 0: expected one of float/double/float16/bfloat16, found int32"), "{err}");
@@ -247,7 +277,9 @@ fn layer_norm_errors() {
 #[test]
 fn lrn_matches_formula() {
     let mut rng = Rng::new(34);
-    for (shape, size) in [(&[2usize, 7, 3, 5][..], 3usize), (&[1, 6, 4], 4), (&[1, 5, 2, 2, 3], 1), (&[2, 16, 40, 41], 5)] {
+    for (shape, size) in
+        [(&[2usize, 7, 3, 5][..], 3usize), (&[1, 6, 4], 4), (&[1, 5, 2, 2, 3], 1), (&[2, 16, 40, 41], 5)]
+    {
         let c = shape[1];
         let inner: usize = shape[2..].iter().product();
         let x = rng.vec_f64(shape.iter().product());
@@ -257,7 +289,8 @@ fn lrn_matches_formula() {
         let want: Vec<f64> = (0..x.len())
             .map(|i| {
                 let (n, ch, j) = (i / (c * inner), i / inner % c, i % inner);
-                let sum: f64 = (ch.saturating_sub(lo)..=(ch + hi).min(c - 1)).map(|cc| x[(n * c + cc) * inner + j].powi(2)).sum();
+                let sum: f64 =
+                    (ch.saturating_sub(lo)..=(ch + hi).min(c - 1)).map(|cc| x[(n * c + cc) * inner + j].powi(2)).sum();
                 x[i] / (bias + alpha / size as f64 * sum).powf(beta)
             })
             .collect();
@@ -265,15 +298,31 @@ fn lrn_matches_formula() {
             "LRN",
             &["x"],
             1,
-            vec![("size", AttrValue::Int(size as i64)), ("alpha", AttrValue::Float(alpha as f32)), ("beta", AttrValue::Float(beta as f32)), ("bias", AttrValue::Float(bias as f32))],
+            vec![
+                ("size", AttrValue::Int(size as i64)),
+                ("alpha", AttrValue::Float(alpha as f32)),
+                ("beta", AttrValue::Float(beta as f32)),
+                ("bias", AttrValue::Float(bias as f32)),
+            ],
         );
         let k = build(build_lrn, &n, 13).unwrap();
-        assert_close(&to_f64(&run(k.as_ref(), &[t64(shape, &x)], 1).unwrap()[0]), &want, 1e-7, &format!("f64 {shape:?} size {size}"));
-        assert_close(&to_f64(&run(k.as_ref(), &[t32(shape, &x)], 1).unwrap()[0]), &want, 1e-5, &format!("f32 {shape:?}"));
+        assert_close(
+            &to_f64(&run(k.as_ref(), &[t64(shape, &x)], 1).unwrap()[0]),
+            &want,
+            1e-7,
+            &format!("f64 {shape:?} size {size}"),
+        );
+        assert_close(
+            &to_f64(&run(k.as_ref(), &[t32(shape, &x)], 1).unwrap()[0]),
+            &want,
+            1e-5,
+            &format!("f32 {shape:?}"),
+        );
     }
     let err = build(build_lrn, &node("LRN", &["x"], 1, vec![]), 13).err().unwrap().to_string();
     assert!(err.contains("'size': expected an int, found no attribute"), "{err}");
-    let err = build(build_lrn, &node("LRN", &["x"], 1, vec![("size", AttrValue::Int(0))]), 13).err().unwrap().to_string();
+    let err =
+        build(build_lrn, &node("LRN", &["x"], 1, vec![("size", AttrValue::Int(0))]), 13).err().unwrap().to_string();
     assert!(err.contains("'size': expected a positive integer, found 0"), "{err}");
 }
 
@@ -291,7 +340,9 @@ fn mean_variance_normalization_matches_reference() {
         let x = rng.vec_f64(shape.iter().product());
         // Group elements by their indices along the kept axes.
         let strides = util::strides(shape);
-        let key = |i: usize| -> Vec<usize> { (0..shape.len()).filter(|d| !reduced.contains(d)).map(|d| i / strides[d] % shape[d]).collect() };
+        let key = |i: usize| -> Vec<usize> {
+            (0..shape.len()).filter(|d| !reduced.contains(d)).map(|d| i / strides[d] % shape[d]).collect()
+        };
         let mut groups: std::collections::BTreeMap<Vec<usize>, Vec<f64>> = Default::default();
         for (i, &v) in x.iter().enumerate() {
             groups.entry(key(i)).or_default().push(v);
@@ -306,8 +357,18 @@ fn mean_variance_normalization_matches_reference() {
             .collect();
         let attrs = axes.map(|a| vec![("axes", ints(a))]).unwrap_or_default();
         let k = build(build_mvn, &node("MeanVarianceNormalization", &["x"], 1, attrs), 13).unwrap();
-        assert_close(&to_f64(&run(k.as_ref(), &[t64(shape, &x)], 1).unwrap()[0]), &want, 1e-9, &format!("{shape:?} {axes:?}"));
-        assert_close(&to_f64(&run(k.as_ref(), &[t32(shape, &x)], 1).unwrap()[0]), &want, 1e-4, &format!("f32 {shape:?} {axes:?}"));
+        assert_close(
+            &to_f64(&run(k.as_ref(), &[t64(shape, &x)], 1).unwrap()[0]),
+            &want,
+            1e-9,
+            &format!("{shape:?} {axes:?}"),
+        );
+        assert_close(
+            &to_f64(&run(k.as_ref(), &[t32(shape, &x)], 1).unwrap()[0]),
+            &want,
+            1e-4,
+            &format!("f32 {shape:?} {axes:?}"),
+        );
     }
     let k = build(build_mvn, &node("MeanVarianceNormalization", &["x"], 1, vec![]), 9).unwrap();
     let err = run(k.as_ref(), &[t32(&[2, 3], &[1.0; 6])], 1).unwrap_err().to_string();

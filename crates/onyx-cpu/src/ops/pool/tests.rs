@@ -1,4 +1,6 @@
-//! Pooling against naive references, and against values printed by onnxruntime 1.22.
+//! Pooling against naive references, and against values printed by onnxruntime 1.32.
+
+#![allow(clippy::type_complexity)] // the case tables are tuples
 
 use onyx_core::ir::{AttrValue, Node};
 use onyx_core::Tensor;
@@ -20,7 +22,17 @@ struct Case {
     out: &'static [usize],
 }
 
-const BASE: Case = Case { x: &[], kernel: &[], strides: &[], dilations: &[], pads: None, auto_pad: "NOTSET", ceil: false, ref_pads: &[], out: &[] };
+const BASE: Case = Case {
+    x: &[],
+    kernel: &[],
+    strides: &[],
+    dilations: &[],
+    pads: None,
+    auto_pad: "NOTSET",
+    ceil: false,
+    ref_pads: &[],
+    out: &[],
+};
 
 /// The reference's view of one window: every tap's input position (or None in padding) and
 /// whether it lies inside the padded input.
@@ -33,7 +45,11 @@ impl Case {
 
     fn node(&self, op: &str, extra: Vec<(&str, AttrValue)>) -> Node {
         let u = |v: &[usize]| ints(&v.iter().map(|&x| x as i64).collect::<Vec<_>>());
-        let mut attrs = vec![("kernel_shape", u(self.kernel)), ("auto_pad", string(self.auto_pad)), ("ceil_mode", AttrValue::Int(self.ceil as i64))];
+        let mut attrs = vec![
+            ("kernel_shape", u(self.kernel)),
+            ("auto_pad", string(self.auto_pad)),
+            ("ceil_mode", AttrValue::Int(self.ceil as i64)),
+        ];
         if !self.strides.is_empty() {
             attrs.push(("strides", u(self.strides)));
         }
@@ -96,7 +112,14 @@ impl Case {
                 let sum: f64 = valid.iter().map(|v| x[p * plane + row(v)]).sum();
                 let padded = taps.iter().filter(|t| t.1).count();
                 let l3 = valid.iter().map(|v| x[p * plane + row(v)].abs().powi(3)).sum::<f64>().powf(1.0 / 3.0);
-                out.push((best, p * plane + row(arg), p * plane + col(arg), sum / valid.len() as f64, sum / padded as f64, l3));
+                out.push((
+                    best,
+                    p * plane + row(arg),
+                    p * plane + col(arg),
+                    sum / valid.len() as f64,
+                    sum / padded as f64,
+                    l3,
+                ));
             }
         }
         out
@@ -107,26 +130,55 @@ impl Case {
         let want = self.reference(&x);
         let mut shape = self.x[..2].to_vec();
         shape.extend(self.out);
-        let what = format!("x{:?} k{:?} s{:?} d{:?} pads{:?} {} ceil={}", self.x, self.kernel, self.strides, self.dilations, self.pads, self.auto_pad, self.ceil);
+        let what = format!(
+            "x{:?} k{:?} s{:?} d{:?} pads{:?} {} ceil={}",
+            self.x, self.kernel, self.strides, self.dilations, self.pads, self.auto_pad, self.ceil
+        );
         let xt = Tensor::from_vec(self.x.to_vec(), x.clone()).unwrap();
         let xf = Tensor::from_vec(self.x.to_vec(), x.iter().map(|&v| v as f32).collect::<Vec<f32>>()).unwrap();
         for (storage, pick) in [(0, 1), (1, 2)] {
-            let k = build(|c| build_pool(c, Reduce::Max), &self.node("MaxPool", vec![("storage_order", AttrValue::Int(storage))]), 12).unwrap();
+            let k = build(
+                |c| build_pool(c, Reduce::Max),
+                &self.node("MaxPool", vec![("storage_order", AttrValue::Int(storage))]),
+                12,
+            )
+            .unwrap();
             let out = run(k.as_ref(), &[Some(xt.clone())], 2).unwrap();
             assert_eq!(out[0].as_tensor().unwrap().shape(), &shape[..], "{what}");
             assert_close(&to_f64(&out[0]), &want.iter().map(|w| w.0).collect::<Vec<_>>(), 0.0, &format!("{what} max"));
-            let idx: Vec<usize> = out[1].as_tensor().unwrap().as_slice::<i64>().unwrap().iter().map(|&i| i as usize).collect();
+            let idx: Vec<usize> =
+                out[1].as_tensor().unwrap().as_slice::<i64>().unwrap().iter().map(|&i| i as usize).collect();
             let want_idx: Vec<usize> = want.iter().map(|w| if pick == 1 { w.1 } else { w.2 }).collect();
             assert_eq!(idx, want_idx, "{what} indices, storage_order {storage}");
         }
         for (include, col) in [(0, 3), (1, 4)] {
-            let k = build(|c| build_pool(c, Reduce::Average), &self.node("AveragePool", vec![("count_include_pad", AttrValue::Int(include))]), 19).unwrap();
+            let k = build(
+                |c| build_pool(c, Reduce::Average),
+                &self.node("AveragePool", vec![("count_include_pad", AttrValue::Int(include))]),
+                19,
+            )
+            .unwrap();
             let want_avg: Vec<f64> = want.iter().map(|w| if col == 3 { w.3 } else { w.4 }).collect();
-            assert_close(&to_f64(&run(k.as_ref(), &[Some(xt.clone())], 1).unwrap()[0]), &want_avg, 1e-12, &format!("{what} avg include={include}"));
-            assert_close(&to_f64(&run(k.as_ref(), &[Some(xf.clone())], 1).unwrap()[0]), &want_avg, 1e-5, &format!("{what} f32 avg"));
+            assert_close(
+                &to_f64(&run(k.as_ref(), &[Some(xt.clone())], 1).unwrap()[0]),
+                &want_avg,
+                1e-12,
+                &format!("{what} avg include={include}"),
+            );
+            assert_close(
+                &to_f64(&run(k.as_ref(), &[Some(xf.clone())], 1).unwrap()[0]),
+                &want_avg,
+                1e-5,
+                &format!("{what} f32 avg"),
+            );
         }
         let k = build(|c| build_pool(c, Reduce::Lp), &self.node("LpPool", vec![("p", AttrValue::Int(3))]), 18).unwrap();
-        assert_close(&to_f64(&run(k.as_ref(), &[Some(xt.clone())], 1).unwrap()[0]), &want.iter().map(|w| w.5).collect::<Vec<_>>(), 1e-12, &format!("{what} lp3"));
+        assert_close(
+            &to_f64(&run(k.as_ref(), &[Some(xt.clone())], 1).unwrap()[0]),
+            &want.iter().map(|w| w.5).collect::<Vec<_>>(),
+            1e-12,
+            &format!("{what} lp3"),
+        );
     }
 }
 
@@ -139,8 +191,11 @@ fn tap_ranges_match_brute_force() {
                     for (pb, pe) in [(0, 0), (1, 0), (0, 2), (2, 1), (3, 3)] {
                         let a = Axis { input, kernel, stride, dilation, pad_begin: pb, pad_end: pe, output: 6 };
                         for (o, t) in axis_taps(&a).iter().enumerate() {
-                            let inside: Vec<usize> = (0..kernel).filter(|&k| (0..input as isize).contains(&a.input_index(o, k))).collect();
-                            let padded = (0..kernel).filter(|&k| (-pb..input as isize + pe).contains(&a.input_index(o, k))).count();
+                            let inside: Vec<usize> =
+                                (0..kernel).filter(|&k| (0..input as isize).contains(&a.input_index(o, k))).collect();
+                            let padded = (0..kernel)
+                                .filter(|&k| (-pb..input as isize + pe).contains(&a.input_index(o, k)))
+                                .count();
                             assert_eq!(t.k1 - t.k0, inside.len(), "{a:?} o={o}");
                             if let Some(&first) = inside.first() {
                                 assert_eq!(t.k0, first, "{a:?} o={o}");
@@ -158,17 +213,84 @@ fn tap_ranges_match_brute_force() {
 fn pools_match_naive_references() {
     let mut rng = Rng::new(21);
     let cases = [
-        Case { x: &[2, 3, 11], kernel: &[3], strides: &[2], pads: Some(&[1, 2]), ref_pads: &[(1, 2)], out: &[6], ..BASE },
-        Case { x: &[1, 5, 7, 11], kernel: &[3, 2], strides: &[2, 2], pads: Some(&[1, 0, 1, 1]), ceil: true, ref_pads: &[(1, 1), (0, 1)], out: &[4, 6], ..BASE },
+        Case {
+            x: &[2, 3, 11],
+            kernel: &[3],
+            strides: &[2],
+            pads: Some(&[1, 2]),
+            ref_pads: &[(1, 2)],
+            out: &[6],
+            ..BASE
+        },
+        Case {
+            x: &[1, 5, 7, 11],
+            kernel: &[3, 2],
+            strides: &[2, 2],
+            pads: Some(&[1, 0, 1, 1]),
+            ceil: true,
+            ref_pads: &[(1, 1), (0, 1)],
+            out: &[4, 6],
+            ..BASE
+        },
         // ceil_mode drops last windows that would start in the end padding.
-        Case { x: &[1, 2, 3, 5], kernel: &[3, 3], strides: &[2, 2], pads: Some(&[1, 1, 2, 2]), ceil: true, ref_pads: &[(1, 2), (1, 2)], out: &[2, 3], ..BASE },
-        Case { x: &[1, 3, 9, 8], kernel: &[2, 3], strides: &[1, 2], dilations: &[2, 2], pads: Some(&[0, 1, 1, 2]), ref_pads: &[(0, 1), (1, 2)], out: &[8, 4], ..BASE },
-        Case { x: &[1, 2, 5, 6, 7], kernel: &[2, 3, 2], strides: &[2, 1, 2], pads: Some(&[1, 0, 1, 0, 1, 1]), ref_pads: &[(1, 0), (0, 1), (1, 1)], out: &[3, 5, 4], ..BASE },
-        Case { x: &[1, 3, 7, 10], kernel: &[4, 3], strides: &[2, 3], auto_pad: "SAME_UPPER", ref_pads: &[(1, 2), (1, 1)], out: &[4, 4], ..BASE },
-        Case { x: &[1, 3, 7, 10], kernel: &[4, 3], strides: &[2, 3], auto_pad: "SAME_LOWER", ref_pads: &[(2, 1), (1, 1)], out: &[4, 4], ..BASE },
+        Case {
+            x: &[1, 2, 3, 5],
+            kernel: &[3, 3],
+            strides: &[2, 2],
+            pads: Some(&[1, 1, 2, 2]),
+            ceil: true,
+            ref_pads: &[(1, 2), (1, 2)],
+            out: &[2, 3],
+            ..BASE
+        },
+        Case {
+            x: &[1, 3, 9, 8],
+            kernel: &[2, 3],
+            strides: &[1, 2],
+            dilations: &[2, 2],
+            pads: Some(&[0, 1, 1, 2]),
+            ref_pads: &[(0, 1), (1, 2)],
+            out: &[8, 4],
+            ..BASE
+        },
+        Case {
+            x: &[1, 2, 5, 6, 7],
+            kernel: &[2, 3, 2],
+            strides: &[2, 1, 2],
+            pads: Some(&[1, 0, 1, 0, 1, 1]),
+            ref_pads: &[(1, 0), (0, 1), (1, 1)],
+            out: &[3, 5, 4],
+            ..BASE
+        },
+        Case {
+            x: &[1, 3, 7, 10],
+            kernel: &[4, 3],
+            strides: &[2, 3],
+            auto_pad: "SAME_UPPER",
+            ref_pads: &[(1, 2), (1, 1)],
+            out: &[4, 4],
+            ..BASE
+        },
+        Case {
+            x: &[1, 3, 7, 10],
+            kernel: &[4, 3],
+            strides: &[2, 3],
+            auto_pad: "SAME_LOWER",
+            ref_pads: &[(2, 1), (1, 1)],
+            out: &[4, 4],
+            ..BASE
+        },
         Case { x: &[1, 3, 7, 10], kernel: &[3, 3], strides: &[2, 2], auto_pad: "VALID", out: &[3, 4], ..BASE },
         // Large enough to run planes in parallel.
-        Case { x: &[4, 16, 33, 35], kernel: &[3, 3], strides: &[2, 2], pads: Some(&[1, 1, 1, 1]), ref_pads: &[(1, 1), (1, 1)], out: &[17, 18], ..BASE },
+        Case {
+            x: &[4, 16, 33, 35],
+            kernel: &[3, 3],
+            strides: &[2, 2],
+            pads: Some(&[1, 1, 1, 1]),
+            ref_pads: &[(1, 1), (1, 1)],
+            out: &[17, 18],
+            ..BASE
+        },
     ];
     for case in &cases {
         case.check(&mut rng);
@@ -198,12 +320,44 @@ fn pools_agree_with_onnxruntime() {
     let cases: Vec<(&str, Vec<f32>, Vec<(&str, AttrValue)>, Vec<f32>)> = vec![
         ("MaxPool", seq(5), vec![k(2), s2.clone(), ("pads", ints(&[0, 1])), ceil.clone()], vec![2., 4., 5.]),
         ("MaxPool", seq(3), vec![k(3), s2.clone(), ("pads", ints(&[1, 2])), ceil.clone()], vec![2., 3.]),
-        ("AveragePool", seq(5), vec![k(3), s2.clone(), ("pads", ints(&[1, 1])), ceil.clone(), ("count_include_pad", AttrValue::Int(1))], vec![1., 3., 3.]),
-        ("AveragePool", seq(5), vec![k(2), s2.clone(), ("pads", ints(&[1, 1])), ceil.clone(), ("dilations", ints(&[2])), ("count_include_pad", AttrValue::Int(1))], vec![1., 3., 2.]),
-        ("AveragePool", seq(5), vec![k(2), s2.clone(), ("pads", ints(&[1, 1])), ceil.clone(), ("dilations", ints(&[2]))], vec![2., 3., 4.]),
+        (
+            "AveragePool",
+            seq(5),
+            vec![k(3), s2.clone(), ("pads", ints(&[1, 1])), ceil.clone(), ("count_include_pad", AttrValue::Int(1))],
+            vec![1., 3., 3.],
+        ),
+        (
+            "AveragePool",
+            seq(5),
+            vec![
+                k(2),
+                s2.clone(),
+                ("pads", ints(&[1, 1])),
+                ceil.clone(),
+                ("dilations", ints(&[2])),
+                ("count_include_pad", AttrValue::Int(1)),
+            ],
+            vec![1., 3., 2.],
+        ),
+        (
+            "AveragePool",
+            seq(5),
+            vec![k(2), s2.clone(), ("pads", ints(&[1, 1])), ceil.clone(), ("dilations", ints(&[2]))],
+            vec![2., 3., 4.],
+        ),
         // The last window reaches past the padded input: divided by the taps inside it.
-        ("AveragePool", seq(6), vec![k(3), s2.clone(), ceil.clone(), ("count_include_pad", AttrValue::Int(1))], vec![2., 4., 5.5]),
-        ("LpPool", seq(6), vec![k(2), s2, ("pads", ints(&[1, 0])), ceil, ("dilations", ints(&[2])), ("p", AttrValue::Int(3))], vec![2., 4.160_167_7, 6.542_133]),
+        (
+            "AveragePool",
+            seq(6),
+            vec![k(3), s2.clone(), ceil.clone(), ("count_include_pad", AttrValue::Int(1))],
+            vec![2., 4., 5.5],
+        ),
+        (
+            "LpPool",
+            seq(6),
+            vec![k(2), s2, ("pads", ints(&[1, 0])), ceil, ("dilations", ints(&[2])), ("p", AttrValue::Int(3))],
+            vec![2., 4.160_167_7, 6.542_133],
+        ),
     ];
     for (op, x, attrs, want) in cases {
         let got = pool(op, &x, attrs);
@@ -218,7 +372,12 @@ fn pools_agree_with_onnxruntime() {
         (&[1, 1, 2, 3, 4], &[2, 2, 2], &[1, 1, 2], 1, &[8, 13, 8, 22]),
     ];
     for (shape, kernel, strides, order, want) in cases {
-        let n = node("MaxPool", &["x"], 2, vec![("kernel_shape", ints(kernel)), ("strides", ints(strides)), ("storage_order", AttrValue::Int(order))]);
+        let n = node(
+            "MaxPool",
+            &["x"],
+            2,
+            vec![("kernel_shape", ints(kernel)), ("strides", ints(strides)), ("storage_order", AttrValue::Int(order))],
+        );
         let k = build(|c| build_pool(c, Reduce::Max), &n, 12).unwrap();
         let out = run(k.as_ref(), &[Some(Tensor::from_vec(shape.to_vec(), x.to_vec()).unwrap())], 2).unwrap();
         assert_eq!(out[1].as_tensor().unwrap().as_slice::<i64>().unwrap(), want, "{shape:?} order {order}");
@@ -240,7 +399,8 @@ fn max_pool_integers_half_types_nan_and_unwanted_indices() {
     // Only Y wanted: no Indices output is computed.
     let out = k.run(&[Some(ValueRef::Value(&v))], &[true, false]).unwrap();
     assert_eq!(out.len(), 1);
-    let got: Vec<f32> = out[0].as_tensor().unwrap().as_slice::<half::f16>().unwrap().iter().map(|h| h.to_f32()).collect();
+    let got: Vec<f32> =
+        out[0].as_tensor().unwrap().as_slice::<half::f16>().unwrap().iter().map(|h| h.to_f32()).collect();
     assert_eq!(got, vec![1.5, -1.0], "NaN never wins (as onnxruntime)");
 }
 
@@ -287,11 +447,22 @@ fn invalid_pools_are_errors() {
     let no_kernel = node("MaxPool", &["x"], 1, vec![]);
     let err = build(max, &no_kernel, 12).err().unwrap().to_string();
     assert!(err.contains("'kernel_shape': expected a list of kernel sizes, found no attribute"), "{err}");
-    let err = build(max, &node("MaxPool", &["x"], 1, vec![("kernel_shape", ints(&[2])), ("ceil_mode", AttrValue::Int(2))]), 12).err().unwrap().to_string();
+    let err = build(
+        max,
+        &node("MaxPool", &["x"], 1, vec![("kernel_shape", ints(&[2])), ("ceil_mode", AttrValue::Int(2))]),
+        12,
+    )
+    .err()
+    .unwrap()
+    .to_string();
     assert!(err.contains("'ceil_mode': expected 0 or 1, found 2"), "{err}");
-    let err = build(lp, &node("LpPool", &["x"], 1, vec![("kernel_shape", ints(&[2])), ("p", AttrValue::Int(0))]), 18).err().unwrap().to_string();
+    let err = build(lp, &node("LpPool", &["x"], 1, vec![("kernel_shape", ints(&[2])), ("p", AttrValue::Int(0))]), 18)
+        .err()
+        .unwrap()
+        .to_string();
     assert!(err.contains("'p': expected a positive number, found 0"), "{err}");
-    let err = build(max, &node("MaxPool", &["x"], 1, vec![("kernel_shape", ints(&[0, 2]))]), 12).err().unwrap().to_string();
+    let err =
+        build(max, &node("MaxPool", &["x"], 1, vec![("kernel_shape", ints(&[0, 2]))]), 12).err().unwrap().to_string();
     assert!(err.contains("'kernel_shape': expected positive integers up to 2147483647, found [0, 2]"), "{err}");
 
     let k2 = build(max, &node("MaxPool", &["x"], 1, vec![("kernel_shape", ints(&[3, 3]))]), 12).unwrap();
@@ -311,9 +482,21 @@ fn invalid_pools_are_errors() {
     let k = build(max, &huge, 12).unwrap();
     let err = run(k.as_ref(), &[x(&[1, 1, 1, 1, 1])], 1).unwrap_err().to_string();
     assert!(err.contains("MaxPool node 'n'") && err.contains("more elements than fit in memory"), "{err}");
-    let err = build(max, &node("MaxPool", &["x"], 1, vec![("kernel_shape", ints(&[2])), ("dilations", ints(&[big + 1]))]), 12).err().unwrap().to_string();
+    let err = build(
+        max,
+        &node("MaxPool", &["x"], 1, vec![("kernel_shape", ints(&[2])), ("dilations", ints(&[big + 1]))]),
+        12,
+    )
+    .err()
+    .unwrap()
+    .to_string();
     assert!(err.contains("'dilations': expected positive integers up to 2147483647"), "{err}");
-    let avg = build(|c| build_pool(c, Reduce::Average), &node("AveragePool", &["x"], 1, vec![("kernel_shape", ints(&[2]))]), 19).unwrap();
+    let avg = build(
+        |c| build_pool(c, Reduce::Average),
+        &node("AveragePool", &["x"], 1, vec![("kernel_shape", ints(&[2]))]),
+        19,
+    )
+    .unwrap();
     let xi = Tensor::from_vec(vec![1, 1, 4], vec![1i8; 4]).unwrap();
     let err = run(avg.as_ref(), &[Some(xi)], 1).unwrap_err().to_string();
     assert!(err.contains("input 0: expected a float, double, float16 or bfloat16 tensor, found int8"), "{err}");

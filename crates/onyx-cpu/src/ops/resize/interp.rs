@@ -81,8 +81,20 @@ impl Axis {
                 let offset = input / 2.0 * (1.0 - adjustment);
                 offset + (x + 0.5) / s - 0.5
             }
-            Coord::PytorchHalfPixel => if self.output > 1 { (x + 0.5) / s - 0.5 } else { 0.0 },
-            Coord::AlignCorners => if self.output > 1 { x * (input - 1.0) / (output - 1.0) } else { 0.0 },
+            Coord::PytorchHalfPixel => {
+                if self.output > 1 {
+                    (x + 0.5) / s - 0.5
+                } else {
+                    0.0
+                }
+            }
+            Coord::AlignCorners => {
+                if self.output > 1 {
+                    x * (input - 1.0) / (output - 1.0)
+                } else {
+                    0.0
+                }
+            }
             Coord::Asymmetric => x / s,
             Coord::TfHalfPixelForNn => (x + 0.5) / s,
             Coord::TfCropAndResize => {
@@ -107,11 +119,29 @@ fn round(x: f64, rounding: Rounding, scale: f64, len: usize) -> usize {
     let f = x.floor();
     let r = x - f;
     let i = match rounding {
-        Rounding::RoundPreferFloor => if r <= 0.5 { f } else { f + 1.0 },
-        Rounding::RoundPreferCeil => if r < 0.5 { f } else { f + 1.0 },
+        Rounding::RoundPreferFloor => {
+            if r <= 0.5 {
+                f
+            } else {
+                f + 1.0
+            }
+        }
+        Rounding::RoundPreferCeil => {
+            if r < 0.5 {
+                f
+            } else {
+                f + 1.0
+            }
+        }
         Rounding::Floor => f,
         Rounding::Ceil => x.ceil(),
-        Rounding::Simple => if scale < 1.0 { x.ceil() } else { f },
+        Rounding::Simple => {
+            if scale < 1.0 {
+                x.ceil()
+            } else {
+                f
+            }
+        }
     };
     i.clamp(0.0, len.saturating_sub(1) as f64) as usize
 }
@@ -175,7 +205,10 @@ pub(crate) fn taps(axis: &Axis, coord: Coord, filter: &Filter, at: &Location) ->
     let s = if filter.antialias { axis.scale.min(1.0) } else { 1.0 };
     let reach = (support / s).ceil();
     if reach.is_nan() || reach > 1e6 {
-        return Err(onyx_core::Error::node(at, format!("antialiasing at scale {} needs too wide a filter", axis.scale)));
+        return Err(onyx_core::Error::node(
+            at,
+            format!("antialiasing at scale {} needs too wide a filter", axis.scale),
+        ));
     }
     let start = (-support / s).floor() as i64 + 1;
     let width = (2 - 2 * start) as usize;
@@ -222,7 +255,9 @@ pub(crate) fn taps(axis: &Axis, coord: Coord, filter: &Filter, at: &Location) ->
 }
 
 /// The accumulator type of linear/cubic passes: f32 or f64.
-pub(crate) trait Acc: Copy + Default + Send + Sync + std::ops::Add<Output = Self> + std::ops::Mul<Output = Self> + 'static {
+pub(crate) trait Acc:
+    Copy + Default + Send + Sync + std::ops::Add<Output = Self> + std::ops::Mul<Output = Self> + 'static
+{
     /// From f64 (rounding).
     fn from_f64(v: f64) -> Self;
 }
@@ -241,7 +276,15 @@ impl Acc for f64 {
 
 /// Resamples `data` (viewed as `[outer, axis.input, inner]`) along the middle axis with
 /// `taps`, giving `[outer, axis.output, inner]`.
-pub(crate) fn pass<A: Acc>(data: &[A], outer: usize, inner: usize, axis: &Axis, taps: &Taps, extrapolation: f64, at: &Location) -> Result<Vec<A>> {
+pub(crate) fn pass<A: Acc>(
+    data: &[A],
+    outer: usize,
+    inner: usize,
+    axis: &Axis,
+    taps: &Taps,
+    extrapolation: f64,
+    at: &Location,
+) -> Result<Vec<A>> {
     let n = outer * axis.output * inner;
     let mut out = elems::alloc::<A>(n, at)?;
     if n == 0 {

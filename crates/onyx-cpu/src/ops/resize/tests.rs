@@ -66,7 +66,10 @@ fn uint8_rounds_and_saturates_like_the_reference() {
     let x = t(&[3, 4], vec![197u8, 84, 117, 137, 245, 217, 125, 167, 51, 205, 141, 136]);
     let y = run1("Resize", 19, vec![string("mode", "linear")], &inputs(x, None, Some(&[1.5, 1.5]), None)).unwrap();
     assert_eq!(y.shape(), &[4, 6]);
-    let want = [197u8, 140, 90, 112, 127, 137, 221, 186, 146, 126, 136, 152, 213, 214, 200, 142, 145, 162, 83, 145, 196, 150, 140, 141];
+    let want = [
+        197u8, 140, 90, 112, 127, 137, 221, 186, 146, 126, 136, 152, 213, 214, 200, 142, 145, 162, 83, 145, 196, 150,
+        140, 141,
+    ];
     assert_eq!(y.as_slice::<u8>().unwrap(), &want);
     // Cubic overshoot past 255 saturates.
     let x = t(&[1, 4], vec![0u8, 0, 255, 255]);
@@ -81,14 +84,29 @@ fn opset_10_and_upsample_use_asymmetric_coordinates() {
     let y = run1("Resize", 10, vec![], &[Some(x), Some(t(&[4], vec![1.0f32, 1.0, 0.6, 0.6]))]).unwrap();
     assert_eq!(f32s(&y), (vec![1, 1, 1, 2], vec![1.0, 3.0]));
     let x = t(&[1, 1, 2, 2], vec![1.0f32, 2.0, 3.0, 4.0]);
-    let y = run1("Resize", 10, vec![string("mode", "linear")], &[Some(x.clone()), Some(t(&[4], vec![1.0f32, 1.0, 2.0, 2.0]))]).unwrap();
+    let y = run1(
+        "Resize",
+        10,
+        vec![string("mode", "linear")],
+        &[Some(x.clone()), Some(t(&[4], vec![1.0f32, 1.0, 2.0, 2.0]))],
+    )
+    .unwrap();
     let want = vec![1.0, 1.5, 2.0, 2.0, 2.0, 2.5, 3.0, 3.0, 3.0, 3.5, 4.0, 4.0, 3.0, 3.5, 4.0, 4.0];
     assert_eq!(f32s(&y), (vec![1, 1, 4, 4], want.clone()));
-    let y = run1("Upsample", 9, vec![string("mode", "linear")], &[Some(x.clone()), Some(t(&[4], vec![1.0f32, 1.0, 2.0, 2.0]))]).unwrap();
+    let y = run1(
+        "Upsample",
+        9,
+        vec![string("mode", "linear")],
+        &[Some(x.clone()), Some(t(&[4], vec![1.0f32, 1.0, 2.0, 2.0]))],
+    )
+    .unwrap();
     assert_eq!(f32s(&y).1, want);
     // Upsample-7 nearest with the scales attribute: np.repeat along each axis.
     let y = run1("Upsample", 7, vec![floats("scales", &[1.0, 1.0, 2.0, 3.0])], &[Some(x)]).unwrap();
-    let want = vec![1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 3.0, 3.0, 3.0, 4.0, 4.0, 4.0, 3.0, 3.0, 3.0, 4.0, 4.0, 4.0];
+    let want = vec![
+        1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 3.0, 3.0, 3.0, 4.0, 4.0, 4.0, 3.0, 3.0, 3.0, 4.0,
+        4.0, 4.0,
+    ];
     assert_eq!(f32s(&y), (vec![1, 1, 4, 6], want));
 }
 
@@ -108,7 +126,13 @@ fn nearest_moves_any_type() {
     let y = run1("Resize", 13, vec![], &inputs(b, None, None, Some(&[4]))).unwrap();
     assert_eq!((y.dtype(), y.view().unwrap().bytes().unwrap()), (DataType::Bool, &[1u8, 1, 0, 0][..]));
     let x = t(&[4], vec![1i64, 2, 3, 4]);
-    let y = run1("Resize", 11, vec![string("coordinate_transformation_mode", "tf_half_pixel_for_nn")], &[Some(x), Some(t(&[0], Vec::<f32>::new())), Some(t(&[1], vec![0.5f32]))]).unwrap();
+    let y = run1(
+        "Resize",
+        11,
+        vec![string("coordinate_transformation_mode", "tf_half_pixel_for_nn")],
+        &[Some(x), Some(t(&[0], Vec::<f32>::new())), Some(t(&[1], vec![0.5f32]))],
+    )
+    .unwrap();
     assert_eq!(i64v(&y).1, vec![2, 4]);
 }
 
@@ -163,7 +187,8 @@ fn large_bilinear_matches_direct_formula() {
 #[test]
 fn identity_resize_returns_the_input() {
     let x = t(&[2, 3], rand_f32(6, 4));
-    let y = run1("Resize", 19, vec![string("mode", "cubic")], &inputs(x.clone(), None, Some(&[1.0, 1.0]), None)).unwrap();
+    let y =
+        run1("Resize", 19, vec![string("mode", "cubic")], &inputs(x.clone(), None, Some(&[1.0, 1.0]), None)).unwrap();
     assert_eq!(f32s(&y), f32s(&x));
 }
 
@@ -183,9 +208,17 @@ fn invalid_resizes_are_errors() {
     assert!(e.contains("input 3") && e.contains("non-negative"), "{e}");
     let e = err(19, vec![], vec![Some(x()), None, None, Some(t(&[2], vec![2i32, 6]))]);
     assert!(e.contains("input 3") && e.contains("int32"), "{e}");
-    let e = err(19, vec![string("coordinate_transformation_mode", "tf_crop_and_resize")], inputs(x(), None, None, Some(&[2, 6])));
+    let e = err(
+        19,
+        vec![string("coordinate_transformation_mode", "tf_crop_and_resize")],
+        inputs(x(), None, None, Some(&[2, 6])),
+    );
     assert!(e.contains("roi"), "{e}");
-    let e = err(19, vec![string("coordinate_transformation_mode", "tf_crop_and_resize")], inputs(x(), Some(&[0.0, 1.0]), None, Some(&[2, 6])));
+    let e = err(
+        19,
+        vec![string("coordinate_transformation_mode", "tf_crop_and_resize")],
+        inputs(x(), Some(&[0.0, 1.0]), None, Some(&[2, 6])),
+    );
     assert!(e.contains("4 roi values"), "{e}");
     let e = err(19, vec![ints("axes", &[1, -1])], inputs(x(), None, None, Some(&[2, 6])));
     assert!(e.contains("'axes'"), "{e}");
@@ -203,6 +236,9 @@ fn invalid_resizes_are_errors() {
     assert!(e.contains("numeric"), "{e}");
     let e = err(19, vec![], inputs(t(&[0, 2], Vec::<f32>::new()), None, None, Some(&[3, 2])));
     assert!(e.contains("empty axis"), "{e}");
+    let wide = t(&[1, 2_000_000], vec![1f32; 2_000_000]);
+    let e = err(19, vec![string("mode", "linear"), int("antialias", 1)], inputs(wide, None, Some(&[1.0, 6e-7]), None));
+    assert!(e.contains("too wide"), "{e}");
     let e = run1("Upsample", 7, vec![], &[Some(x())]).unwrap_err().to_string();
     assert!(e.contains("'scales'"), "{e}");
 }

@@ -51,7 +51,8 @@ fn reshape_shares_owned_and_copies_views() {
     let view = TensorView::from_slice(&shape, &data).unwrap();
     let out = k.run(&[Some(ValueRef::View(view)), Some(ValueRef::Value(&spec))], &[true]).unwrap();
     assert_eq!(f32s(out[0].as_tensor().unwrap()), (vec![2, 6], data.clone()));
-    let err = run1("Reshape", 13, vec![], &[Some(t(&[3, 4], data)), Some(t(&[2], vec![2i32, 6]))]).unwrap_err().to_string();
+    let err =
+        run1("Reshape", 13, vec![], &[Some(t(&[3, 4], data)), Some(t(&[2], vec![2i32, 6]))]).unwrap_err().to_string();
     assert!(err.contains("input 1") && err.contains("int32"), "{err}");
 }
 
@@ -135,8 +136,10 @@ fn identity_and_dropout() {
     let outs = run_n("Dropout", 7, vec![float("ratio", 0.3)], &[Some(x.clone())], 2).unwrap();
     assert_eq!(outs[1].as_tensor().unwrap().as_slice::<f32>().unwrap(), &[1.0; 4]);
     let training = Tensor::from_bools(vec![], vec![true]).unwrap();
-    let err = run_n("Dropout", 12, vec![], &[Some(x.clone()), Some(Tensor::scalar(0.2f32)), Some(training.clone())], 1).unwrap_err();
+    let err = run_n("Dropout", 12, vec![], &[Some(x.clone()), Some(Tensor::scalar(0.2f32)), Some(training.clone())], 1)
+        .unwrap_err();
     assert!(matches!(err, onyx_core::Error::Unsupported(_)), "{err}");
-    let outs = run_n("Dropout", 12, vec![], &[Some(x.clone()), Some(Tensor::scalar(0.0f32)), Some(training)], 1).unwrap();
+    let outs =
+        run_n("Dropout", 12, vec![], &[Some(x.clone()), Some(Tensor::scalar(0.0f32)), Some(training)], 1).unwrap();
     assert_eq!(f32s(outs[0].as_tensor().unwrap()).1, vec![1.5, -2.0, 3.0, 4.0]);
 }
