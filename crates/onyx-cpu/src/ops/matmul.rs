@@ -81,7 +81,7 @@ impl MatMulPlan {
                 format!("cannot multiply shapes {a:?} and {b:?}: A has {k} columns but B has {kb} rows"),
             ));
         }
-        let batch = broadcast_batch(ab, bb).ok_or_else(|| {
+        let batch = super::broadcast::broadcast_shapes(ab, bb).ok_or_else(|| {
             Error::node(at, format!("cannot multiply shapes {a:?} and {b:?}: batch dimensions do not broadcast"))
         })?;
         let offsets = batch_offsets(&batch, ab, bb, m * k, k * n);
@@ -105,20 +105,6 @@ impl MatMulPlan {
     fn folds(&self) -> bool {
         self.offsets.iter().enumerate().all(|(i, &(ao, bo))| bo == 0 && ao == i * self.m * self.k)
     }
-}
-
-/// Broadcasts two batch shapes (numpy rules), `None` when they are incompatible.
-fn broadcast_batch(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
-    let rank = a.len().max(b.len());
-    let dim = |s: &[usize], i: usize| if i + s.len() >= rank { s[i + s.len() - rank] } else { 1 };
-    (0..rank)
-        .map(|i| match (dim(a, i), dim(b, i)) {
-            (x, y) if x == y => Some(x),
-            (1, y) => Some(y),
-            (x, 1) => Some(x),
-            _ => None,
-        })
-        .collect()
 }
 
 /// Element offsets of A's and B's matrices for every index of the broadcast batch shape.
