@@ -1,6 +1,7 @@
 //! The execution-provider seam: an EP says which nodes it takes, builds a kernel per node,
 //! and moves tensors between the host and its device.
 
+use std::any::Any;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -88,7 +89,31 @@ pub trait Kernel: Send + Sync {
     /// optional ones) followed by its implicit (outer-scope) inputs. Returns one value per node
     /// output, in order; trailing optional outputs may be left out when `wanted` says no one
     /// reads them.
+    ///
+    /// For an EP that records work (see [`RunState`]), this runs the node on its own: it records
+    /// and hands over the work of this node alone.
     fn run(&self, inputs: &[Option<ValueRef<'_>>], wanted: &[bool]) -> Result<Vec<Value>>;
+
+    /// Like [`Kernel::run`], inside a run that keeps per-run state for this kernel's EP (the state
+    /// its [`ExecutionProvider::begin_run`] made). EPs that record device work override this to
+    /// add the node's work to the run's recording; the default ignores the state.
+    fn run_in(&self, run: &mut dyn RunState, inputs: &[Option<ValueRef<'_>>], wanted: &[bool]) -> Result<Vec<Value>> {
+        let _ = run;
+        self.run(inputs, wanted)
+    }
+}
+
+/// What an EP keeps for the length of one run: on a GPU, the command encoder the run's kernels
+/// record into, so that a whole run becomes one submission. Created by
+/// [`ExecutionProvider::begin_run`] at the EP's first step of a run.
+pub trait RunState: Send {
+    /// Hands the work recorded so far to the device (a queue submission) without waiting for it.
+    /// The executor calls it before a value of this EP is copied off the device and at the end
+    /// of the run.
+    fn flush(&mut self) -> Result<()>;
+
+    /// For downcasting to the EP's own state type.
+    fn as_any_mut(&mut self) -> &mut dyn Any;
 }
 
 /// A device an EP can run on, as `onyx devices` lists it.
@@ -118,6 +143,20 @@ pub trait ExecutionProvider: Send + Sync {
 
     /// Builds the kernel for a node this EP said it supports.
     fn build_kernel(&self, ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>>;
+
+    /// Per-run state for an EP that records device work; `None` (the default) for EPs whose
+    /// kernels do their work inside [`Kernel::run`].
+    fn begin_run(&self) -> Option<Box<dyn RunState>> {
+        None
+    }
+
+    /// Indices of `ctx.node`'s inputs that this EP's kernel reads in host memory (shape-like
+    /// inputs such as Reshape's `shape` or Slice's `starts`): the planner keeps those on the CPU,
+    /// and may move the small integer nodes that compute them to the CPU too.
+    fn host_inputs(&self, ctx: &NodeContext<'_>) -> Vec<usize> {
+        let _ = ctx;
+        vec![]
+    }
 
     /// Copies a host tensor to this EP's device.
     fn upload(&self, tensor: TensorView<'_>) -> Result<Tensor>;

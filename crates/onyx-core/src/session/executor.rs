@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use super::plan::{Plan, Providers, StepKind};
 use crate::device::Device;
-use crate::ep::{SubgraphRunner, ValueRef};
+use crate::ep::{RunState, SubgraphRunner, ValueRef};
 use crate::{Error, Result, Value};
 
 /// A slot's content during a run: borrowed from the caller (or an enclosing graph), or owned.
@@ -57,9 +57,41 @@ fn copy_ref(value: ValueRef<'_>, to: Device, providers: &Providers) -> Result<Va
     Ok(Value::Tensor(providers.for_device(to)?.upload(view)?))
 }
 
+/// The per-run states of the providers that record work, made at each one's first step.
+struct RunStates<'p> {
+    providers: &'p Providers,
+    states: Vec<Option<Option<Box<dyn RunState>>>>,
+}
+
+impl<'p> RunStates<'p> {
+    fn new(providers: &'p Providers) -> Self {
+        RunStates { providers, states: providers.list.iter().map(|_| None).collect() }
+    }
+
+    /// Provider `p`'s state for this run, made on first use; `None` for EPs that keep none.
+    fn get(&mut self, p: usize) -> Option<&mut Box<dyn RunState>> {
+        let providers = self.providers;
+        self.states[p].get_or_insert_with(|| providers.list[p].begin_run()).as_mut()
+    }
+
+    /// Submits what the provider owning `device` recorded so far, before its values are read.
+    fn flush_device(&mut self, device: Device) -> Result<()> {
+        match self.providers.list.iter().position(|p| p.device() == device) {
+            Some(p) => self.states[p].iter_mut().flatten().try_for_each(|s| s.flush()),
+            None => Ok(()),
+        }
+    }
+
+    /// Submits everything recorded in this run.
+    fn flush_all(&mut self) -> Result<()> {
+        self.states.iter_mut().flatten().flatten().try_for_each(|s| s.flush())
+    }
+}
+
 /// Executes `plan` with `env` already holding its inputs (and outer values). Returns the plan's
 /// outputs in order.
 pub(crate) fn execute<'a>(plan: &Plan, providers: &Providers, mut env: Vec<Option<Slot<'a>>>) -> Result<Vec<Value>> {
+    let mut states = RunStates::new(providers);
     for (slot, value) in &plan.constants {
         if env[*slot].is_none() {
             env[*slot] = Some(Slot::Owned(value.clone()));
@@ -70,8 +102,12 @@ pub(crate) fn execute<'a>(plan: &Plan, providers: &Providers, mut env: Vec<Optio
             let inputs: Vec<Option<ValueRef<'_>>> =
                 step.inputs.iter().map(|s| s.and_then(|s| env[s].as_ref().map(Slot::as_ref))).collect();
             match &step.kind {
-                StepKind::Kernel { kernel, at, wanted } => {
-                    let outs = kernel.run(&inputs, wanted).map_err(|e| e.at(at))?;
+                StepKind::Kernel { kernel, provider, at, wanted } => {
+                    let outs = match states.get(*provider) {
+                        Some(state) => kernel.run_in(state.as_mut(), &inputs, wanted),
+                        None => kernel.run(&inputs, wanted),
+                    };
+                    let outs = outs.map_err(|e| e.at(at))?;
                     if let Some(i) = wanted.iter().enumerate().skip(outs.len()).find(|(_, w)| **w).map(|(i, _)| i) {
                         return Err(Error::node(at, format!("kernel produced no output {i}, which the graph reads")));
                     }
@@ -80,6 +116,7 @@ pub(crate) fn execute<'a>(plan: &Plan, providers: &Providers, mut env: Vec<Optio
                 StepKind::Copy { to } => {
                     let src = inputs.first().copied().flatten();
                     let src = src.ok_or_else(|| Error::Device("copy step without a source value".into()))?;
+                    states.flush_device(src.device())?;
                     vec![copy_ref(src, *to, providers)?]
                 }
             }
@@ -93,6 +130,7 @@ pub(crate) fn execute<'a>(plan: &Plan, providers: &Providers, mut env: Vec<Optio
             env[*s] = None;
         }
     }
+    states.flush_all()?;
     plan.outputs
         .iter()
         .map(|(name, s)| {

@@ -35,7 +35,8 @@ impl Providers {
 /// What a step does.
 pub(crate) enum StepKind {
     /// Runs a node's kernel.
-    Kernel { kernel: Box<dyn Kernel>, at: Location, wanted: Vec<bool> },
+    /// `provider` is the index of the kernel's provider in [`Providers::list`].
+    Kernel { kernel: Box<dyn Kernel>, provider: usize, at: Location, wanted: Vec<bool> },
     /// Moves its one input to `to` (a no-op if it is already there).
     Copy { to: Device },
 }
@@ -80,7 +81,6 @@ pub(crate) struct Plan {
 
 struct Builder<'p> {
     providers: &'p Providers,
-    opsets: &'p OpsetImports,
     slots: HashMap<String, usize>,
     home: Vec<Device>,
     copies: HashMap<(usize, Device), usize>,
@@ -151,7 +151,6 @@ pub(crate) fn build_plan(
     infer_graph(graph, opsets, &mut known)?;
     let mut b = Builder {
         providers,
-        opsets,
         slots: HashMap::new(),
         home: vec![],
         copies: HashMap::new(),
@@ -173,40 +172,49 @@ pub(crate) fn build_plan(
         };
         b.constants.push((s, Value::Tensor(tensor.clone())));
     }
-    let mut assignments = vec![];
+    let known_ref = &known;
+    let subgraphs = |g: &Graph| -> Result<Arc<dyn SubgraphRunner>> {
+        let plan = build_plan(g, providers, opsets, known_ref.clone())?;
+        Ok(Arc::new(SubgraphPlan::new(plan, providers.clone())))
+    };
+    let contexts = Contexts { opsets, known: known_ref, subgraphs: &subgraphs };
+    let mut choice = vec![];
     let mut unsupported = vec![];
     for node in &graph.nodes {
-        let since_version = registry::since_version(node, opsets)?;
-        let known_ref = &known;
-        let subgraphs = |g: &Graph| -> Result<Arc<dyn SubgraphRunner>> {
-            let plan = build_plan(g, providers, opsets, known_ref.clone())?;
-            Ok(Arc::new(SubgraphPlan::new(plan, providers.clone())))
-        };
-        let ctx = NodeContext {
-            node,
-            since_version,
-            opsets: b.opsets,
-            input_types: node
-                .inputs
-                .iter()
-                .map(|n| known.get(n).map(|k| k.ty.clone()).unwrap_or(ValueType::Unknown))
-                .collect(),
-            constant_inputs: node.inputs.iter().map(|n| known.get(n).and_then(|k| k.constant.as_ref())).collect(),
-            subgraphs: &subgraphs,
-        };
-        let Some(provider) = providers.list.iter().find(|p| p.supports(&ctx)) else {
-            unsupported.push(node.location().to_string());
-            continue;
-        };
-        let kernel = provider.build_kernel(&ctx)?;
+        let ctx = contexts.of(node)?;
+        match providers.list.iter().position(|p| p.supports(&ctx)) {
+            Some(p) => choice.push(p),
+            None => unsupported.push(node.location().to_string()),
+        }
+    }
+    if !unsupported.is_empty() {
+        let names: Vec<&str> = providers.list.iter().map(|p| p.name()).collect();
+        let fallback = if providers.has_fallback { "" } else { "; CPU fallback is disabled" };
+        return Err(Error::Unsupported(format!(
+            "{} node(s) (providers: {}{fallback}): {}",
+            unsupported.len(),
+            names.join(", "),
+            unsupported.join(", ")
+        )));
+    }
+    let mut host = vec![];
+    for (node, &p) in graph.nodes.iter().zip(&choice) {
+        host.push(host_inputs(&*providers.list[p], &contexts.of(node)?));
+    }
+    prefer_host_for_shape_nodes(graph, providers, &contexts, &mut choice, &mut host)?;
+    let mut assignments = vec![];
+    for ((node, &p), host) in graph.nodes.iter().zip(&choice).zip(&host) {
+        let provider = &providers.list[p];
+        let kernel = provider.build_kernel(&contexts.of(node)?)?;
         let device = provider.device();
         let mut step_inputs = vec![];
-        for name in &node.inputs {
+        for (i, name) in node.inputs.iter().enumerate() {
             step_inputs.push(if name.is_empty() {
                 None
             } else {
                 let s = b.lookup(name);
-                Some(b.on_device(s, device)?)
+                let target = if host.contains(&i) { Device::Cpu } else { device };
+                Some(if target == Device::Cpu && reads_metadata_only(node, i) { s } else { b.on_device(s, target)? })
             });
         }
         for name in &node.implicit_inputs {
@@ -219,21 +227,11 @@ pub(crate) fn build_plan(
             provider: provider.name().to_string(),
         });
         b.steps.push(Step {
-            kind: StepKind::Kernel { kernel, at: node.location(), wanted: vec![] },
+            kind: StepKind::Kernel { kernel, provider: p, at: node.location(), wanted: vec![] },
             inputs: step_inputs,
             outputs,
             free_after: vec![],
         });
-    }
-    if !unsupported.is_empty() {
-        let names: Vec<&str> = providers.list.iter().map(|p| p.name()).collect();
-        let fallback = if providers.has_fallback { "" } else { "; CPU fallback is disabled" };
-        return Err(Error::Unsupported(format!(
-            "{} node(s) (providers: {}{fallback}): {}",
-            unsupported.len(),
-            names.join(", "),
-            unsupported.join(", ")
-        )));
     }
     let mut outputs = vec![];
     for out in &graph.outputs {
@@ -255,6 +253,87 @@ pub(crate) fn build_plan(
         copy_steps,
         inferred: known,
     })
+}
+
+/// Makes the [`NodeContext`] of each node of one graph.
+struct Contexts<'a> {
+    opsets: &'a OpsetImports,
+    known: &'a HashMap<String, Inferred>,
+    subgraphs: &'a dyn Fn(&Graph) -> Result<Arc<dyn SubgraphRunner>>,
+}
+
+impl<'a> Contexts<'a> {
+    fn of(&self, node: &'a crate::ir::Node) -> Result<NodeContext<'a>> {
+        let known = self.known;
+        Ok(NodeContext {
+            node,
+            since_version: registry::since_version(node, self.opsets)?,
+            opsets: self.opsets,
+            input_types: node
+                .inputs
+                .iter()
+                .map(|n| known.get(n).map(|k| k.ty.clone()).unwrap_or(ValueType::Unknown))
+                .collect(),
+            constant_inputs: node.inputs.iter().map(|n| known.get(n).and_then(|k| k.constant.as_ref())).collect(),
+            subgraphs: self.subgraphs,
+        })
+    }
+}
+
+/// The inputs a node's kernel reads on the host: all of them on the CPU, else what the EP says.
+fn host_inputs(provider: &dyn ExecutionProvider, ctx: &NodeContext<'_>) -> Vec<usize> {
+    if provider.device() == Device::Cpu {
+        (0..ctx.node.inputs.len()).collect()
+    } else {
+        provider.host_inputs(ctx)
+    }
+}
+
+/// Whether a node reads only the shape of input `i`, so a value on any device will do.
+fn reads_metadata_only(node: &crate::ir::Node, i: usize) -> bool {
+    node.domain.is_empty() && i == 0 && matches!(node.op_type.as_str(), "Shape" | "Size")
+}
+
+/// Moves to the CPU the device nodes that compute small integer tensors read only on the host
+/// (Shape→Gather→Concat chains feeding Reshape's `shape`), so that they cost no device round
+/// trip. Visits nodes from last to first so that whole chains move.
+fn prefer_host_for_shape_nodes(
+    graph: &Graph,
+    providers: &Providers,
+    contexts: &Contexts<'_>,
+    choice: &mut [usize],
+    host: &mut [Vec<usize>],
+) -> Result<()> {
+    let Some(cpu) = providers.list.iter().position(|p| p.device() == Device::Cpu) else {
+        return Ok(());
+    };
+    let mut readers: HashMap<&str, Vec<(usize, Option<usize>)>> = HashMap::new();
+    for (n, node) in graph.nodes.iter().enumerate() {
+        for (i, name) in node.inputs.iter().enumerate() {
+            readers.entry(name.as_str()).or_default().push((n, Some(i)));
+        }
+        for name in &node.implicit_inputs {
+            readers.entry(name.as_str()).or_default().push((n, None));
+        }
+    }
+    let integer = |name: &str| {
+        matches!(contexts.known.get(name).map(|k| &k.ty), Some(ValueType::Tensor(t))
+            if matches!(t.dtype, crate::DataType::Int64 | crate::DataType::Int32))
+    };
+    for n in (0..graph.nodes.len()).rev() {
+        let node = &graph.nodes[n];
+        if choice[n] == cpu || node.outputs.is_empty() || !node.outputs.iter().all(|o| o.is_empty() || integer(o)) {
+            continue;
+        }
+        let read_on_host = node.outputs.iter().flat_map(|o| readers.get(o.as_str()).into_iter().flatten()).all(
+            |&(r, i)| choice[r] == cpu || i.is_some_and(|i| host[r].contains(&i)),
+        );
+        if read_on_host && providers.list[cpu].supports(&contexts.of(node)?) {
+            choice[n] = cpu;
+            host[n] = (0..node.inputs.len()).collect();
+        }
+    }
+    Ok(())
 }
 
 /// Frees each slot right after its last reader, and tells kernels which outputs someone reads.

@@ -1,0 +1,202 @@
+//! Tensors in wgpu buffers: allocation, wrapping an application's buffer without a copy, and the
+//! two host copies (upload, download).
+
+use std::any::Any;
+use std::sync::Arc;
+
+use onyx_core::device::DeviceStorage;
+use onyx_core::{element_count, DataType, Device, Error, HostBuffer, Result, Tensor, TensorData, TensorView};
+
+use crate::context::GpuContext;
+
+/// Usage every buffer Onyx allocates has: read and written by shaders, copied both ways.
+pub(crate) const TENSOR_USAGE: wgpu::BufferUsages =
+    wgpu::BufferUsages::STORAGE.union(wgpu::BufferUsages::COPY_SRC).union(wgpu::BufferUsages::COPY_DST);
+
+/// A tensor's elements in (a range of) a wgpu buffer.
+#[derive(Debug)]
+pub struct GpuBuffer {
+    buffer: wgpu::Buffer,
+    offset: u64,
+    byte_len: usize,
+    device: Device,
+}
+
+impl GpuBuffer {
+    /// The wgpu buffer holding the elements.
+    pub fn buffer(&self) -> &wgpu::Buffer {
+        &self.buffer
+    }
+
+    /// Byte offset of the first element in [`GpuBuffer::buffer`].
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// The range shaders bind: the elements, padded to whole 32-bit words.
+    pub(crate) fn binding(&self) -> wgpu::BufferBinding<'_> {
+        wgpu::BufferBinding {
+            buffer: &self.buffer,
+            offset: self.offset,
+            size: wgpu::BufferSize::new(padded(self.byte_len)),
+        }
+    }
+}
+
+impl DeviceStorage for GpuBuffer {
+    fn device(&self) -> Device {
+        self.device
+    }
+
+    fn byte_len(&self) -> usize {
+        self.byte_len
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// Bytes a tensor of `byte_len` bytes occupies on the GPU: whole words, at least one (wgpu binds
+/// no empty ranges).
+pub(crate) fn padded(byte_len: usize) -> u64 {
+    (byte_len.max(1) as u64).div_ceil(4) * 4
+}
+
+/// The GPU buffer of a tensor, if it lives on a wgpu device.
+pub fn gpu_buffer(tensor: &Tensor) -> Option<&GpuBuffer> {
+    match tensor.data() {
+        TensorData::Device(d) => d.as_any().downcast_ref::<GpuBuffer>(),
+        _ => None,
+    }
+}
+
+fn byte_len(dtype: DataType, shape: &[usize]) -> Result<usize> {
+    if dtype == DataType::String {
+        return Err(Error::Unsupported("wgpu: string tensors cannot live on the GPU".into()));
+    }
+    dtype
+        .byte_len(element_count(shape)?)
+        .ok_or_else(|| Error::InvalidArgument(format!("a {dtype:?} tensor of shape {shape:?} is too large")))
+}
+
+impl GpuContext {
+    fn check_size(&self, bytes: u64) -> Result<()> {
+        let max = self.device.limits().max_buffer_size.min(self.device.limits().max_storage_buffer_binding_size as u64);
+        if bytes > max {
+            return Err(Error::Device(format!("wgpu: a tensor of {bytes} bytes exceeds this GPU's buffer limit ({max})")));
+        }
+        Ok(())
+    }
+
+    /// A new, uninitialised tensor on this GPU.
+    pub fn alloc(&self, dtype: DataType, shape: Vec<usize>) -> Result<Tensor> {
+        let len = byte_len(dtype, &shape)?;
+        self.check_size(padded(len))?;
+        let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: None,
+            size: padded(len),
+            usage: TENSOR_USAGE,
+            mapped_at_creation: false,
+        });
+        self.tensor(dtype, shape, buffer, 0, len)
+    }
+
+    fn tensor(&self, dtype: DataType, shape: Vec<usize>, buffer: wgpu::Buffer, offset: u64, len: usize) -> Result<Tensor> {
+        let storage = GpuBuffer { buffer, offset, byte_len: len, device: self.onyx_device() };
+        Tensor::from_device(dtype, shape, Arc::new(storage))
+    }
+
+    /// Copies a host tensor into a new buffer of this GPU.
+    pub fn upload(&self, view: TensorView<'_>) -> Result<Tensor> {
+        let bytes = view.bytes()?;
+        self.check_size(padded(bytes.len()))?;
+        let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: None,
+            size: padded(bytes.len()),
+            usage: TENSOR_USAGE,
+            mapped_at_creation: true,
+        });
+        {
+            let mut mapped = buffer
+                .get_mapped_range_mut(..)
+                .map_err(|e| Error::Device(format!("wgpu: cannot map a new buffer: {e}")))?;
+            mapped.slice(..bytes.len()).copy_from_slice(bytes);
+        }
+        buffer.unmap();
+        self.tensor(view.dtype(), view.shape().to_vec(), buffer, 0, bytes.len())
+    }
+
+    /// Wraps `len` bytes of the application's `buffer` from `offset` as a tensor, without a
+    /// copy. The buffer must belong to this device, have STORAGE usage (and COPY_SRC to be read
+    /// back), hold the whole tensor, and `offset` must meet the storage-binding alignment.
+    pub fn wrap_buffer(&self, buffer: &wgpu::Buffer, offset: u64, dtype: DataType, shape: Vec<usize>) -> Result<Tensor> {
+        let len = byte_len(dtype, &shape)?;
+        if !buffer.usage().contains(wgpu::BufferUsages::STORAGE) {
+            return Err(Error::InvalidArgument(format!("wgpu: the buffer has usage {:?}, not STORAGE", buffer.usage())));
+        }
+        let align = self.device.limits().min_storage_buffer_offset_alignment as u64;
+        if !offset.is_multiple_of(align) {
+            return Err(Error::InvalidArgument(format!(
+                "wgpu: byte offset {offset} is not a multiple of this device's storage alignment {align}"
+            )));
+        }
+        let need = offset.checked_add(padded(len)).unwrap_or(u64::MAX);
+        if need > buffer.size() {
+            return Err(Error::InvalidArgument(format!(
+                "wgpu: a {dtype:?} tensor of shape {shape:?} needs {need} bytes from the buffer's start \
+                 (offset {offset}, padded to 4 bytes), but the buffer has {}",
+                buffer.size()
+            )));
+        }
+        self.tensor(dtype, shape, buffer.clone(), offset, len)
+    }
+
+    /// Copies a tensor of this GPU to the host. Waits for the GPU work that writes it, which
+    /// must have been submitted.
+    pub fn download(&self, tensor: &Tensor) -> Result<Tensor> {
+        let src = self.own_buffer(tensor)?;
+        let size = padded(src.byte_len);
+        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("onyx download"),
+            size,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut encoder = self.device.create_command_encoder(&Default::default());
+        encoder.copy_buffer_to_buffer(&src.buffer, src.offset, &staging, 0, size);
+        let index = self.queue.submit([encoder.finish()]);
+        let (tx, rx) = std::sync::mpsc::channel();
+        staging.map_async(wgpu::MapMode::Read, .., move |r| {
+            let _ = tx.send(r);
+        });
+        self.device
+            .poll(wgpu::PollType::Wait { submission_index: Some(index), timeout: None })
+            .map_err(|e| Error::Device(format!("wgpu: waiting for a download failed: {e}")))?;
+        self.check_fault()?;
+        rx.recv()
+            .map_err(|_| Error::Device("wgpu: the download's mapping was dropped".into()))?
+            .map_err(|e| Error::Device(format!("wgpu: cannot map a download buffer: {e}")))?;
+        // 8-byte words, so that every element type can be viewed in place.
+        let mut words = vec![0u64; src.byte_len.div_ceil(8)];
+        {
+            let view = staging.get_mapped_range(..).map_err(|e| Error::Device(format!("wgpu: {e}")))?;
+            bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..src.byte_len].copy_from_slice(&view[..src.byte_len]);
+        }
+        staging.unmap();
+        let host = HostBuffer::new(std::sync::Arc::new(words), 0, src.byte_len)?;
+        Tensor::from_bytes(tensor.dtype(), tensor.shape().to_vec(), host)
+    }
+
+    /// The buffer of a tensor that lives on this GPU, or an error naming where it lives.
+    pub(crate) fn own_buffer<'t>(&self, tensor: &'t Tensor) -> Result<&'t GpuBuffer> {
+        match gpu_buffer(tensor) {
+            Some(b) if b.device == self.onyx_device() => Ok(b),
+            _ => Err(Error::Device(format!(
+                "wgpu: expected a tensor on {}, found one on {}",
+                self.onyx_device(),
+                tensor.device()
+            ))),
+        }
+    }
+}

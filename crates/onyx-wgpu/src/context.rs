@@ -1,0 +1,179 @@
+//! The GPU one wgpu EP runs on: the adapter it chose (or the application's device and queue),
+//! the compute pipelines made so far, and what the device reported (errors, loss).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use onyx_core::{Device, Error, Result};
+
+use crate::options::WgpuOptions;
+
+/// A compute pipeline and the layout of its one bind group.
+pub(crate) struct Pipeline {
+    pub pipeline: wgpu::ComputePipeline,
+    pub layout: wgpu::BindGroupLayout,
+}
+
+/// A device and queue with everything the EP shares between sessions and runs on them.
+pub struct GpuContext {
+    pub(crate) device: wgpu::Device,
+    pub(crate) queue: wgpu::Queue,
+    info: wgpu::AdapterInfo,
+    id: u32,
+    pipelines: Mutex<HashMap<String, Arc<Pipeline>>>,
+    /// Set once the device is lost: every later call fails.
+    lost: Arc<Mutex<Option<String>>>,
+    /// The first error the device reported outside an error scope since the last check.
+    error: Arc<Mutex<Option<String>>>,
+}
+
+/// Features Onyx uses when the adapter has them.
+const WANTED_FEATURES: wgpu::Features = wgpu::Features::SHADER_F16
+    .union(wgpu::Features::SUBGROUP)
+    .union(wgpu::Features::TIMESTAMP_QUERY)
+    .union(wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES);
+
+/// Each context gets its own `Device::Wgpu` number.
+static NEXT_ID: AtomicU32 = AtomicU32::new(0);
+
+impl std::fmt::Debug for GpuContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpuContext").field("adapter", &self.info.name).field("id", &self.id).finish()
+    }
+}
+
+/// The adapters wgpu finds for `backends` (all compiled-in backends when empty), in the order
+/// the EP prefers them for `options`, with those the filters reject left out.
+pub fn adapters(options: &WgpuOptions) -> Vec<wgpu::Adapter> {
+    let backends = if options.backends.is_empty() { wgpu::Backends::all() } else { options.backends };
+    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
+    desc.backends = backends;
+    let instance = wgpu::Instance::new(desc);
+    let mut found: Vec<wgpu::Adapter> = pollster::block_on(instance.enumerate_adapters(backends))
+        .into_iter()
+        .filter(|a| options.accepts(&a.get_info()))
+        .collect();
+    found.sort_by_key(|a| options.rank(&a.get_info()));
+    found
+}
+
+impl GpuContext {
+    /// Opens the adapter `options` choose and creates a device on it with every limit the
+    /// adapter offers and the optional features Onyx uses.
+    pub fn new(options: &WgpuOptions) -> Result<Arc<GpuContext>> {
+        let found = adapters(options);
+        let index = options.adapter_index.unwrap_or(0);
+        let count = found.len();
+        let adapter = found.into_iter().nth(index).ok_or_else(|| {
+            Error::Device(if count == 0 {
+                "wgpu: no adapter found (is a Vulkan, Metal or DX12 driver installed? on Linux without a GPU, \
+                 Mesa's lavapipe: package mesa-vulkan-drivers)"
+                    .to_string()
+            } else {
+                format!("wgpu: adapter index {index} asked for, but only {count} adapter(s) match the options")
+            })
+        })?;
+        let desc = wgpu::DeviceDescriptor {
+            label: Some("onyx"),
+            required_features: adapter.features() & WANTED_FEATURES,
+            required_limits: adapter.limits(),
+            ..Default::default()
+        };
+        let (device, queue) = pollster::block_on(adapter.request_device(&desc))
+            .map_err(|e| Error::Device(format!("wgpu: cannot open {}: {e}", adapter.get_info().name)))?;
+        Ok(Self::wrap(device, queue, adapter.get_info()))
+    }
+
+    /// Uses the application's own device and queue: all of Onyx's work is submitted on that
+    /// queue, ordered with the application's own submissions. `info` describes the adapter for
+    /// reports (`adapter.get_info()`).
+    pub fn from_device(device: wgpu::Device, queue: wgpu::Queue, info: wgpu::AdapterInfo) -> Arc<GpuContext> {
+        Self::wrap(device, queue, info)
+    }
+
+    fn wrap(device: wgpu::Device, queue: wgpu::Queue, info: wgpu::AdapterInfo) -> Arc<GpuContext> {
+        let (lost, error) = (Arc::new(Mutex::new(None)), Arc::new(Mutex::new(None)));
+        let on_error = error.clone();
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| record_fault(&on_error, e.to_string())));
+        let on_lost = lost.clone();
+        device.set_device_lost_callback(move |reason, message| {
+            record_fault(&on_lost, format!("device lost ({reason:?}): {message}"))
+        });
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        Arc::new(GpuContext { device, queue, info, id, pipelines: Mutex::new(HashMap::new()), lost, error })
+    }
+
+    /// The wgpu device.
+    pub fn device(&self) -> &wgpu::Device {
+        &self.device
+    }
+
+    /// The queue all of the EP's work goes to.
+    pub fn queue(&self) -> &wgpu::Queue {
+        &self.queue
+    }
+
+    /// The adapter the device belongs to.
+    pub fn adapter_info(&self) -> &wgpu::AdapterInfo {
+        &self.info
+    }
+
+    /// The [`Device`] values on this GPU carry.
+    pub fn onyx_device(&self) -> Device {
+        Device::Wgpu(self.id)
+    }
+
+    /// Whether shaders may use `f16`.
+    pub fn has_f16(&self) -> bool {
+        self.device.features().contains(wgpu::Features::SHADER_F16)
+    }
+
+    /// An error if the device was lost (always, from then on) or reported an error nobody
+    /// caught since the last check.
+    pub(crate) fn check_fault(&self) -> Result<()> {
+        let lost = self.lost.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let error = lost.or_else(|| self.error.lock().unwrap_or_else(PoisonError::into_inner).take());
+        match error {
+            Some(message) => Err(Error::Device(format!("wgpu ({}): {message}", self.info.name))),
+            None => Ok(()),
+        }
+    }
+
+    /// The pipeline of `key`, compiled from `source()` the first time it is asked for. Nodes
+    /// sharing a shader variant share one pipeline.
+    pub(crate) fn pipeline(&self, key: &str, source: impl FnOnce() -> String) -> Result<Arc<Pipeline>> {
+        if let Some(p) = self.pipelines.lock().unwrap_or_else(PoisonError::into_inner).get(key) {
+            return Ok(p.clone());
+        }
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some(key),
+            source: wgpu::ShaderSource::Wgsl(source().into()),
+        });
+        let pipeline = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(key),
+            layout: None,
+            module: &module,
+            entry_point: Some("main"),
+            compilation_options: Default::default(),
+            cache: None,
+        });
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(Error::Device(format!("wgpu: shader '{key}' does not compile: {e}")));
+        }
+        let layout = pipeline.get_bind_group_layout(0);
+        let p = Arc::new(Pipeline { pipeline, layout });
+        self.pipelines.lock().unwrap_or_else(PoisonError::into_inner).insert(key.to_string(), p.clone());
+        Ok(p)
+    }
+
+    /// Number of distinct pipelines made so far.
+    pub fn pipeline_count(&self) -> usize {
+        self.pipelines.lock().unwrap_or_else(PoisonError::into_inner).len()
+    }
+}
+
+fn record_fault(fault: &Mutex<Option<String>>, message: String) {
+    fault.lock().unwrap_or_else(PoisonError::into_inner).get_or_insert(message);
+}

@@ -1,0 +1,24 @@
+//! Onyx's wgpu execution provider: ONNX nodes as WGSL compute shaders on any GPU that wgpu
+//! reaches (Vulkan, Metal, DX12), on a device Onyx opens or on the application's own.
+//!
+//! A run records every GPU node into one compute pass of one command encoder and submits it
+//! once (see [`GpuRun`]); tensors stay in GPU buffers between nodes, and an application's
+//! buffers can be wrapped as tensors without a copy ([`GpuContext::wrap_buffer`]).
+
+mod buffer;
+mod context;
+mod kernel;
+mod ops;
+mod options;
+mod provider;
+mod run;
+
+#[cfg(test)]
+mod testkit;
+
+pub use buffer::{gpu_buffer, GpuBuffer};
+pub use context::{adapters, GpuContext};
+pub use options::{vendor, WgpuOptions};
+pub use provider::{describe_adapters, WgpuProvider};
+pub use run::GpuRun;
+pub use wgpu;

@@ -1,0 +1,93 @@
+//! The wgpu EP's operators, one module per family, and the table that says which node each
+//! one takes.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use onyx_core::ep::NodeContext;
+use onyx_core::types::ValueType;
+use onyx_core::{DataType, Result};
+
+use crate::context::GpuContext;
+use crate::kernel::GpuOp;
+
+pub(crate) mod elementwise;
+
+/// Whether the EP takes a node: dtypes and attributes the kernel handles on this device.
+pub(crate) type SupportsFn = fn(&NodeContext<'_>, &GpuContext) -> bool;
+
+/// Builds a node's GPU op: decodes attributes once, compiles (or reuses) its pipelines.
+pub(crate) type BuildFn = fn(&NodeContext<'_>, &Arc<GpuContext>) -> Result<Box<dyn GpuOp>>;
+
+/// One operator of the EP.
+#[derive(Clone, Copy)]
+pub(crate) struct OpDef {
+    pub supports: SupportsFn,
+    pub build: BuildFn,
+    /// Inputs the kernel reads on the host (shape-like inputs).
+    pub host_inputs: &'static [usize],
+}
+
+/// The EP's operators by op type (default ONNX domain).
+#[derive(Default)]
+pub(crate) struct Registry {
+    ops: HashMap<&'static str, OpDef>,
+}
+
+impl Registry {
+    /// Every operator the EP has.
+    pub fn with_all_ops() -> Registry {
+        let mut r = Registry::default();
+        elementwise::register(&mut r);
+        r
+    }
+
+    /// Registers an op whose inputs are all read on the GPU.
+    pub fn add(&mut self, op: &'static str, supports: SupportsFn, build: BuildFn) {
+        self.ops.insert(op, OpDef { supports, build, host_inputs: &[] });
+    }
+
+    /// Registers an op with some inputs read on the host.
+    pub fn add_with_host_inputs(&mut self, op: &'static str, supports: SupportsFn, build: BuildFn, host: &'static [usize]) {
+        self.ops.insert(op, OpDef { supports, build, host_inputs: host });
+    }
+
+    /// The definition for a node's op.
+    pub fn get(&self, domain: &str, op: &str) -> Option<&OpDef> {
+        if domain.is_empty() || domain == "ai.onnx" {
+            self.ops.get(op)
+        } else {
+            None
+        }
+    }
+
+    /// Op types the EP has, sorted.
+    pub fn ops(&self) -> Vec<&'static str> {
+        let mut v: Vec<_> = self.ops.keys().copied().collect();
+        v.sort();
+        v
+    }
+}
+
+/// The dtype of input `i` when inference knows it.
+pub(crate) fn input_dtype(ctx: &NodeContext<'_>, i: usize) -> Option<DataType> {
+    match ctx.input_types.get(i)? {
+        ValueType::Tensor(t) => Some(t.dtype),
+        _ => None,
+    }
+}
+
+/// Whether input `i` is a tensor whose dtype the kernels compute in on this device: f32, or f16
+/// where the adapter has SHADER_F16.
+pub(crate) fn is_float_input(ctx: &NodeContext<'_>, gpu: &GpuContext, i: usize) -> bool {
+    match input_dtype(ctx, i) {
+        Some(DataType::Float) => true,
+        Some(DataType::Float16) => gpu.has_f16(),
+        _ => false,
+    }
+}
+
+/// Whether every present input among `indices` is a float input (see [`is_float_input`]).
+pub(crate) fn float_inputs(ctx: &NodeContext<'_>, gpu: &GpuContext, indices: std::ops::Range<usize>) -> bool {
+    indices.filter(|&i| ctx.node.inputs.get(i).is_some_and(|n| !n.is_empty())).all(|i| is_float_input(ctx, gpu, i))
+}

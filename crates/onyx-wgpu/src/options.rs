@@ -1,0 +1,121 @@
+//! How the wgpu EP picks its adapter, as provider options users know from ONNX Runtime's
+//! DirectML/WebGPU EPs.
+
+use onyx_core::{Error, Result};
+
+/// PCI vendor ids users filter adapters by.
+pub mod vendor {
+    /// NVIDIA.
+    pub const NVIDIA: u32 = 4318;
+    /// AMD.
+    pub const AMD: u32 = 4098;
+    /// Intel.
+    pub const INTEL: u32 = 32902;
+}
+
+/// Which adapter the wgpu EP opens. The default takes the best adapter of any backend:
+/// discrete before integrated before virtual before software.
+#[derive(Debug, Clone, Default)]
+pub struct WgpuOptions {
+    /// Index into the adapters that pass the other filters, in `onyx devices` order.
+    pub adapter_index: Option<usize>,
+    /// Only adapters of this PCI vendor (see [`vendor`]).
+    pub vendor_id: Option<u32>,
+    /// Only adapters of this kind.
+    pub device_type: Option<wgpu::DeviceType>,
+    /// Ordering among the adapters that pass the filters.
+    pub power_preference: wgpu::PowerPreference,
+    /// Backends to look at; empty means all that are compiled in.
+    pub backends: wgpu::Backends,
+}
+
+impl WgpuOptions {
+    /// Sets one option from its string form, as the CLI's `--provider-option key=value` gives it.
+    /// Keys: `adapter`, `vendor`, `device_type` (discrete, integrated, virtual, cpu),
+    /// `power` (high-performance, low-power, default), `backend` (vulkan, metal, dx12).
+    pub fn set(&mut self, key: &str, value: &str) -> Result<()> {
+        let bad = |expected: &str| Error::InvalidArgument(format!("wgpu option {key}: expected {expected}, got '{value}'"));
+        match key {
+            "adapter" | "adapter_index" => self.adapter_index = Some(value.parse().map_err(|_| bad("an index"))?),
+            "vendor" | "vendor_id" => {
+                self.vendor_id = Some(match value.to_ascii_lowercase().as_str() {
+                    "nvidia" => vendor::NVIDIA,
+                    "amd" => vendor::AMD,
+                    "intel" => vendor::INTEL,
+                    v => v.parse().map_err(|_| bad("a PCI vendor id or nvidia/amd/intel"))?,
+                })
+            }
+            "device_type" => {
+                self.device_type = Some(match value {
+                    "discrete" => wgpu::DeviceType::DiscreteGpu,
+                    "integrated" => wgpu::DeviceType::IntegratedGpu,
+                    "virtual" => wgpu::DeviceType::VirtualGpu,
+                    "cpu" => wgpu::DeviceType::Cpu,
+                    _ => return Err(bad("discrete, integrated, virtual or cpu")),
+                })
+            }
+            "power" | "power_preference" => {
+                self.power_preference = match value {
+                    "high-performance" | "high" => wgpu::PowerPreference::HighPerformance,
+                    "low-power" | "low" => wgpu::PowerPreference::LowPower,
+                    "default" | "none" => wgpu::PowerPreference::None,
+                    _ => return Err(bad("high-performance, low-power or default")),
+                }
+            }
+            "backend" => {
+                self.backends = match value {
+                    "vulkan" => wgpu::Backends::VULKAN,
+                    "metal" => wgpu::Backends::METAL,
+                    "dx12" => wgpu::Backends::DX12,
+                    "all" => wgpu::Backends::empty(),
+                    _ => return Err(bad("vulkan, metal, dx12 or all")),
+                }
+            }
+            _ => {
+                return Err(Error::InvalidArgument(format!(
+                    "unknown wgpu option '{key}' (known: adapter, vendor, device_type, power, backend)"
+                )))
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether an adapter passes the vendor and device-type filters.
+    pub(crate) fn accepts(&self, info: &wgpu::AdapterInfo) -> bool {
+        self.vendor_id.is_none_or(|v| v == info.vendor) && self.device_type.is_none_or(|t| t == info.device_type)
+    }
+
+    /// Sort key: lower is preferred.
+    pub(crate) fn rank(&self, info: &wgpu::AdapterInfo) -> u8 {
+        use wgpu::DeviceType::*;
+        match (self.power_preference, info.device_type) {
+            (wgpu::PowerPreference::LowPower, IntegratedGpu) => 0,
+            (wgpu::PowerPreference::LowPower, DiscreteGpu) => 1,
+            (_, DiscreteGpu) => 0,
+            (_, IntegratedGpu) => 1,
+            (_, VirtualGpu) => 2,
+            (_, Other) => 3,
+            (_, Cpu) => 4,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_known_options_and_names_bad_ones() {
+        let mut o = WgpuOptions::default();
+        o.set("vendor", "nvidia").unwrap();
+        o.set("device_type", "cpu").unwrap();
+        o.set("power", "low-power").unwrap();
+        o.set("adapter", "1").unwrap();
+        assert_eq!(o.vendor_id, Some(vendor::NVIDIA));
+        assert_eq!(o.device_type, Some(wgpu::DeviceType::Cpu));
+        assert_eq!(o.adapter_index, Some(1));
+        let e = o.set("power", "fast").unwrap_err().to_string();
+        assert!(e.contains("power") && e.contains("fast"), "{e}");
+        assert!(o.set("colour", "red").unwrap_err().to_string().contains("colour"));
+    }
+}
