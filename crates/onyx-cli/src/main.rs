@@ -72,9 +72,13 @@ enum Command {
 /// Options that shape the session, shared by info, run and bench.
 #[derive(Args, Clone)]
 struct SessionArgs {
-    /// Execution provider, in priority order (repeatable): cpu.
+    /// Execution provider, in priority order (repeatable): cpu, wgpu.
     #[arg(long = "provider", value_name = "P", default_value = "cpu")]
     providers: Vec<String>,
+    /// Provider option KEY=VALUE for the GPU provider (wgpu: adapter, vendor, device_type, power,
+    /// backend); repeatable.
+    #[arg(long = "provider-option", value_name = "KEY=VALUE")]
+    provider_options: Vec<String>,
     /// Fix a free dimension: NAME=N (symbolic dims default to 1 for random inputs).
     #[arg(long = "free-dim", value_name = "NAME=N")]
     free_dims: Vec<String>,
@@ -91,7 +95,12 @@ struct SessionArgs {
 
 impl SessionArgs {
     fn builder(&self) -> Result<SessionBuilder> {
-        let providers = self.providers.iter().map(|p| p.parse::<Provider>()).collect::<Result<Vec<_>>>()?;
+        let mut providers = self.providers.iter().map(|p| p.parse::<Provider>()).collect::<Result<Vec<_>>>()?;
+        for (key, value) in parse_pairs(&self.provider_options, "--provider-option")? {
+            let gpu = providers.iter_mut().find(|p| !matches!(p, Provider::Cpu));
+            let gpu = gpu.ok_or_else(|| Error::InvalidArgument(format!("--provider-option {key}: no GPU provider given")))?;
+            gpu.set_option(&key, &value)?;
+        }
         let level: OptimizationLevel = self.optimization.parse()?;
         let mut b = SessionBuilder::new()
             .with_providers(providers)

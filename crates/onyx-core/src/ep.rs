@@ -112,6 +112,13 @@ pub trait RunState: Send {
     /// of the run.
     fn flush(&mut self) -> Result<()>;
 
+    /// Takes a value of this EP's device that the run no longer reads, so that the EP may reuse
+    /// its memory later in the run (or, once the run is submitted, in later runs). The default
+    /// drops it.
+    fn release(&mut self, value: Value) {
+        drop(value);
+    }
+
     /// For downcasting to the EP's own state type.
     fn as_any_mut(&mut self) -> &mut dyn Any;
 }
@@ -156,6 +163,14 @@ pub trait ExecutionProvider: Send + Sync {
     fn host_inputs(&self, ctx: &NodeContext<'_>) -> Vec<usize> {
         let _ = ctx;
         vec![]
+    }
+
+    /// Copies `src` into `dst`, both tensors of this EP's device with equal dtype and shape, as
+    /// part of `run` (the run's state, when this EP keeps one). For outputs bound to a
+    /// preallocated device tensor.
+    fn copy_into(&self, run: Option<&mut dyn RunState>, src: &Tensor, dst: &Tensor) -> Result<()> {
+        let _ = (run, src, dst);
+        Err(Error::Unsupported(format!("execution provider '{}' cannot copy into a preallocated tensor", self.name())))
     }
 
     /// Copies a host tensor to this EP's device.

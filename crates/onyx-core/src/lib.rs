@@ -19,4 +19,4 @@ pub use dtype::DataType;
 pub use error::{Error, Location, Result};
 pub use tensor::{element_count, ByteSource, Element, HostBuffer, Tensor, TensorData, TensorView, ViewData};
 pub use value::{InputValue, Map, Optional, Sequence, Value};
-pub use session::{OptimizationLevel, Outputs, Session, SessionOptions};
+pub use session::{IoBinding, OptimizationLevel, OutputTarget, Outputs, Session, SessionOptions};

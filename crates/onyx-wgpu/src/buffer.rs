@@ -20,6 +20,8 @@ pub struct GpuBuffer {
     offset: u64,
     byte_len: usize,
     device: Device,
+    /// Whether the buffer came from a run's pool and may go back to it once released.
+    pooled: bool,
 }
 
 impl GpuBuffer {
@@ -63,6 +65,17 @@ pub(crate) fn padded(byte_len: usize) -> u64 {
     (byte_len.max(1) as u64).div_ceil(4) * 4
 }
 
+/// The size of pooled buffer that holds `bytes`: small sizes rounded up to 256 bytes, larger
+/// ones to a quarter of their power of two, so that one buffer serves many nearby sizes and no
+/// more than a fifth of it is wasted.
+pub(crate) fn size_class(bytes: u64) -> u64 {
+    if bytes <= 4096 {
+        return bytes.max(1).next_multiple_of(256);
+    }
+    let step = 1u64 << (63 - (bytes - 1).leading_zeros() - 2);
+    bytes.next_multiple_of(step)
+}
+
 /// The GPU buffer of a tensor, if it lives on a wgpu device.
 pub fn gpu_buffer(tensor: &Tensor) -> Option<&GpuBuffer> {
     match tensor.data() {
@@ -103,14 +116,40 @@ impl GpuContext {
     }
 
     fn tensor(&self, dtype: DataType, shape: Vec<usize>, buffer: wgpu::Buffer, offset: u64, len: usize) -> Result<Tensor> {
-        let storage = GpuBuffer { buffer, offset, byte_len: len, device: self.onyx_device() };
+        let storage = GpuBuffer { buffer, offset, byte_len: len, device: self.onyx_device(), pooled: false };
         Tensor::from_device(dtype, shape, Arc::new(storage))
+    }
+
+    /// A tensor in a pooled buffer (`buffer` from [`GpuContext::pooled_buffer`]).
+    pub(crate) fn pooled_tensor(&self, dtype: DataType, shape: Vec<usize>, buffer: wgpu::Buffer) -> Result<Tensor> {
+        let len = byte_len(dtype, &shape)?;
+        let storage = GpuBuffer { buffer, offset: 0, byte_len: len, device: self.onyx_device(), pooled: true };
+        Tensor::from_device(dtype, shape, Arc::new(storage))
+    }
+
+    /// An idle buffer of `class` bytes (a [`size_class`]) from the pool, or a new one.
+    pub(crate) fn pooled_buffer(&self, class: u64) -> Result<wgpu::Buffer> {
+        if let Some(b) = self.pool.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get_mut(&class).and_then(Vec::pop) {
+            return Ok(b);
+        }
+        self.check_size(class)?;
+        Ok(self.device.create_buffer(&wgpu::BufferDescriptor { label: None, size: class, usage: TENSOR_USAGE, mapped_at_creation: false }))
+    }
+
+    /// Returns buffers to the pool: only buffers whose last use has been submitted, so that
+    /// whatever later takes them is ordered after that use on the queue.
+    pub(crate) fn recycle(&self, buffers: impl IntoIterator<Item = wgpu::Buffer>) {
+        let mut pool = self.pool.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for b in buffers {
+            pool.entry(b.size()).or_default().push(b);
+        }
     }
 
     /// Copies a host tensor into a new buffer of this GPU.
     pub fn upload(&self, view: TensorView<'_>) -> Result<Tensor> {
         let bytes = view.bytes()?;
         self.check_size(padded(bytes.len()))?;
+        self.uploads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: None,
             size: padded(bytes.len()),
@@ -156,6 +195,7 @@ impl GpuContext {
     /// must have been submitted.
     pub fn download(&self, tensor: &Tensor) -> Result<Tensor> {
         let src = self.own_buffer(tensor)?;
+        self.downloads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let size = padded(src.byte_len);
         let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("onyx download"),
@@ -186,6 +226,13 @@ impl GpuContext {
         staging.unmap();
         let host = HostBuffer::new(std::sync::Arc::new(words), 0, src.byte_len)?;
         Tensor::from_bytes(tensor.dtype(), tensor.shape().to_vec(), host)
+    }
+
+    /// The tensor's buffer, if it is a pooled buffer of this GPU that nothing else references
+    /// (`storage` is the tensor's only handle).
+    pub(crate) fn reclaim(&self, storage: &Arc<dyn DeviceStorage>) -> Option<wgpu::Buffer> {
+        let b = storage.as_any().downcast_ref::<GpuBuffer>()?;
+        (Arc::strong_count(storage) == 1 && b.pooled && b.device == self.onyx_device()).then(|| b.buffer.clone())
     }
 
     /// The buffer of a tensor that lives on this GPU, or an error naming where it lives.

@@ -2,7 +2,7 @@
 //! the compute pipelines made so far, and what the device reported (errors, loss).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use onyx_core::{Device, Error, Result};
@@ -22,6 +22,13 @@ pub struct GpuContext {
     info: wgpu::AdapterInfo,
     id: u32,
     pipelines: Mutex<HashMap<String, Arc<Pipeline>>>,
+    /// Idle tensor buffers by size class, reused by later runs.
+    pub(crate) pool: Mutex<HashMap<u64, Vec<wgpu::Buffer>>>,
+    /// Idle parameter buffers of runs.
+    pub(crate) param_buffers: Mutex<Vec<wgpu::Buffer>>,
+    /// Host-to-device and device-to-host copies made so far.
+    pub(crate) uploads: AtomicU64,
+    pub(crate) downloads: AtomicU64,
     /// Set once the device is lost: every later call fails.
     lost: Arc<Mutex<Option<String>>>,
     /// The first error the device reported outside an error scope since the last check.
@@ -101,7 +108,19 @@ impl GpuContext {
             record_fault(&on_lost, format!("device lost ({reason:?}): {message}"))
         });
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-        Arc::new(GpuContext { device, queue, info, id, pipelines: Mutex::new(HashMap::new()), lost, error })
+        Arc::new(GpuContext {
+            device,
+            queue,
+            info,
+            id,
+            pipelines: Mutex::new(HashMap::new()),
+            pool: Mutex::new(HashMap::new()),
+            param_buffers: Mutex::new(vec![]),
+            uploads: AtomicU64::new(0),
+            downloads: AtomicU64::new(0),
+            lost,
+            error,
+        })
     }
 
     /// The wgpu device.
@@ -166,6 +185,12 @@ impl GpuContext {
         let p = Arc::new(Pipeline { pipeline, layout });
         self.pipelines.lock().unwrap_or_else(PoisonError::into_inner).insert(key.to_string(), p.clone());
         Ok(p)
+    }
+
+    /// Host-to-device and device-to-host tensor copies made on this GPU so far: (uploads,
+    /// downloads). A run bound entirely to GPU values leaves both unchanged.
+    pub fn transfer_counts(&self) -> (u64, u64) {
+        (self.uploads.load(Ordering::Relaxed), self.downloads.load(Ordering::Relaxed))
     }
 
     /// Number of distinct pipelines made so far.

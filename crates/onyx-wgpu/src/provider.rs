@@ -110,6 +110,20 @@ impl ExecutionProvider for WgpuProvider {
         self.registry.get(&ctx.node.domain, &ctx.node.op_type).map(|op| op.host_inputs.to_vec()).unwrap_or_default()
     }
 
+    fn copy_into(&self, run: Option<&mut dyn RunState>, src: &Tensor, dst: &Tensor) -> Result<()> {
+        let (from, to) = (self.ctx.own_buffer(src)?, self.ctx.own_buffer(dst)?);
+        let bytes = onyx_core::device::DeviceStorage::byte_len(from) as u64;
+        match run.and_then(|r| r.as_any_mut().downcast_mut::<GpuRun>()) {
+            Some(run) => run.copy(from, to, bytes),
+            None => {
+                let mut run = GpuRun::new(self.ctx.clone());
+                run.copy(from, to, bytes);
+                run.flush()?;
+            }
+        }
+        Ok(())
+    }
+
     fn upload(&self, tensor: TensorView<'_>) -> Result<Tensor> {
         self.ctx.upload(tensor)
     }

@@ -2,12 +2,13 @@
 //! command encoder, submitted once when the run ends (or before a value is read back).
 
 use std::any::Any;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, PoisonError};
 
 use onyx_core::ep::RunState;
-use onyx_core::{Error, Result};
+use onyx_core::{DataType, Error, Result, Tensor, TensorData, Value};
 
-use crate::buffer::GpuBuffer;
+use crate::buffer::{padded, size_class, GpuBuffer};
 use crate::context::{GpuContext, Pipeline};
 
 /// Bytes of one parameter chunk; a run grows more chunks as its kernels need them.
@@ -27,12 +28,14 @@ pub struct GpuRun {
     pass: Option<wgpu::ComputePass<'static>>,
     chunks: Vec<ParamChunk>,
     dispatches: usize,
+    /// Buffers of tensors this run released, by size class: reused by later nodes of the run.
+    free: HashMap<u64, Vec<wgpu::Buffer>>,
 }
 
 impl GpuRun {
     /// An empty recording on `ctx`'s device.
     pub fn new(ctx: Arc<GpuContext>) -> GpuRun {
-        GpuRun { ctx, encoder: None, pass: None, chunks: vec![], dispatches: 0 }
+        GpuRun { ctx, encoder: None, pass: None, chunks: vec![], dispatches: 0, free: HashMap::new() }
     }
 
     /// The GPU this run records for.
@@ -43,6 +46,19 @@ impl GpuRun {
     /// Dispatches recorded since the run began.
     pub fn dispatch_count(&self) -> usize {
         self.dispatches
+    }
+
+    /// A new tensor for a node's output, in a buffer this run released or one from the pool.
+    pub(crate) fn alloc(&mut self, dtype: DataType, shape: Vec<usize>) -> Result<Tensor> {
+        let bytes = dtype
+            .byte_len(onyx_core::element_count(&shape)?)
+            .ok_or_else(|| Error::InvalidArgument(format!("a {dtype:?} tensor of shape {shape:?} is too large")))?;
+        let class = size_class(padded(bytes));
+        let buffer = match self.free.get_mut(&class).and_then(Vec::pop) {
+            Some(b) => b,
+            None => self.ctx.pooled_buffer(class)?,
+        };
+        self.ctx.pooled_tensor(dtype, shape, buffer)
     }
 
     /// Records one dispatch of `pipeline` over `groups` workgroups. Binding 0 of the shader is
@@ -91,11 +107,14 @@ impl GpuRun {
         }
         let fits = self.chunks.last().is_some_and(|c| c.bytes.len().next_multiple_of(align) + need <= PARAMS_CHUNK as usize);
         if !fits {
-            let buffer = self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
-                label: Some("onyx params"),
-                size: PARAMS_CHUNK,
-                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
-                mapped_at_creation: false,
+            let idle = self.ctx.param_buffers.lock().unwrap_or_else(PoisonError::into_inner).pop();
+            let buffer = idle.unwrap_or_else(|| {
+                self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some("onyx params"),
+                    size: PARAMS_CHUNK,
+                    usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+                    mapped_at_creation: false,
+                })
             });
             self.chunks.push(ParamChunk { buffer, bytes: Vec::with_capacity(4096) });
         }
@@ -134,13 +153,32 @@ impl RunState for GpuRun {
     fn flush(&mut self) -> Result<()> {
         self.pass = None;
         let Some(encoder) = self.encoder.take() else {
+            self.ctx.recycle(self.free.drain().flat_map(|(_, v)| v));
             return self.ctx.check_fault();
         };
+        let mut params = vec![];
         for chunk in self.chunks.drain(..) {
             self.ctx.queue.write_buffer(&chunk.buffer, 0, &chunk.bytes);
+            params.push(chunk.buffer);
         }
         self.ctx.queue.submit([encoder.finish()]);
+        // Everything this run released is now used only by submitted work: later submissions
+        // are ordered after it, so any run may take these buffers from here on.
+        self.ctx.param_buffers.lock().unwrap_or_else(PoisonError::into_inner).extend(params);
+        self.ctx.recycle(self.free.drain().flat_map(|(_, v)| v));
         self.ctx.check_fault()
+    }
+
+    fn release(&mut self, value: Value) {
+        if let Value::Tensor(tensor) = value {
+            if let TensorData::Device(storage) = tensor.data() {
+                let storage = storage.clone();
+                drop(tensor);
+                if let Some(buffer) = self.ctx.reclaim(&storage) {
+                    self.free.entry(buffer.size()).or_default().push(buffer);
+                }
+            }
+        }
     }
 
     fn as_any_mut(&mut self) -> &mut dyn Any {

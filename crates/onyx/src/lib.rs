@@ -24,10 +24,15 @@ mod provider;
 pub use builder::SessionBuilder;
 pub use onyx_core::ep::{self, ExecutionProvider};
 pub use onyx_core::{
-    element_count, ir, types, DataType, Device, Element, Error, HostBuffer, InputValue, Location, Map,
-    OptimizationLevel, Optional, Outputs, Result, Sequence, Session, SessionOptions, Tensor, TensorData,
+    element_count, ir, types, DataType, Device, Element, Error, HostBuffer, InputValue, IoBinding, Location, Map,
+    OptimizationLevel, OutputTarget, Optional, Outputs, Result, Sequence, Session, SessionOptions, Tensor, TensorData,
     TensorView, Value,
 };
 pub use onyx_cpu::CpuProvider;
 pub use onyx_onnx::{load_model, load_model_from_bytes};
-pub use provider::{compiled_providers, Provider};
+pub use provider::{compiled_devices, provider_names, Provider};
+#[cfg(feature = "wgpu")]
+pub use provider::shared_wgpu;
+/// The wgpu execution provider: device tensors, the application's own device and queue.
+#[cfg(feature = "wgpu")]
+pub use onyx_wgpu as gpu;

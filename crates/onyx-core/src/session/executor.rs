@@ -6,7 +6,8 @@ use std::collections::HashMap;
 use super::plan::{Plan, Providers, StepKind};
 use crate::device::Device;
 use crate::ep::{RunState, SubgraphRunner, ValueRef};
-use crate::{Error, Result, Value};
+use super::binding::OutputTarget;
+use crate::{Error, Result, Tensor, Value};
 
 /// A slot's content during a run: borrowed from the caller (or an enclosing graph), or owned.
 pub(crate) enum Slot<'a> {
@@ -82,15 +83,33 @@ impl<'p> RunStates<'p> {
         }
     }
 
+    /// Hands a value the run no longer reads to the run state of its device's EP, if any.
+    fn release(&mut self, value: Value) {
+        let device = match &value {
+            Value::Tensor(t) => t.device(),
+            _ => Device::Cpu,
+        };
+        let p = self.providers.list.iter().position(|p| p.device() == device);
+        match p.and_then(|p| self.states[p].as_mut()).and_then(|s| s.as_mut()) {
+            Some(state) if device != Device::Cpu => state.release(value),
+            _ => drop(value),
+        }
+    }
+
     /// Submits everything recorded in this run.
     fn flush_all(&mut self) -> Result<()> {
         self.states.iter_mut().flatten().flatten().try_for_each(|s| s.flush())
     }
 }
 
-/// Executes `plan` with `env` already holding its inputs (and outer values). Returns the plan's
-/// outputs in order.
-pub(crate) fn execute<'a>(plan: &Plan, providers: &Providers, mut env: Vec<Option<Slot<'a>>>) -> Result<Vec<Value>> {
+/// Executes `plan` with `env` already holding its inputs (and outer values). Returns the outputs
+/// `wanted` asks for (indices into the plan's outputs, each with its target), in that order.
+pub(crate) fn execute<'a>(
+    plan: &Plan,
+    providers: &Providers,
+    mut env: Vec<Option<Slot<'a>>>,
+    wanted: &[(usize, OutputTarget)],
+) -> Result<Vec<Value>> {
     let mut states = RunStates::new(providers);
     for (slot, value) in &plan.constants {
         if env[*slot].is_none() {
@@ -127,19 +146,65 @@ pub(crate) fn execute<'a>(plan: &Plan, providers: &Providers, mut env: Vec<Optio
             }
         }
         for s in &step.free_after {
-            env[*s] = None;
+            if let Some(Slot::Owned(value)) = env[*s].take() {
+                states.release(value);
+            }
+        }
+    }
+    let mut produced = vec![];
+    for (i, _) in wanted {
+        let (name, slot) = &plan.outputs[*i];
+        let value = env[*slot].take().ok_or_else(|| Error::InvalidModel(format!("output '{name}' was not computed")))?;
+        produced.push(value.into_value());
+    }
+    // Device-to-device copies first, recorded into the runs; then one flush; then host copies.
+    for (value, (i, target)) in produced.iter_mut().zip(wanted) {
+        if let OutputTarget::Into(dst) = target {
+            copy_into(value, dst, &plan.outputs[*i].0, &mut states)?;
+            *value = Value::Tensor(dst.clone());
         }
     }
     states.flush_all()?;
-    plan.outputs
-        .iter()
-        .map(|(name, s)| {
-            env[*s]
-                .take()
-                .map(Slot::into_value)
-                .ok_or_else(|| Error::InvalidModel(format!("output '{name}' was not computed")))
-        })
-        .collect()
+    for (value, (_, target)) in produced.iter_mut().zip(wanted) {
+        let to = match target {
+            OutputTarget::Host => Device::Cpu,
+            OutputTarget::Device(d) => *d,
+            OutputTarget::Into(_) => continue,
+        };
+        if matches!(value, Value::Tensor(t) if t.device() != to) {
+            *value = copy_value(value, to, providers)?;
+        }
+    }
+    Ok(produced)
+}
+
+/// Writes an output into the caller's preallocated tensor through the EP of its device.
+fn copy_into(value: &Value, dst: &Tensor, name: &str, states: &mut RunStates<'_>) -> Result<()> {
+    let src = value.as_tensor()?;
+    if src.dtype() != dst.dtype() || src.shape() != dst.shape() {
+        return Err(Error::InvalidArgument(format!(
+            "output '{name}' is {:?} {:?}, but the tensor bound to it is {:?} {:?}",
+            src.dtype(),
+            src.shape(),
+            dst.dtype(),
+            dst.shape()
+        )));
+    }
+    if src.device() != dst.device() {
+        return Err(Error::InvalidArgument(format!(
+            "output '{name}' is computed on {}, but the tensor bound to it is on {}: bind it to {} or to the host",
+            src.device(),
+            dst.device(),
+            src.device()
+        )));
+    }
+    let p = states.providers.list.iter().position(|p| p.device() == dst.device());
+    let p = p.ok_or_else(|| Error::Device(format!("no execution provider of this session owns {}", dst.device())))?;
+    let provider = states.providers.list[p].clone();
+    match states.get(p) {
+        Some(state) => provider.copy_into(Some(state.as_mut()), src, dst),
+        None => provider.copy_into(None, src, dst),
+    }
 }
 
 /// Creates the empty slot table of a plan.
@@ -178,6 +243,7 @@ impl SubgraphRunner for SubgraphPlan {
                 .ok_or_else(|| Error::InvalidModel(format!("subgraph reads '{name}', which the enclosing graph did not pass")))?;
             env[*slot] = Some(Slot::Ref(*value));
         }
-        execute(&self.plan, &self.providers, env)
+        let wanted: Vec<(usize, OutputTarget)> = (0..self.plan.outputs.len()).map(|i| (i, OutputTarget::Host)).collect();
+        execute(&self.plan, &self.providers, env, &wanted)
     }
 }

@@ -1,5 +1,6 @@
 //! Sessions: a checked model compiled for a list of execution providers, run many times.
 
+mod binding;
 mod executor;
 mod options;
 mod outputs;
@@ -12,7 +13,9 @@ use crate::ir::Model;
 use crate::ops::infer::Inferred;
 use crate::types::{ValueInfo, ValueType};
 use crate::{Error, InputValue, Result};
+use crate::ep::ValueRef;
 
+pub use binding::{IoBinding, OutputTarget};
 use executor::{execute, new_env, Slot};
 pub use options::{OptimizationLevel, SessionOptions};
 pub use outputs::Outputs;
@@ -122,6 +125,31 @@ impl Session {
     {
         let given: Vec<(String, InputValue<'a>)> =
             inputs.into_iter().map(|(n, v)| (n.as_ref().to_string(), v.into())).collect();
+        let wanted = (0..self.plan.outputs.len()).map(|i| (i, OutputTarget::Host)).collect();
+        self.execute(given, wanted)
+    }
+
+    /// Runs the model with inputs on any device and each bound output left where the binding
+    /// says (see [`IoBinding`]): a run whose inputs and outputs are all on the GPU copies nothing
+    /// between host and device, and returns once its work is submitted, without waiting for the
+    /// GPU. Reading such an output back waits for this run's work only. Only bound outputs are
+    /// returned.
+    pub fn run_with_binding(&self, binding: IoBinding<'_>) -> Result<Outputs> {
+        if binding.outputs.is_empty() {
+            return Err(Error::InvalidArgument("the IO binding binds no output".into()));
+        }
+        let mut wanted = vec![];
+        for (name, target) in binding.outputs {
+            let i = self.plan.outputs.iter().position(|(n, _)| *n == name).ok_or_else(|| {
+                let known: Vec<&str> = self.plan.outputs.iter().map(|(n, _)| n.as_str()).collect();
+                Error::UnknownOutput { name: name.clone(), available: known.join(", ") }
+            })?;
+            wanted.push((i, target));
+        }
+        self.execute(binding.inputs, wanted)
+    }
+
+    fn execute(&self, given: Vec<(String, InputValue<'_>)>, wanted: Vec<(usize, OutputTarget)>) -> Result<Outputs> {
         validate::check_inputs(&self.model.graph, &self.inputs, &given)?;
         let mut env = new_env(&self.plan);
         let slots: HashMap<&str, usize> = self.plan.inputs.iter().map(|(n, s)| (n.as_str(), *s)).collect();
@@ -129,11 +157,11 @@ impl Session {
             let slot = slots[name.as_str()];
             env[slot] = Some(match value {
                 InputValue::Value(v) => Slot::Owned(v),
-                InputValue::View(v) => Slot::Ref(crate::ep::ValueRef::View(v)),
+                InputValue::View(v) => Slot::Ref(ValueRef::View(v)),
             });
         }
-        let values = self.pool.install(|| execute(&self.plan, &self.providers, env))?;
-        let names = self.plan.outputs.iter().map(|(n, _)| n.clone());
+        let values = self.pool.install(|| execute(&self.plan, &self.providers, env, &wanted))?;
+        let names = wanted.iter().map(|(i, _)| self.plan.outputs[*i].0.clone());
         Ok(Outputs::new(names.zip(values).collect()))
     }
 }

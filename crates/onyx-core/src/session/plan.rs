@@ -70,10 +70,12 @@ pub(crate) struct Plan {
     /// Slots filled before every run (initializers, constants already on their device).
     pub constants: Vec<(usize, Value)>,
     pub steps: Vec<Step>,
-    /// Graph outputs: name and slot (on the host).
+    /// Graph outputs: name and slot (on the device that computes them; the run copies them to
+    /// where the caller wants them).
     pub outputs: Vec<(String, usize)>,
     pub assignments: Vec<NodeAssignment>,
-    /// Copy steps per run (device boundaries crossed by intermediate values).
+    /// Copies per run with host inputs and outputs: device boundaries crossed by intermediate
+    /// values, plus outputs computed on a device.
     pub copy_steps: usize,
     /// Everything inference found, for reports.
     pub inferred: HashMap<String, Inferred>,
@@ -236,9 +238,10 @@ pub(crate) fn build_plan(
     let mut outputs = vec![];
     for out in &graph.outputs {
         let s = b.lookup(&out.name);
-        outputs.push((out.name.clone(), b.on_device(s, Device::Cpu)?));
+        outputs.push((out.name.clone(), s));
     }
-    let copy_steps = b.steps.iter().filter(|s| matches!(s.kind, StepKind::Copy { .. })).count();
+    let copy_steps = b.steps.iter().filter(|s| matches!(s.kind, StepKind::Copy { .. })).count()
+        + outputs.iter().filter(|(_, s)| b.home[*s] != Device::Cpu).count();
     let slot_count = b.home.len();
     let mut steps = b.steps;
     plan_lifetimes(&mut steps, &outputs, slot_count);

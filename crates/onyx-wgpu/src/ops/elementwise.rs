@@ -202,7 +202,7 @@ impl GpuOp for Unary {
         } else {
             (self.a, self.b)
         };
-        let y = run.context().alloc(x.dtype(), x.shape().to_vec())?;
+        let y = run.alloc(x.dtype(), x.shape().to_vec())?;
         let n = u32_of(x.len(), &self.at)?;
         run.dispatch(&self.pipeline, &[n, a.to_bits(), b.to_bits()], &[x.buffer, y.gpu()?], grid(x.len()))?;
         Ok(vec![Value::Tensor(y)])
@@ -259,7 +259,7 @@ impl GpuOp for Binary {
         let a = gpu_input(run, inputs, 0, &self.at)?;
         let b = gpu_input(run, inputs, 1, &self.at)?;
         let dims = Broadcast::new(&[a.shape(), b.shape()], &self.at)?;
-        let y = run.context().alloc(a.dtype(), dims.out.clone())?;
+        let y = run.alloc(a.dtype(), dims.out.clone())?;
         let params = dims.params(&self.at)?;
         run.dispatch(&self.pipeline, &params, &[a.buffer, b.buffer, y.gpu()?], grid(dims.count()))?;
         Ok(vec![Value::Tensor(y)])

@@ -11,7 +11,17 @@ use onyx_core::{DataType, Result};
 use crate::context::GpuContext;
 use crate::kernel::GpuOp;
 
+pub(crate) mod cast;
+pub(crate) mod compare;
+pub(crate) mod conv;
 pub(crate) mod elementwise;
+pub(crate) mod gather;
+pub(crate) mod layout;
+pub(crate) mod matmul;
+pub(crate) mod norm;
+pub(crate) mod pool;
+pub(crate) mod reduce;
+pub(crate) mod softmax;
 
 /// Whether the EP takes a node: dtypes and attributes the kernel handles on this device.
 pub(crate) type SupportsFn = fn(&NodeContext<'_>, &GpuContext) -> bool;
@@ -38,7 +48,17 @@ impl Registry {
     /// Every operator the EP has.
     pub fn with_all_ops() -> Registry {
         let mut r = Registry::default();
+        cast::register(&mut r);
+        compare::register(&mut r);
+        conv::register(&mut r);
         elementwise::register(&mut r);
+        gather::register(&mut r);
+        layout::register(&mut r);
+        matmul::register(&mut r);
+        norm::register(&mut r);
+        pool::register(&mut r);
+        reduce::register(&mut r);
+        softmax::register(&mut r);
         r
     }
 

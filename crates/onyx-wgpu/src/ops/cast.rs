@@ -1,0 +1,596 @@
+//! Cast and CastLike between f32, f16, bf16, int8/16/32/64, uint8/16/32 and bool;
+//! ConstantOfShape (a fill on the GPU); Range (computed on the host, uploaded).
+//!
+//! Conversions run on the elements' bits with integer arithmetic only, so they give exactly
+//! what the CPU EP gives (which follows ONNX Runtime on x86-64) whatever the GPU's float
+//! rounding modes or its assumptions about NaN: float to integer truncates toward zero, NaN
+//! and out-of-range values give the "integer indefinite" value (`i32::MIN`, or `i64::MIN` for
+//! int64 and uint32 targets) truncated to the target's bits; integers narrow by keeping their
+//! low bits; integers and floats round to nearest-even into floats, once; anything to bool is
+//! "not zero" (NaN is true). f16 needs no `SHADER_F16`: it is converted bitwise.
+
+use std::sync::Arc;
+
+use onyx_core::ep::{NodeContext, ValueRef};
+use onyx_core::{DataType, Error, Location, Result, Tensor, TensorView, Value};
+
+use super::layout::{dispatch_elements, elem_size, element_shader, fill_words, known_dtype, Elements};
+use super::{input_dtype, Registry};
+use crate::context::{GpuContext, Pipeline};
+use crate::kernel::{gpu_input, host_input, GpuOp, OnGpu};
+use crate::run::GpuRun;
+
+/// Registers this family's kernels.
+pub(crate) fn register(r: &mut Registry) {
+    r.add("Cast", supports_cast, build_cast);
+    r.add("CastLike", supports_cast, build_cast);
+    r.add_with_host_inputs("ConstantOfShape", supports_constant_of_shape, build_constant_of_shape, &[0]);
+    r.add_with_host_inputs("Range", supports_range, build_range, &[0, 1, 2]);
+}
+
+/// The types Cast converts between on the GPU.
+fn castable(t: DataType) -> bool {
+    use DataType::*;
+    matches!(t, Float | Float16 | BFloat16 | Int8 | Int16 | Int32 | Int64 | Uint8 | Uint16 | Uint32 | Bool)
+}
+
+/// WGSL conversions on bits, shared by every Cast shader.
+pub(crate) const CAST_LIB: &str = "
+fn f16_to_f32(h: u32) -> u32 {
+    let s = (h & 0x8000u) << 16u;
+    let e = (h >> 10u) & 0x1fu;
+    let m = h & 0x3ffu;
+    if (e == 0u) {
+        if (m == 0u) { return s; }
+        let msb = 31u - countLeadingZeros(m);
+        return s | ((msb + 103u) << 23u) | ((m << (23u - msb)) & 0x7fffffu);
+    }
+    if (e == 31u) {
+        if (m == 0u) { return s | 0x7f800000u; }
+        return s | 0x7fc00000u | (m << 13u);
+    }
+    return s | ((e + 112u) << 23u) | (m << 13u);
+}
+fn f32_to_f16(x: u32) -> u32 {
+    let sign = (x & 0x80000000u) >> 16u;
+    let exp = x & 0x7f800000u;
+    let man = x & 0x007fffffu;
+    if (exp == 0x7f800000u) {
+        return sign | 0x7c00u | select(0u, 0x0200u, man != 0u) | (man >> 13u);
+    }
+    let half_exp = i32(exp >> 23u) - 127 + 15;
+    if (half_exp >= 31) { return sign | 0x7c00u; }
+    if (half_exp <= 0) {
+        if (14 - half_exp > 24) { return sign; }
+        let m = man | 0x00800000u;
+        var half_man = m >> u32(14 - half_exp);
+        let round_bit = 1u << u32(13 - half_exp);
+        if ((m & round_bit) != 0u && (m & (3u * round_bit - 1u)) != 0u) { half_man += 1u; }
+        return sign | half_man;
+    }
+    let r = sign | (u32(half_exp) << 10u) | (man >> 13u);
+    if ((man & 0x1000u) != 0u && (man & 0x2fffu) != 0u) { return r + 1u; }
+    return r;
+}
+fn f32_to_bf16(x: u32) -> u32 {
+    if ((x & 0x7fffffffu) > 0x7f800000u) { return (x >> 16u) | 0x0040u; }
+    if ((x & 0x8000u) != 0u && (x & 0x17fffu) != 0u) { return (x >> 16u) + 1u; }
+    return x >> 16u;
+}
+fn shr64(lo: u32, hi: u32, s: u32) -> vec2<u32> {
+    if (s == 0u) { return vec2<u32>(lo, hi); }
+    if (s >= 32u) { return vec2<u32>(hi >> (s - 32u), 0u); }
+    return vec2<u32>((lo >> s) | (hi << (32u - s)), hi >> s);
+}
+fn shl64(lo: u32, hi: u32, s: u32) -> vec2<u32> {
+    if (s == 0u) { return vec2<u32>(lo, hi); }
+    if (s >= 32u) { return vec2<u32>(0u, lo << (s - 32u)); }
+    return vec2<u32>(lo << s, (hi << s) | (lo >> (32u - s)));
+}
+fn neg64(v: vec2<u32>) -> vec2<u32> {
+    let lo = ~v.x + 1u;
+    return vec2<u32>(lo, ~v.y + select(0u, 1u, lo == 0u));
+}
+// Whether any of bits 0..b-1 of (lo, hi) is set.
+fn low_bits(lo: u32, hi: u32, b: u32) -> bool {
+    if (b == 0u) { return false; }
+    if (b >= 32u) {
+        let hb = b - 32u;
+        return lo != 0u || (hb > 0u && (hi & ((1u << hb) - 1u)) != 0u);
+    }
+    return (lo & ((1u << b) - 1u)) != 0u;
+}
+// The magnitude (lo, hi) rounded to `bits` significant bits (ties to even), as f32 bits.
+// Only the top `keep` significant bits take part in rounding (the CPU EP's f64-to-bf16
+// conversion, from the `half` crate, looks at 21 of them).
+fn u64_to_float(lo: u32, hi: u32, bits: u32, keep: u32) -> u32 {
+    if (hi == 0u && lo == 0u) { return 0u; }
+    var msb = 31u - countLeadingZeros(lo);
+    if (hi != 0u) { msb = 63u - countLeadingZeros(hi); }
+    if (msb < bits) { return ((msb + 127u) << 23u) | ((lo << (23u - msb)) & 0x7fffffu); }
+    let shift = msb + 1u - bits;
+    var m = shr64(lo, hi, shift).x;
+    let half = shr64(lo, hi, shift - 1u).x & 1u;
+    var t = vec2<u32>(lo, hi);
+    if (msb + 1u > keep) { let fl = msb + 1u - keep; let c = shr64(lo, hi, fl); t = shl64(c.x, c.y, fl); }
+    if (half == 1u && (low_bits(t.x, t.y, shift - 1u) || (m & 1u) == 1u)) { m += 1u; }
+    var e = msb;
+    if (m == (1u << bits)) { m = m >> 1u; e += 1u; }
+    return ((e + 127u) << 23u) | ((m << (24u - bits)) & 0x7fffffu);
+}
+fn i64_to_float(v: vec2<u32>, bits: u32, keep: u32) -> u32 {
+    if ((v.y >> 31u) == 1u) {
+        let m = neg64(v);
+        return 0x80000000u | u64_to_float(m.x, m.y, bits, keep);
+    }
+    return u64_to_float(v.x, v.y, bits, keep);
+}
+fn f32_to_i64(b: u32) -> vec2<u32> {
+    let e = (b >> 23u) & 0xffu;
+    if (e >= 190u) { return vec2<u32>(0u, 0x80000000u); }
+    if (e < 127u) { return vec2<u32>(0u, 0u); }
+    let m = (b & 0x7fffffu) | 0x800000u;
+    let x = e - 127u;
+    var mag = vec2<u32>(0u, 0u);
+    if (x <= 23u) { mag = vec2<u32>(m >> (23u - x), 0u); } else { mag = shl64(m, 0u, x - 23u); }
+    if ((b >> 31u) == 1u) { return neg64(mag); }
+    return mag;
+}
+fn f32_to_i32(b: u32) -> u32 {
+    let e = (b >> 23u) & 0xffu;
+    if (e >= 158u) { return 0x80000000u; }
+    if (e < 127u) { return 0u; }
+    let m = (b & 0x7fffffu) | 0x800000u;
+    let x = e - 127u;
+    var mag = 0u;
+    if (x <= 23u) { mag = m >> (23u - x); } else { mag = m << (x - 23u); }
+    if ((b >> 31u) == 1u) { return 0u - mag; }
+    return mag;
+}
+";
+
+/// How a source type's bits are read: as f32 bits (`f`) or as an i64 (`i`, a `vec2<u32>`).
+fn read_source(from: DataType) -> &'static str {
+    use DataType::*;
+    match from {
+        Float => "let f = v;",
+        Float16 => "let f = f16_to_f32(v);",
+        BFloat16 => "let f = select(v << 16u, (v | 0x40u) << 16u, (v & 0x7fffu) > 0x7f80u);",
+        Int8 => "let i = vec2<u32>(bitcast<u32>(bitcast<i32>(v << 24u) >> 24u), select(0u, 0xffffffffu, (v & 0x80u) != 0u));",
+        Int16 => "let i = vec2<u32>(bitcast<u32>(bitcast<i32>(v << 16u) >> 16u), select(0u, 0xffffffffu, (v & 0x8000u) != 0u));",
+        Int32 => "let i = vec2<u32>(v, select(0u, 0xffffffffu, (v >> 31u) == 1u));",
+        Int64 => "let i = v;",
+        Bool => "let i = vec2<u32>(select(0u, 1u, v != 0u), 0u);",
+        _ => "let i = vec2<u32>(v, 0u);",
+    }
+}
+
+/// The target's bits from `f` (a float source) or `i` (an integer or bool source).
+fn write_target(float_source: bool, to: DataType) -> &'static str {
+    use DataType::*;
+    if float_source {
+        match to {
+            Float => "return f;",
+            Float16 => "return f32_to_f16(f);",
+            BFloat16 => "return f32_to_bf16(f);",
+            Bool => "return select(0u, 1u, (f & 0x7fffffffu) != 0u);",
+            Int8 | Uint8 => "return f32_to_i32(f) & 0xffu;",
+            Int16 | Uint16 => "return f32_to_i32(f) & 0xffffu;",
+            Int32 => "return f32_to_i32(f);",
+            Uint32 => "return f32_to_i64(f).x;",
+            _ => "return f32_to_i64(f);",
+        }
+    } else {
+        match to {
+            Float => "return i64_to_float(i, 24u, 64u);",
+            Float16 => "return f32_to_f16(i64_to_float(i, 11u, 64u));",
+            BFloat16 => "return f32_to_bf16(i64_to_float(i, 8u, 21u));",
+            Bool => "return select(0u, 1u, (i.x | i.y) != 0u);",
+            Int8 | Uint8 => "return i.x & 0xffu;",
+            Int16 | Uint16 => "return i.x & 0xffffu;",
+            Int32 | Uint32 => "return i.x;",
+            _ => "return i;",
+        }
+    }
+}
+
+/// The `fetch` of a cast from `from` to `to`.
+fn cast_code(from: DataType, to: DataType) -> String {
+    let float_source = matches!(from, DataType::Float | DataType::Float16 | DataType::BFloat16);
+    format!(
+        "{CAST_LIB}
+fn fetch(e: u32) -> E {{
+    let v = load_x(e);
+    {}
+    {}
+}}
+",
+        read_source(from),
+        write_target(float_source, to)
+    )
+}
+
+/// The target dtype: Cast's `to` attribute or CastLike's input 1.
+fn target(ctx: &NodeContext<'_>) -> Option<DataType> {
+    if ctx.node.op_type == "CastLike" {
+        input_dtype(ctx, 1)
+    } else {
+        ctx.node.get_int("to").ok().flatten().and_then(|c| i32::try_from(c).ok()).and_then(DataType::from_onnx)
+    }
+}
+
+/// Cast takes conversions between [`castable`] types, and same-type casts of any movable type.
+fn supports_cast(ctx: &NodeContext<'_>, _gpu: &GpuContext) -> bool {
+    match (input_dtype(ctx, 0), target(ctx)) {
+        (Some(from), Some(to)) if from == to => elem_size(from).is_some(),
+        (Some(from), Some(to)) => castable(from) && castable(to),
+        _ => false,
+    }
+}
+
+/// Cast or CastLike: one conversion pass (a view of the input when the types are equal).
+struct Cast {
+    to: DataType,
+    size: u32,
+    /// `None` when nothing is converted.
+    pipeline: Option<Arc<Pipeline>>,
+    at: Location,
+}
+
+fn build_cast(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<dyn GpuOp>> {
+    let at = ctx.node.location();
+    let from = known_dtype(ctx, 0)?;
+    let to =
+        target(ctx).ok_or_else(|| Error::attribute(&at, "to", "an ONNX data type code", "none the GPU casts to"))?;
+    let size = elem_size(to).ok_or_else(|| Error::Unsupported(format!("wgpu: {at} to {to}")))?;
+    let pipeline = if from == to {
+        None
+    } else {
+        let in_size = elem_size(from).ok_or_else(|| Error::Unsupported(format!("wgpu: {at} from {from}")))?;
+        let key = format!("cast/{}/{}", from.name(), to.name());
+        Some(gpu.pipeline(&key, || element_shader("", size, &[("x", in_size)], &cast_code(from, to)))?)
+    };
+    Ok(Box::new(Cast { to, size, pipeline, at }))
+}
+
+impl GpuOp for Cast {
+    fn record(&self, run: &mut GpuRun, inputs: &[Option<ValueRef<'_>>]) -> Result<Vec<Value>> {
+        let x = gpu_input(run, inputs, 0, &self.at)?;
+        let Some(pipeline) = &self.pipeline else {
+            return Ok(vec![Value::Tensor(x.tensor.clone())]);
+        };
+        let y = run.alloc(self.to, x.shape().to_vec())?;
+        dispatch_elements(run, pipeline, Elements::new(self.size, y.len()), &[], &[x.buffer, y.gpu()?], &self.at)?;
+        Ok(vec![Value::Tensor(y)])
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// ConstantOfShape and Range.
+// ---------------------------------------------------------------------------------------------
+
+/// The `value` attribute of ConstantOfShape (float 0 by default).
+fn constant_value(ctx: &NodeContext<'_>) -> Result<Tensor> {
+    let at = ctx.node.location();
+    match ctx.node.get_tensor("value")? {
+        Some(t) if t.len() == 1 => Ok(t.clone()),
+        Some(t) => Err(Error::attribute(&at, "value", "a one-element tensor", format!("{}{:?}", t.dtype(), t.shape()))),
+        None => Ok(Tensor::scalar(0f32)),
+    }
+}
+
+fn supports_constant_of_shape(ctx: &NodeContext<'_>, _gpu: &GpuContext) -> bool {
+    constant_value(ctx).is_ok_and(|t| elem_size(t.dtype()).is_some() && t.view().is_ok())
+}
+
+/// ConstantOfShape: a GPU tensor of the given shape filled with `value`.
+struct ConstantOfShape {
+    dtype: DataType,
+    size: u32,
+    fill: [u32; 2],
+    pipeline: Arc<Pipeline>,
+    at: Location,
+}
+
+fn build_constant_of_shape(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<dyn GpuOp>> {
+    let value = constant_value(ctx)?;
+    let dtype = value.dtype();
+    let at = ctx.node.location();
+    let size = elem_size(dtype).ok_or_else(|| Error::Unsupported(format!("wgpu: {at} of {dtype}")))?;
+    let fill = fill_words(&value.view()?)?;
+    let code = "fn fetch(e: u32) -> E { return fill(); }\n";
+    let pipeline = gpu.pipeline(&format!("cast/fill/{size}"), || element_shader("", size, &[], code))?;
+    Ok(Box::new(ConstantOfShape { dtype, size, fill, pipeline, at }))
+}
+
+impl GpuOp for ConstantOfShape {
+    fn record(&self, run: &mut GpuRun, inputs: &[Option<ValueRef<'_>>]) -> Result<Vec<Value>> {
+        let spec = host_input(inputs, 0, &self.at)?;
+        if spec.dtype() != DataType::Int64 {
+            return Err(Error::input(&self.at, 0, "an int64 shape", spec.dtype().name()));
+        }
+        let dims = spec.as_slice::<i64>()?;
+        let shape: Vec<usize> = dims
+            .iter()
+            .map(|&d| usize::try_from(d))
+            .collect::<std::result::Result<_, _>>()
+            .map_err(|_| Error::input(&self.at, 0, "non-negative dims", format!("{dims:?}")))?;
+        let y = run.alloc(self.dtype, shape)?;
+        dispatch_elements(
+            run,
+            &self.pipeline,
+            Elements::new(self.size, y.len()).fill(self.fill),
+            &[],
+            &[y.gpu()?],
+            &self.at,
+        )?;
+        Ok(vec![Value::Tensor(y)])
+    }
+}
+
+fn supports_range(ctx: &NodeContext<'_>, _gpu: &GpuContext) -> bool {
+    let t = input_dtype(ctx, 0);
+    matches!(t, Some(DataType::Float | DataType::Int32 | DataType::Int64)) && (1..3).all(|i| input_dtype(ctx, i) == t)
+}
+
+/// Range: computed on the host exactly as the CPU EP does (f32 ranges in f64), then uploaded:
+/// its inputs are host scalars and its output is small.
+struct Range {
+    at: Location,
+}
+
+fn build_range(ctx: &NodeContext<'_>, _gpu: &Arc<GpuContext>) -> Result<Box<dyn GpuOp>> {
+    Ok(Box::new(Range { at: ctx.node.location() }))
+}
+
+impl Range {
+    /// The three scalars as f64 (float) or i64 (integers), all of `dtype`.
+    fn scalars(&self, views: &[TensorView<'_>]) -> Result<(DataType, [f64; 3], [i64; 3])> {
+        let dtype = views[0].dtype();
+        let (mut f, mut n) = ([0f64; 3], [0i64; 3]);
+        for (i, v) in views.iter().enumerate() {
+            if v.dtype() != dtype || v.len() != 1 {
+                return Err(Error::input(
+                    &self.at,
+                    i,
+                    format!("a {dtype} scalar"),
+                    format!("{}{:?}", v.dtype(), v.shape()),
+                ));
+            }
+            match dtype {
+                DataType::Float => f[i] = f64::from(v.as_slice::<f32>()?[0]),
+                DataType::Int32 => n[i] = i64::from(v.as_slice::<i32>()?[0]),
+                DataType::Int64 => n[i] = v.as_slice::<i64>()?[0],
+                other => return Err(Error::input(&self.at, i, "a float, int32 or int64 scalar", other.name())),
+            }
+        }
+        Ok((dtype, f, n))
+    }
+
+    fn floats(&self, [start, limit, delta]: [f64; 3]) -> Result<Vec<f32>> {
+        if delta == 0.0 || !delta.is_finite() || !start.is_finite() || !limit.is_finite() {
+            return Err(Error::node(&self.at, format!("Range({start}, {limit}, {delta}) has no finite length")));
+        }
+        let n = ((limit - start) / delta).ceil().max(0.0);
+        if n > (u32::MAX as f64) {
+            return Err(Error::node(&self.at, format!("Range({start}, {limit}, {delta}) is too long")));
+        }
+        Ok((0..n as usize).map(|i| (start + i as f64 * delta) as f32).collect())
+    }
+
+    fn ints(&self, [start, limit, delta]: [i64; 3]) -> Result<Vec<i64>> {
+        if delta == 0 {
+            return Err(Error::node(&self.at, "Range delta is 0"));
+        }
+        let span = i128::from(limit) - i128::from(start);
+        let d = i128::from(delta);
+        let n = if (span > 0) == (d > 0) && span != 0 { (span + d - d.signum()) / d } else { 0 };
+        let n = u32::try_from(n).map_err(|_| Error::node(&self.at, "Range is too long"))?;
+        Ok((0..i64::from(n)).map(|i| start.wrapping_add(i.wrapping_mul(delta))).collect())
+    }
+}
+
+impl GpuOp for Range {
+    fn record(&self, run: &mut GpuRun, inputs: &[Option<ValueRef<'_>>]) -> Result<Vec<Value>> {
+        let views = (0..3).map(|i| host_input(inputs, i, &self.at)).collect::<Result<Vec<_>>>()?;
+        let (dtype, f, n) = self.scalars(&views)?;
+        let host = match dtype {
+            DataType::Float => {
+                let v = self.floats(f)?;
+                Tensor::from_vec(vec![v.len()], v)?
+            }
+            DataType::Int32 => {
+                let v: Vec<i32> = self.ints(n)?.into_iter().map(|x| x as i32).collect();
+                Tensor::from_vec(vec![v.len()], v)?
+            }
+            _ => {
+                let v = self.ints(n)?;
+                Tensor::from_vec(vec![v.len()], v)?
+            }
+        };
+        Ok(vec![Value::Tensor(run.context().upload(host.view()?)?)])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use onyx_core::{DataType, Tensor};
+
+    use super::super::layout::tests::{check_exact, random};
+    use crate::testkit::{attr, i64s, int, t, Case};
+
+    const TYPES: [DataType; 11] = [
+        DataType::Float,
+        DataType::Float16,
+        DataType::BFloat16,
+        DataType::Int8,
+        DataType::Int16,
+        DataType::Int32,
+        DataType::Int64,
+        DataType::Uint8,
+        DataType::Uint16,
+        DataType::Uint32,
+        DataType::Bool,
+    ];
+
+    /// Awkward values of every kind: exact and inexact in the narrower types, ties, huge,
+    /// tiny, negative, infinite and NaN.
+    fn special_floats() -> Vec<f32> {
+        let mut v = vec![
+            0.0,
+            -0.0,
+            1.0,
+            -1.0,
+            0.5,
+            -0.5,
+            1.5,
+            -2.5,
+            255.9,
+            256.0,
+            -128.7,
+            300.2,
+            65504.0,
+            65519.0,
+            65520.0,
+            1e6,
+            -1e6,
+            2147483520.0,
+            2147483648.0,
+            -2147483648.0,
+            -2147483904.0,
+            4294967296.0,
+            9.2233715e18,
+            -9.223372e18,
+            9.223373e18,
+            1e-8,
+            -6e-8,
+            3e-5,
+            6.1e-5,
+            16777217.0,
+            f32::MAX,
+            f32::MIN_POSITIVE,
+            1e-45,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            1.0 + 1.0 / 2048.0,
+            1.0 + 2.0 / 2048.0,
+            1.0 + 3.0 / 2048.0,
+            2049.0,
+            2051.0,
+            257.0,
+            259.0,
+        ];
+        let mut rng = fastrand::Rng::with_seed(9);
+        v.extend((0..200).map(|_| f32::from_bits(rng.u32(..))).filter(|x| !x.is_nan()));
+        v.extend((0..200).map(|_| (rng.f32() - 0.5) * 1000.0));
+        v
+    }
+
+    /// Awkward int64 values: near every narrower type's bounds and around f32/f16 ties.
+    fn special_ints() -> Vec<i64> {
+        let mut v = vec![
+            0,
+            1,
+            -1,
+            127,
+            128,
+            -128,
+            -129,
+            255,
+            256,
+            32767,
+            32768,
+            -32769,
+            65504,
+            65519,
+            65520,
+            65535,
+            65536,
+            i32::MAX as i64,
+            i32::MIN as i64,
+            u32::MAX as i64,
+            1 << 32,
+            (1 << 24) + 1,
+            (1 << 24) + 3,
+            (1 << 25) + 6,
+            0x1008001,
+            0x1010001,
+            0x1018000,
+            i64::MAX,
+            i64::MIN,
+            i64::MIN + 1,
+            (1 << 53) + 1,
+            -(1 << 40) - 12345,
+            0x7fff_ff80_0000_0000,
+            2049,
+            2051,
+            4097,
+            257,
+            259,
+        ];
+        let mut rng = fastrand::Rng::with_seed(3);
+        v.extend((0..200).map(|_| rng.i64(..) >> rng.u32(0..63)));
+        v
+    }
+
+    /// `values` (as i64 or f32) converted on the host to a tensor of `dtype` by the CPU EP.
+    fn source(dtype: DataType, floats: bool) -> Tensor {
+        let x = if floats {
+            t(&[special_floats().len()], special_floats())
+        } else {
+            t(&[special_ints().len()], special_ints())
+        };
+        if dtype == x.dtype() {
+            return x;
+        }
+        Case::new("Cast", vec![x]).attrs(vec![int("to", dtype.onnx_code() as i64)]).run_cpu().remove(0)
+    }
+
+    #[test]
+    fn cast_matches_the_cpu_between_every_pair() {
+        for from in TYPES {
+            let sources = [source(from, true), source(from, false), random(from, &[3, 37], 4)];
+            for to in TYPES {
+                for x in &sources {
+                    check_exact(&Case::new("Cast", vec![x.clone()]).attrs(vec![int("to", to.onnx_code() as i64)]));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn cast_like_takes_the_type_of_its_second_input() {
+        let x = source(DataType::Float, true);
+        for to in [DataType::Float16, DataType::Int64, DataType::Bool, DataType::Float] {
+            let like = random(to, &[2], 1);
+            check_exact(&Case::new("CastLike", vec![x.clone(), like]));
+        }
+    }
+
+    #[test]
+    fn constant_of_shape_fills_on_the_gpu() {
+        check_exact(&Case::new("ConstantOfShape", vec![i64s(&[3, 5, 7])]).constants(&[0]));
+        for value in [
+            t(&[1], vec![-2.5f32]),
+            t(&[1], vec![7i64 << 40]),
+            t(&[1], vec![half::f16::from_f32(3.0)]),
+            t(&[1], vec![9u8]),
+        ] {
+            let attrs = vec![attr("value", onyx_core::ir::AttrValue::Tensor(value))];
+            check_exact(&Case::new("ConstantOfShape", vec![i64s(&[2, 9])]).attrs(attrs.clone()).constants(&[0]));
+            check_exact(&Case::new("ConstantOfShape", vec![i64s(&[0, 3])]).attrs(attrs).constants(&[0]));
+        }
+        let b = Tensor::from_bools(vec![1], vec![true]).unwrap();
+        let attrs = vec![attr("value", onyx_core::ir::AttrValue::Tensor(b))];
+        check_exact(&Case::new("ConstantOfShape", vec![i64s(&[5, 3])]).attrs(attrs).constants(&[0]));
+    }
+
+    #[test]
+    fn range_matches_the_cpu() {
+        check_exact(&Case::new("Range", vec![t(&[], vec![0.5f32]), t(&[], vec![10.1f32]), t(&[], vec![0.3f32])]));
+        check_exact(&Case::new("Range", vec![t(&[], vec![10i64]), t(&[], vec![-7i64]), t(&[], vec![-3i64])]));
+        check_exact(&Case::new("Range", vec![t(&[], vec![1i32]), t(&[], vec![2i32]), t(&[], vec![5i32])]));
+        check_exact(&Case::new("Range", vec![t(&[], vec![5i64]), t(&[], vec![2i64]), t(&[], vec![1i64])]));
+    }
+}

@@ -1,0 +1,926 @@
+//! MatMul and Gemm. Two kernels do the work:
+//!
+//! - a tiled kernel: each workgroup of 16x16 threads computes a 64x64 tile of the output, 4x4
+//!   per thread, staging 64x16 tiles of both operands in workgroup memory. Its operand loads
+//!   and its output store are WGSL "hooks" the caller supplies, so the convolutions in
+//!   `conv.rs` reuse it as an implicit GEMM (gathering input windows on the fly);
+//! - a GEMV kernel for products with a single row (M == 1, decoders) or a single column
+//!   (N == 1, matrix-vector): lanes of a workgroup split K and reduce in workgroup memory.
+//!
+//! Operands are read in place through strides: Gemm's transA/transB and broadcast batch
+//! dimensions cost no copy. Everything is computed in f32; f16 tensors are converted on load.
+
+use std::sync::Arc;
+
+use onyx_core::ep::{NodeContext, ValueRef};
+use onyx_core::types::ValueType;
+use onyx_core::{DataType, Error, Location, Result, Value};
+
+use super::{float_inputs, input_dtype, Registry};
+use crate::buffer::GpuBuffer;
+use crate::context::{GpuContext, Pipeline};
+use crate::kernel::{enables, gpu_input, opt_gpu_input, strides, u32_of, wgsl_type, GpuOp, OnGpu};
+use crate::run::GpuRun;
+
+pub(crate) fn register(r: &mut Registry) {
+    r.add("MatMul", supports_matmul, build_matmul);
+    r.add("Gemm", supports_gemm, build_gemm);
+}
+
+/// Rows (and columns) of the output tile one workgroup of the tiled kernel computes.
+pub(crate) const TILE: usize = 64;
+
+/// Outputs per workgroup of the GEMV kernel when consecutive lanes walk N (and K lanes).
+const GEMV_N_WALK: (u32, u32) = (32, 8);
+
+/// Outputs per workgroup of the GEMV kernel when consecutive lanes walk K (and K lanes).
+const GEMV_K_WALK: (u32, u32) = (8, 32);
+
+/// Which tile dimension consecutive threads walk when the tiled kernel loads an operand: the
+/// one contiguous in memory, so that loads coalesce.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Walk {
+    /// Along K (A row-major, or B transposed).
+    K,
+    /// Along M for A, along N for B.
+    Outer,
+}
+
+impl Walk {
+    fn name(self) -> &'static str {
+        match self {
+            Walk::K => "k",
+            Walk::Outer => "o",
+        }
+    }
+}
+
+/// Replaces each `$NAME` of `template` by its value (longest names first is the caller's
+/// business: no name here is a prefix of another).
+pub(crate) fn fill(template: &str, values: &[(&str, &str)]) -> String {
+    let mut s = template.to_string();
+    for (name, value) in values {
+        s = s.replace(name, value);
+    }
+    s
+}
+
+/// The tiled GEMM kernel. The hooks (`$HOOKS`) declare the bindings (binding 0 being the
+/// params `p`, with p[0..4] = M, N, K, first z) and define:
+/// `setup(z)` (per-workgroup state for batch or group `z`), `struct Col` and `col(n)` (what the
+/// B loads need of output column `n`, computed once per thread before the K loop),
+/// `load_a(m, k)` and `load_b(col, k)` (called only in bounds) and `store(m, n, acc)`.
+const TILED: &str = r#"$ENABLE
+const BM: u32 = 64u;
+const BN: u32 = 64u;
+const BK: u32 = 16u;
+const THREADS: u32 = 256u;
+// Tiles are stored k-major with rows padded by 4 floats (fewer bank conflicts, vec4 reads).
+const ROW: u32 = 68u;
+const ROW4: u32 = 17u;
+var<workgroup> As: array<vec4<f32>, 272>;
+var<workgroup> Bs: array<vec4<f32>, 272>;
+$HOOKS
+fn store_row(m: u32, n: u32, v: vec4<f32>) {
+    if (m >= p[0]) { return; }
+    for (var j = 0u; j < 4u; j++) {
+        if (n + j < p[1]) { store(m, n + j, v[j]); }
+    }
+}
+@compute @workgroup_size(16, 16, 1)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+    let M = p[0];
+    let N = p[1];
+    let K = p[2];
+    setup(wid.z + p[3]);
+    let m0 = wid.y * BM;
+    let n0 = wid.x * BN;
+    let tx = t % 16u;
+    let ty = t / 16u;
+    $B_COLS
+    var acc0 = vec4<f32>(0.0);
+    var acc1 = vec4<f32>(0.0);
+    var acc2 = vec4<f32>(0.0);
+    var acc3 = vec4<f32>(0.0);
+    for (var k0 = 0u; k0 < K; k0 += BK) {
+        for (var i = 0u; i < 4u; i++) {
+            let idx = t + i * THREADS;
+            $A_IDX
+            let gm = m0 + am;
+            let gk = k0 + ak;
+            var v = 0.0;
+            if (gm < M && gk < K) { v = load_a(gm, gk); }
+            As[(ak * ROW + am) / 4u][am % 4u] = v;
+        }
+        for (var i = 0u; i < 4u; i++) {
+            let idx = t + i * THREADS;
+            $B_IDX
+            let gk = k0 + bk;
+            var v = 0.0;
+            if (n0 + bn < N && gk < K) { v = load_b(c, gk); }
+            Bs[(bk * ROW + bn) / 4u][bn % 4u] = v;
+        }
+        workgroupBarrier();
+        for (var k = 0u; k < BK; k++) {
+            let a = As[k * ROW4 + ty];
+            let b = Bs[k * ROW4 + tx];
+            acc0 += a.x * b;
+            acc1 += a.y * b;
+            acc2 += a.z * b;
+            acc3 += a.w * b;
+        }
+        workgroupBarrier();
+    }
+    let m = m0 + ty * 4u;
+    let n = n0 + tx * 4u;
+    store_row(m, n, acc0);
+    store_row(m + 1u, n, acc1);
+    store_row(m + 2u, n, acc2);
+    store_row(m + 3u, n, acc3);
+}
+"#;
+
+/// The tiled kernel's source for storage type `dtype`, with the caller's hooks and the load
+/// order of each operand.
+pub(crate) fn tiled_shader(dtype: DataType, hooks: &str, a: Walk, b: Walk) -> String {
+    let a_idx = match a {
+        Walk::K => "let ak = idx % BK; let am = idx / BK;",
+        Walk::Outer => "let am = idx % BM; let ak = idx / BM;",
+    };
+    // Walking N, each thread loads one column for the whole K loop; walking K, four.
+    let (b_cols, b_idx) = match b {
+        Walk::Outer => {
+            ("let bn_t = t % BN; let col_t = col(n0 + bn_t);", "let bn = bn_t; let bk = idx / BN; let c = col_t;")
+        }
+        Walk::K => (
+            "var cols: array<Col, 4>; for (var i = 0u; i < 4u; i++) { cols[i] = col(n0 + (t + i * THREADS) / BK); }",
+            "let bk = idx % BK; let bn = idx / BK; let c = cols[i];",
+        ),
+    };
+    fill(
+        TILED,
+        &[("$HOOKS", hooks), ("$ENABLE", enables(dtype)), ("$A_IDX", a_idx), ("$B_COLS", b_cols), ("$B_IDX", b_idx)],
+    )
+}
+
+/// WGSL: offsets of two operands' matrices for batch `z`, from the params at `at`: rank, the
+/// batch dims, then each operand's batch strides (0 where broadcast).
+pub(crate) const BATCH_OFFSETS: &str = r#"
+fn batch_offsets(z: u32, at: u32) -> vec2<u32> {
+    let rank = p[at];
+    var rem = z;
+    var o = vec2<u32>(0u, 0u);
+    for (var d = rank; d > 0u; d--) {
+        let i = at + d;
+        let c = rem % p[i];
+        rem = rem / p[i];
+        o += c * vec2<u32>(p[i + rank], p[i + 2u * rank]);
+    }
+    return o;
+}
+"#;
+
+/// Hooks of the tiled kernel for a strided product `y = act(alpha * a @ b + beta * c)`.
+/// p: M, N, K, z0, a_m, a_k, b_k, b_n, c_m, c_n, alpha, beta, then the batch offsets (at 12).
+const GEMM_HOOKS: &str = r#"
+@group(0) @binding(0) var<storage, read> p: array<u32>;
+@group(0) @binding(1) var<storage, read> a: array<$TY>;
+@group(0) @binding(2) var<storage, read> b: array<$TY>;
+$C_BINDING
+$BATCH
+var<private> a_off: u32;
+var<private> b_off: u32;
+var<private> y_off: u32;
+var<private> s: vec4<u32>;
+struct Col { n: u32 }
+fn setup(z: u32) {
+    let o = batch_offsets(z, 12u);
+    a_off = o.x;
+    b_off = o.y;
+    y_off = z * p[0] * p[1];
+    s = vec4<u32>(p[4], p[5], p[6], p[7]);
+}
+fn col(n: u32) -> Col { return Col(n); }
+fn load_a(m: u32, k: u32) -> f32 { return f32(a[a_off + m * s.x + k * s.y]); }
+fn load_b(c: Col, k: u32) -> f32 { return f32(b[b_off + k * s.z + c.n * s.w]); }
+fn act(v: f32) -> f32 { return $ACT; }
+fn store(m: u32, n: u32, acc: f32) {
+    var v = bitcast<f32>(p[10]) * acc;
+    $C_TERM
+    y[y_off + m * p[1] + n] = $TY(act(v));
+}
+"#;
+
+/// The GEMV kernel: `y[n] = act(alpha * sum_k x[k] * w[n, k] + beta * c[n])` per batch `z`.
+/// p: N, K, z0, x_k, w_n, w_k, c_n, alpha, beta, then the batch offsets of x and w (at 9).
+const GEMV: &str = r#"$ENABLE
+@group(0) @binding(0) var<storage, read> p: array<u32>;
+@group(0) @binding(1) var<storage, read> x: array<$TY>;
+@group(0) @binding(2) var<storage, read> w: array<$TY>;
+$C_BINDING
+$BATCH
+const TN: u32 = $TNu;
+const KL: u32 = $KLu;
+var<workgroup> part: array<f32, 256>;
+fn act(v: f32) -> f32 { return $ACT; }
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+    let N = p[0];
+    let K = p[1];
+    let z = wid.z + p[2];
+    let o = batch_offsets(z, 9u);
+    $LANES
+    let n = (wid.x + wid.y * nwg.x) * TN + nl;
+    var acc = 0.0;
+    if (n < N) {
+        let xk = p[3];
+        let wk = p[5];
+        let wb = o.y + n * p[4];
+        for (var k = kl; k < K; k += KL) {
+            acc += f32(x[o.x + k * xk]) * f32(w[wb + k * wk]);
+        }
+    }
+    part[t] = acc;
+    workgroupBarrier();
+    if (kl == 0u && n < N) {
+        var sum = 0.0;
+        for (var j = 0u; j < KL; j++) { sum += part[$PART]; }
+        var v = bitcast<f32>(p[7]) * sum;
+        $C_TERM
+        y[z * N + n] = $TY(act(v));
+    }
+}
+"#;
+
+/// The WGSL storage type of `dtype`, or an error for dtypes the kernels do not take.
+pub(crate) fn storage_type(dtype: DataType) -> Result<&'static str> {
+    match dtype {
+        DataType::Float | DataType::Float16 => {
+            wgsl_type(dtype).ok_or_else(|| Error::Unsupported(format!("wgpu: {dtype:?}")))
+        }
+        _ => Err(Error::Unsupported(format!("wgpu: matrix products in {dtype:?}"))),
+    }
+}
+
+/// The optional C binding and term of the GEMM kernels (binding 3, output at 4), or none
+/// (output at 3); `beta` is the params index of beta, `c_index` C's index expression.
+fn c_parts(ty: &str, has_c: bool, beta: usize, c_index: &str) -> (String, String, String) {
+    if has_c {
+        (
+            format!(
+                "@group(0) @binding(3) var<storage, read> c: array<{ty}>;\n@group(0) @binding(4) var<storage, read_write> y: array<{ty}>;"
+            ),
+            format!("v += bitcast<f32>(p[{beta}]) * f32(c[{c_index}]);"),
+            "c".into(),
+        )
+    } else {
+        (format!("@group(0) @binding(3) var<storage, read_write> y: array<{ty}>;"), String::new(), "noc".into())
+    }
+}
+
+/// The tiled GEMM pipeline for `dtype`, load orders and C.
+fn tiled_pipeline(gpu: &GpuContext, dtype: DataType, a: Walk, b: Walk, has_c: bool) -> Result<Arc<Pipeline>> {
+    let ty = storage_type(dtype)?;
+    let (binding, term, tag) = c_parts(ty, has_c, 11, "m * p[8] + n * p[9]");
+    let key = format!("matmul/tiled/{ty}/{}{}/{tag}", a.name(), b.name());
+    gpu.pipeline(&key, || {
+        let hooks = fill(
+            GEMM_HOOKS,
+            &[("$C_BINDING", &binding), ("$C_TERM", &term), ("$BATCH", BATCH_OFFSETS), ("$ACT", "v"), ("$TY", ty)],
+        );
+        tiled_shader(dtype, &hooks, a, b)
+    })
+}
+
+/// The GEMV pipeline for `dtype`, lane layout (`k_walk`: consecutive lanes walk K) and C.
+fn gemv_pipeline(gpu: &GpuContext, dtype: DataType, k_walk: bool, has_c: bool) -> Result<Arc<Pipeline>> {
+    let ty = storage_type(dtype)?;
+    let (binding, term, tag) = c_parts(ty, has_c, 8, "n * p[6]");
+    let key = format!("matmul/gemv/{ty}/{}/{tag}", if k_walk { "k" } else { "n" });
+    let ((tn, kl), lanes, part) = if k_walk {
+        (GEMV_K_WALK, "let kl = t % KL; let nl = t / KL;", "nl * KL + j")
+    } else {
+        (GEMV_N_WALK, "let nl = t % TN; let kl = t / TN;", "j * TN + nl")
+    };
+    let (tn, kl) = (tn.to_string(), kl.to_string());
+    gpu.pipeline(&key, || {
+        fill(
+            GEMV,
+            &[
+                ("$ENABLE", enables(dtype)),
+                ("$C_BINDING", &binding),
+                ("$C_TERM", &term),
+                ("$BATCH", BATCH_OFFSETS),
+                ("$LANES", lanes),
+                ("$PART", part),
+                ("$TN", &tn),
+                ("$KL", &kl),
+                ("$ACT", "v"),
+                ("$TY", ty),
+            ],
+        )
+    })
+}
+
+/// The pipelines one MatMul or Gemm node may use, made when the node is built (shared between
+/// nodes through the context's cache).
+struct Pipelines {
+    tiled: Arc<Pipeline>,
+    /// GEMV with lanes walking N.
+    gemv_n: Arc<Pipeline>,
+    /// GEMV with lanes walking K.
+    gemv_k: Arc<Pipeline>,
+}
+
+impl Pipelines {
+    fn new(gpu: &GpuContext, dtype: DataType, a: Walk, b: Walk, has_c: bool) -> Result<Pipelines> {
+        Ok(Pipelines {
+            tiled: tiled_pipeline(gpu, dtype, a, b, has_c)?,
+            gemv_n: gemv_pipeline(gpu, dtype, false, has_c)?,
+            gemv_k: gemv_pipeline(gpu, dtype, true, has_c)?,
+        })
+    }
+}
+
+/// One (batched) product `y = alpha * a @ b + beta * c` in the terms the kernels take: sizes,
+/// element strides of the operands and the broadcast batch.
+#[derive(Clone, Debug, Default)]
+struct Product {
+    m: usize,
+    n: usize,
+    k: usize,
+    /// A's strides along M and K.
+    a: (usize, usize),
+    /// B's strides along K and N.
+    b: (usize, usize),
+    /// C's strides along M and N (0 where broadcast), when C takes part.
+    c: Option<(usize, usize)>,
+    alpha: f32,
+    beta: f32,
+    /// Batch dims of the output (the output is contiguous: batch, M, N).
+    batch: Vec<usize>,
+    /// A's and B's matrix offsets per batch dim (0 where broadcast).
+    a_batch: Vec<usize>,
+    b_batch: Vec<usize>,
+}
+
+/// Buffers of a product.
+struct Operands<'a> {
+    a: &'a GpuBuffer,
+    b: &'a GpuBuffer,
+    c: Option<&'a GpuBuffer>,
+    y: &'a GpuBuffer,
+}
+
+/// Pushes `values` as u32 params, or an error when one does not fit.
+fn push_all(p: &mut Vec<u32>, values: &[usize], at: &Location) -> Result<()> {
+    for &v in values {
+        p.push(u32_of(v, at)?);
+    }
+    Ok(())
+}
+
+/// Dispatches `groups` workgroups (z = batches), in slices of at most the device's limit of
+/// workgroups along z; `params[z0]` is the first z of each slice.
+pub(crate) fn dispatch_z(
+    run: &mut GpuRun,
+    pipeline: &Pipeline,
+    params: &mut [u32],
+    z0: usize,
+    buffers: &[&GpuBuffer],
+    groups: [u32; 3],
+    at: &Location,
+) -> Result<()> {
+    let limit = run.context().device().limits().max_compute_workgroups_per_dimension.max(1);
+    let mut first = 0u32;
+    while first < groups[2] {
+        let count = (groups[2] - first).min(limit);
+        params[z0] = first;
+        run.dispatch(pipeline, params, buffers, [groups[0], groups[1], count]).map_err(|e| e.at(at))?;
+        first += count;
+    }
+    Ok(())
+}
+
+/// Workgroups along x and y for `groups` groups of a one-dimensional grid.
+fn grid_2d(groups: usize, at: &Location) -> Result<[u32; 2]> {
+    let x = groups.min(65535);
+    let y = groups.div_ceil(x.max(1));
+    Ok([u32_of(x, at)?, u32_of(y, at)?])
+}
+
+impl Product {
+    fn batches(&self) -> usize {
+        self.batch.iter().product()
+    }
+
+    /// Batch params: rank, dims, then the strides of the two operands given.
+    fn batch_params(&self, p: &mut Vec<u32>, first: &[usize], second: &[usize], at: &Location) -> Result<()> {
+        p.push(self.batch.len() as u32);
+        push_all(p, &self.batch, at)?;
+        push_all(p, first, at)?;
+        push_all(p, second, at)
+    }
+
+    /// Records the product with the kernel that fits its shape.
+    fn record(&self, run: &mut GpuRun, pipes: &Pipelines, ops: &Operands<'_>, at: &Location) -> Result<()> {
+        if self.m * self.n * self.batches() == 0 {
+            return Ok(());
+        }
+        if self.m == 1 {
+            let c_n = self.c.map_or(0, |c| c.1);
+            self.record_gemv(
+                run,
+                pipes,
+                [ops.a, ops.b],
+                (self.n, self.a.1, self.b.1, self.b.0, c_n),
+                [&self.a_batch, &self.b_batch],
+                ops,
+                at,
+            )
+        } else if self.n == 1 {
+            let c_m = self.c.map_or(0, |c| c.0);
+            self.record_gemv(
+                run,
+                pipes,
+                [ops.b, ops.a],
+                (self.m, self.b.0, self.a.0, self.a.1, c_m),
+                [&self.b_batch, &self.a_batch],
+                ops,
+                at,
+            )
+        } else {
+            self.record_tiled(run, &pipes.tiled, ops, at)
+        }
+    }
+
+    fn record_tiled(&self, run: &mut GpuRun, pipeline: &Pipeline, ops: &Operands<'_>, at: &Location) -> Result<()> {
+        let mut p = vec![];
+        push_all(&mut p, &[self.m, self.n, self.k, 0, self.a.0, self.a.1, self.b.0, self.b.1], at)?;
+        let (c_m, c_n) = self.c.unwrap_or((0, 0));
+        push_all(&mut p, &[c_m, c_n], at)?;
+        p.extend([self.alpha.to_bits(), self.beta.to_bits()]);
+        self.batch_params(&mut p, &self.a_batch, &self.b_batch, at)?;
+        let mut buffers = vec![ops.a, ops.b];
+        buffers.extend(ops.c);
+        buffers.push(ops.y);
+        let groups =
+            [u32_of(self.n.div_ceil(TILE), at)?, u32_of(self.m.div_ceil(TILE), at)?, u32_of(self.batches(), at)?];
+        dispatch_z(run, pipeline, &mut p, 3, &buffers, groups, at)
+    }
+
+    /// A GEMV: `outputs` results per batch from vector `x` (stride `x_k`) and matrix `w`
+    /// (strides `w_n`, `w_k`); `c_n` is C's stride along the outputs.
+    #[allow(clippy::too_many_arguments)]
+    fn record_gemv(
+        &self,
+        run: &mut GpuRun,
+        pipes: &Pipelines,
+        [x, w]: [&GpuBuffer; 2],
+        (outputs, x_k, w_n, w_k, c_n): (usize, usize, usize, usize, usize),
+        [x_batch, w_batch]: [&[usize]; 2],
+        ops: &Operands<'_>,
+        at: &Location,
+    ) -> Result<()> {
+        let k_walk = w_k == 1 && (w_n != 1 || outputs == 1);
+        let (pipeline, per_group) =
+            if k_walk { (&pipes.gemv_k, GEMV_K_WALK.0) } else { (&pipes.gemv_n, GEMV_N_WALK.0) };
+        let mut p = vec![];
+        push_all(&mut p, &[outputs, self.k, 0, x_k, w_n, w_k, c_n], at)?;
+        p.extend([self.alpha.to_bits(), self.beta.to_bits()]);
+        self.batch_params(&mut p, x_batch, w_batch, at)?;
+        let mut buffers = vec![x, w];
+        buffers.extend(ops.c);
+        buffers.push(ops.y);
+        let [gx, gy] = grid_2d(outputs.div_ceil(per_group as usize), at)?;
+        dispatch_z(run, pipeline, &mut p, 2, &buffers, [gx, gy, u32_of(self.batches(), at)?], at)
+    }
+}
+
+/// Whether input `i`'s shape is known to have a rank in `ranks`, or unknown.
+fn rank_in(ctx: &NodeContext<'_>, i: usize, ranks: std::ops::RangeInclusive<usize>) -> bool {
+    match ctx.input_types.get(i) {
+        Some(ValueType::Tensor(t)) => t.shape.as_ref().is_none_or(|s| ranks.contains(&s.len())),
+        _ => true,
+    }
+}
+
+/// Whether the present inputs among `0..n` all have the dtype of input 0.
+fn same_dtypes(ctx: &NodeContext<'_>, n: usize) -> bool {
+    let first = input_dtype(ctx, 0);
+    (1..n).filter(|&i| ctx.node.input(i).is_some()).all(|i| input_dtype(ctx, i) == first)
+}
+
+fn supports_matmul(ctx: &NodeContext<'_>, gpu: &GpuContext) -> bool {
+    ctx.node.inputs.len() == 2
+        && float_inputs(ctx, gpu, 0..2)
+        && same_dtypes(ctx, 2)
+        && rank_in(ctx, 0, 1..=usize::MAX)
+        && rank_in(ctx, 1, 1..=usize::MAX)
+}
+
+fn supports_gemm(ctx: &NodeContext<'_>, gpu: &GpuContext) -> bool {
+    let n = ctx.node;
+    let attrs_ok = n.float_or("alpha", 1.0).is_ok()
+        && n.float_or("beta", 1.0).is_ok()
+        && n.int_or("transA", 0).is_ok()
+        && n.int_or("transB", 0).is_ok();
+    (2..=3).contains(&n.inputs.len())
+        && attrs_ok
+        && float_inputs(ctx, gpu, 0..3)
+        && same_dtypes(ctx, 3)
+        && rank_in(ctx, 0, 2..=2)
+        && rank_in(ctx, 1, 2..=2)
+        && rank_in(ctx, 2, 0..=2)
+}
+
+/// The dtype of input 0, which the kernels compute in.
+fn node_dtype(ctx: &NodeContext<'_>) -> Result<DataType> {
+    input_dtype(ctx, 0).ok_or_else(|| Error::Unsupported(format!("wgpu: {} has an untyped input", ctx.node.location())))
+}
+
+/// Checks that input `i` has the dtype of input 0.
+fn check_dtype(want: DataType, got: DataType, i: usize, at: &Location) -> Result<()> {
+    if want == got {
+        Ok(())
+    } else {
+        Err(Error::input(at, i, format!("{} like input 0", want.name()), got.name()))
+    }
+}
+
+/// MatMul: numpy-style matrix product.
+struct MatMul {
+    pipes: Pipelines,
+    at: Location,
+}
+
+fn build_matmul(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<dyn GpuOp>> {
+    let pipes = Pipelines::new(gpu, node_dtype(ctx)?, Walk::K, Walk::Outer, false)?;
+    Ok(Box::new(MatMul { pipes, at: ctx.node.location() }))
+}
+
+/// Plans `a @ b` with numpy semantics (1-D operands promoted, batch dims broadcast): the
+/// product and the output shape. A whose batches are consecutive times a B shared by all
+/// batches folds into one product of `batches * m` rows.
+fn plan_matmul(a: &[usize], b: &[usize], at: &Location) -> Result<(Product, Vec<usize>)> {
+    if a.is_empty() || b.is_empty() {
+        return Err(Error::node(at, format!("cannot multiply shapes {a:?} and {b:?}: scalars are not matrices")));
+    }
+    let a2: Vec<usize> = if a.len() == 1 { vec![1, a[0]] } else { a.to_vec() };
+    let b2: Vec<usize> = if b.len() == 1 { vec![b[0], 1] } else { b.to_vec() };
+    let (ab, am) = a2.split_at(a2.len() - 2);
+    let (bb, bm) = b2.split_at(b2.len() - 2);
+    let (m, k, kb, n) = (am[0], am[1], bm[0], bm[1]);
+    if k != kb {
+        return Err(Error::node(
+            at,
+            format!("cannot multiply shapes {a:?} and {b:?}: A has {k} columns but B has {kb} rows"),
+        ));
+    }
+    let rank = ab.len().max(bb.len());
+    let mut batch = vec![1usize; rank];
+    for s in [ab, bb] {
+        for (d, &x) in s.iter().enumerate() {
+            let o = &mut batch[d + rank - s.len()];
+            if *o == 1 {
+                *o = x;
+            } else if x != 1 && x != *o {
+                return Err(Error::node(
+                    at,
+                    format!("cannot multiply shapes {a:?} and {b:?}: batch dimensions do not broadcast"),
+                ));
+            }
+        }
+    }
+    let mut out_shape = batch.clone();
+    if a.len() > 1 {
+        out_shape.push(m);
+    }
+    if b.len() > 1 {
+        out_shape.push(n);
+    }
+    let batch_strides = |s: &[usize], mat: usize| -> Vec<usize> {
+        let own = strides(s);
+        (0..rank)
+            .map(|d| match (d + s.len()).checked_sub(rank) {
+                Some(j) if s[j] != 1 => own[j] * mat,
+                _ => 0,
+            })
+            .collect()
+    };
+    let mut p = Product { m, n, k, a: (k, 1), b: (n, 1), alpha: 1.0, beta: 0.0, ..Default::default() };
+    let b_shared = bb.iter().all(|&d| d == 1);
+    let a_full = ab.len() == rank && ab == batch.as_slice();
+    if b_shared && a_full {
+        p.m = m * batch.iter().product::<usize>();
+    } else {
+        p.a_batch = batch_strides(ab, m * k);
+        p.b_batch = batch_strides(bb, k * n);
+        p.batch = batch;
+    }
+    Ok((p, out_shape))
+}
+
+impl GpuOp for MatMul {
+    fn record(&self, run: &mut GpuRun, inputs: &[Option<ValueRef<'_>>]) -> Result<Vec<Value>> {
+        let a = gpu_input(run, inputs, 0, &self.at)?;
+        let b = gpu_input(run, inputs, 1, &self.at)?;
+        check_dtype(a.dtype(), b.dtype(), 1, &self.at)?;
+        storage_type(a.dtype())
+            .map_err(|_| Error::input(&self.at, 0, "a float or float16 tensor", a.dtype().name()))?;
+        let (product, out_shape) = plan_matmul(a.shape(), b.shape(), &self.at)?;
+        let y = run.alloc(a.dtype(), out_shape)?;
+        product.record(run, &self.pipes, &Operands { a: a.buffer, b: b.buffer, c: None, y: y.gpu()? }, &self.at)?;
+        Ok(vec![Value::Tensor(y)])
+    }
+}
+
+/// Gemm: `Y = alpha * op(A) * op(B) + beta * C`.
+struct Gemm {
+    pipes: Pipelines,
+    alpha: f32,
+    beta: f32,
+    trans_a: bool,
+    trans_b: bool,
+    /// Whether the pipelines add C (present when built, and beta != 0).
+    has_c: bool,
+    at: Location,
+}
+
+fn build_gemm(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<dyn GpuOp>> {
+    let n = ctx.node;
+    let (alpha, beta) = (n.float_or("alpha", 1.0)?, n.float_or("beta", 1.0)?);
+    let (trans_a, trans_b) = (n.int_or("transA", 0)? != 0, n.int_or("transB", 0)? != 0);
+    let has_c = n.input(2).is_some() && beta != 0.0;
+    let a = if trans_a { Walk::Outer } else { Walk::K };
+    let b = if trans_b { Walk::K } else { Walk::Outer };
+    let pipes = Pipelines::new(gpu, node_dtype(ctx)?, a, b, has_c)?;
+    Ok(Box::new(Gemm { pipes, alpha, beta, trans_a, trans_b, has_c, at: n.location() }))
+}
+
+/// Strides that read a C of shape `c` as an `m x n` matrix under unidirectional broadcasting,
+/// `None` when `c` does not broadcast to `[m, n]`.
+fn c_broadcast_strides(c: &[usize], m: usize, n: usize) -> Option<(usize, usize)> {
+    let (cr, cc) = match *c {
+        [] => (1, 1),
+        [x] => (1, x),
+        [r, x] => (r, x),
+        _ => return None,
+    };
+    let ok = (cr == m || cr == 1) && (cc == n || cc == 1);
+    ok.then_some((if cr == 1 { 0 } else { cc }, if cc == 1 { 0 } else { 1 }))
+}
+
+impl Gemm {
+    /// The product for A and B of these shapes (C is added by the caller).
+    fn product(&self, a: &[usize], b: &[usize]) -> Result<Product> {
+        let matrix = |s: &[usize], i: usize| match *s {
+            [r, c] => Ok((r, c)),
+            _ => Err(Error::input(&self.at, i, "a 2-D tensor", format!("shape {s:?}"))),
+        };
+        let (ar, ac) = matrix(a, 0)?;
+        let (br, bc) = matrix(b, 1)?;
+        let (m, k, a_strides) = if self.trans_a { (ac, ar, (1, ac)) } else { (ar, ac, (ac, 1)) };
+        let (kb, n, b_strides) = if self.trans_b { (bc, br, (1, bc)) } else { (br, bc, (bc, 1)) };
+        if k != kb {
+            return Err(Error::node(
+                &self.at,
+                format!(
+                    "cannot multiply A {a:?} (transA={}) by B {b:?} (transB={}): inner dimensions {k} and {kb} differ",
+                    self.trans_a as u8, self.trans_b as u8
+                ),
+            ));
+        }
+        Ok(Product { m, n, k, a: a_strides, b: b_strides, alpha: self.alpha, beta: self.beta, ..Default::default() })
+    }
+}
+
+impl GpuOp for Gemm {
+    fn record(&self, run: &mut GpuRun, inputs: &[Option<ValueRef<'_>>]) -> Result<Vec<Value>> {
+        let a = gpu_input(run, inputs, 0, &self.at)?;
+        let b = gpu_input(run, inputs, 1, &self.at)?;
+        let c = if self.beta != 0.0 { opt_gpu_input(run, inputs, 2, &self.at)? } else { None };
+        check_dtype(a.dtype(), b.dtype(), 1, &self.at)?;
+        storage_type(a.dtype())
+            .map_err(|_| Error::input(&self.at, 0, "a float or float16 tensor", a.dtype().name()))?;
+        let mut product = self.product(a.shape(), b.shape())?;
+        if let Some(c) = &c {
+            check_dtype(a.dtype(), c.dtype(), 2, &self.at)?;
+            product.c = Some(c_broadcast_strides(c.shape(), product.m, product.n).ok_or_else(|| {
+                Error::input(
+                    &self.at,
+                    2,
+                    format!("a shape broadcastable to [{}, {}]", product.m, product.n),
+                    format!("shape {:?}", c.shape()),
+                )
+            })?);
+        }
+        if self.has_c != c.is_some() {
+            return Err(Error::node(
+                &self.at,
+                "input C was present when the node was built but is missing now (or the reverse)",
+            ));
+        }
+        let y = run.alloc(a.dtype(), vec![product.m, product.n])?;
+        let ops = Operands { a: a.buffer, b: b.buffer, c: c.map(|c| c.buffer), y: y.gpu()? };
+        product.record(run, &self.pipes, &ops, &self.at)?;
+        Ok(vec![Value::Tensor(y)])
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use crate::testkit::{float, int, rand, Case};
+
+    fn mm(a: &[usize], b: &[usize], seed: u64) -> Case {
+        Case::new("MatMul", vec![rand(a, -1.0, 1.0, seed), rand(b, -1.0, 1.0, seed + 1)])
+    }
+
+    #[test]
+    fn matmul_odd_sizes_match_the_cpu() {
+        mm(&[37, 53], &[53, 71], 1).check(1e-4, 1e-4);
+        mm(&[64, 64], &[64, 64], 2).check(1e-4, 1e-4);
+        mm(&[1, 1], &[1, 1], 3).check(1e-5, 1e-6);
+        mm(&[130, 7], &[7, 65], 4).check(1e-4, 1e-4);
+        mm(&[5, 300], &[300, 3], 5).check(1e-4, 1e-4);
+        mm(&[37, 53], &[53, 71], 6).constants(&[1]).check(1e-4, 1e-4);
+    }
+
+    #[test]
+    fn matmul_batches_broadcast() {
+        mm(&[2, 3, 37, 53], &[53, 71], 10).check(1e-4, 1e-4);
+        mm(&[2, 3, 37, 53], &[3, 53, 71], 11).check(1e-4, 1e-4);
+        mm(&[2, 1, 37, 53], &[1, 3, 53, 71], 12).check(1e-4, 1e-4);
+        mm(&[37, 53], &[4, 53, 71], 13).check(1e-4, 1e-4);
+        mm(&[1, 37, 53], &[53, 71], 14).check(1e-4, 1e-4);
+        mm(&[3, 1, 53], &[3, 53, 71], 15).check(1e-4, 1e-4);
+        mm(&[3, 37, 53], &[3, 53, 1], 16).check(1e-4, 1e-4);
+    }
+
+    #[test]
+    fn matmul_vectors_and_gemv() {
+        mm(&[53], &[53, 71], 20).check(1e-4, 1e-4);
+        mm(&[37, 53], &[53], 21).check(1e-4, 1e-4);
+        mm(&[53], &[53], 22).check(1e-4, 1e-4);
+        mm(&[2, 3, 53], &[53], 23).check(1e-4, 1e-4);
+        mm(&[53], &[2, 53, 71], 24).check(1e-4, 1e-4);
+        mm(&[1, 1000], &[1000, 300], 25).check(1e-4, 1e-4);
+        mm(&[300, 1000], &[1000, 1], 26).check(1e-4, 1e-4);
+    }
+
+    #[test]
+    fn matmul_empty_dims() {
+        mm(&[0, 5], &[5, 7], 30).check(0.0, 0.0);
+        mm(&[4, 0], &[0, 7], 31).check(0.0, 0.0);
+        mm(&[2, 0, 4, 5], &[5, 7], 32).check(0.0, 0.0);
+        mm(&[3, 5], &[5, 0], 33).check(0.0, 0.0);
+    }
+
+    #[test]
+    fn matmul_shape_errors_are_named() {
+        let Some(gpu) = crate::testkit::provider() else { return };
+        let e = mm(&[3, 4], &[5, 6], 40).try_run_gpu(&gpu).unwrap_err().to_string();
+        assert!(e.contains("MatMul") && e.contains('4') && e.contains('5'), "{e}");
+        let e = mm(&[2, 3, 4], &[3, 4, 6], 41).try_run_gpu(&gpu).unwrap_err().to_string();
+        assert!(e.contains("MatMul"), "{e}");
+    }
+
+    fn gemm(a: &[usize], b: &[usize], c: Option<&[usize]>, seed: u64) -> Case {
+        let mut inputs = vec![rand(a, -1.0, 1.0, seed), rand(b, -1.0, 1.0, seed + 1)];
+        inputs.extend(c.map(|c| rand(c, -1.0, 1.0, seed + 2)));
+        Case::new("Gemm", inputs)
+    }
+
+    #[test]
+    fn gemm_transposes_and_scales() {
+        let (m, k, n) = (37, 53, 71);
+        for (ta, tb) in [(0, 0), (1, 0), (0, 1), (1, 1)] {
+            let a: &[usize] = if ta == 1 { &[k, m] } else { &[m, k] };
+            let b: &[usize] = if tb == 1 { &[n, k] } else { &[k, n] };
+            let attrs = vec![int("transA", ta), int("transB", tb), float("alpha", 0.75), float("beta", -1.5)];
+            gemm(a, b, Some(&[m, n]), 50).attrs(attrs.clone()).check(1e-4, 1e-4);
+            gemm(a, b, None, 51).attrs(attrs.clone()).constants(&[1]).check(1e-4, 1e-4);
+        }
+    }
+
+    #[test]
+    fn gemm_broadcasts_c() {
+        let (m, k, n) = (37, 53, 71);
+        for c in [&[][..], &[1], &[n], &[1, n], &[m, 1], &[1, 1], &[m, n]] {
+            gemm(&[m, k], &[k, n], Some(c), 60).attrs(vec![float("beta", 0.5)]).constants(&[1, 2]).check(1e-4, 1e-4);
+        }
+        // beta == 0: C is ignored.
+        gemm(&[m, k], &[k, n], Some(&[n]), 61).attrs(vec![float("beta", 0.0)]).check(1e-4, 1e-4);
+    }
+
+    #[test]
+    fn gemm_single_rows_and_columns() {
+        for tb in [0, 1] {
+            let b: &[usize] = if tb == 1 { &[71, 300] } else { &[300, 71] };
+            gemm(&[1, 300], b, Some(&[71]), 70).attrs(vec![int("transB", tb)]).check(1e-4, 1e-4);
+            let b: &[usize] = if tb == 1 { &[1, 300] } else { &[300, 1] };
+            gemm(&[37, 300], b, Some(&[37, 1]), 71)
+                .attrs(vec![int("transB", tb), float("alpha", 2.0)])
+                .check(1e-4, 1e-4);
+        }
+        gemm(&[300, 1], &[300, 71], None, 72).attrs(vec![int("transA", 1)]).check(1e-4, 1e-4);
+        gemm(&[1, 1], &[1, 1], Some(&[]), 73).check(1e-5, 1e-6);
+    }
+
+    /// `t` converted to float16.
+    pub(crate) fn half(t: &onyx_core::Tensor) -> onyx_core::Tensor {
+        let v: Vec<half::f16> = t.as_slice::<f32>().unwrap().iter().map(|&x| half::f16::from_f32(x)).collect();
+        crate::testkit::t(t.shape(), v)
+    }
+
+    /// Whether the test adapter computes in f16 (else the f16 cases are skipped).
+    pub(crate) fn has_f16() -> bool {
+        crate::testkit::provider().is_some_and(|p| p.context().has_f16())
+    }
+
+    #[test]
+    fn float16_products() {
+        if !has_f16() {
+            return;
+        }
+        let f16_case = |op: &'static str, shapes: &[&[usize]], seed: u64| {
+            let inputs = shapes.iter().enumerate().map(|(i, s)| half(&rand(s, -1.0, 1.0, seed + i as u64))).collect();
+            Case::new(op, inputs)
+        };
+        f16_case("MatMul", &[&[2, 37, 53], &[53, 71]], 80).check(2e-3, 5e-3);
+        f16_case("MatMul", &[&[1, 53], &[53, 71]], 81).check(2e-3, 5e-3);
+        f16_case("Gemm", &[&[53, 37], &[71, 53], &[71]], 82)
+            .attrs(vec![int("transA", 1), int("transB", 1)])
+            .check(2e-3, 5e-3);
+    }
+
+    /// GPU time per run of `op` on `inputs`: `iters` runs recorded into one submission, after
+    /// a warm-up submission.
+    pub(crate) fn time_op(op: &dyn crate::kernel::GpuOp, inputs: &[onyx_core::Tensor], iters: usize) -> f64 {
+        use onyx_core::ep::{RunState, ValueRef};
+        let ctx = crate::testkit::provider().unwrap().context().clone();
+        let values: Vec<onyx_core::Value> =
+            inputs.iter().map(|t| onyx_core::Value::Tensor(ctx.upload(t.view().unwrap()).unwrap())).collect();
+        let refs: Vec<Option<ValueRef<'_>>> = values.iter().map(|v| Some(ValueRef::Value(v))).collect();
+        let mut once = |n: usize| {
+            let mut run = crate::run::GpuRun::new(ctx.clone());
+            let mut outputs = vec![];
+            for _ in 0..n {
+                outputs.push(op.record(&mut run, &refs).unwrap());
+            }
+            let start = std::time::Instant::now();
+            run.flush().unwrap();
+            ctx.device().poll(wgpu::PollType::Wait { submission_index: None, timeout: None }).unwrap();
+            start.elapsed().as_secs_f64()
+        };
+        once(2);
+        once(iters) / iters as f64
+    }
+
+    /// Throughput of the product kernels (run with `--ignored --nocapture` on a real GPU).
+    #[test]
+    #[ignore]
+    fn bench_products() {
+        use super::{Gemm, MatMul, Pipelines, Walk};
+        let Some(gpu) = crate::testkit::provider() else { return };
+        let ctx = gpu.context();
+        eprintln!("adapter: {:?}", ctx.adapter_info().name);
+        let at = onyx_core::Location::default();
+        let matmul = MatMul {
+            pipes: Pipelines::new(ctx, onyx_core::DataType::Float, Walk::K, Walk::Outer, false).unwrap(),
+            at: at.clone(),
+        };
+        for (m, k, n) in [
+            (8, 8, 8),
+            (128, 768, 768),
+            (128, 768, 3072),
+            (512, 1024, 1024),
+            (2048, 2048, 2048),
+            (4096, 4096, 4096),
+            (1, 4096, 4096),
+        ] {
+            let inputs = [rand(&[m, k], -1.0, 1.0, 1), rand(&[k, n], -1.0, 1.0, 2)];
+            let t = time_op(&matmul, &inputs, 20);
+            let flops = 2.0 * (m * k * n) as f64;
+            eprintln!(
+                "MatMul {m}x{k}x{n}: {:.1} us, {:.0} GFLOP/s, {:.0} GB/s",
+                t * 1e6,
+                flops / t / 1e9,
+                4.0 * (m * k + k * n + m * n) as f64 / t / 1e9
+            );
+        }
+        let pipes = Pipelines::new(ctx, onyx_core::DataType::Float, Walk::K, Walk::K, true).unwrap();
+        let gemm = Gemm { pipes, alpha: 1.0, beta: 1.0, trans_a: false, trans_b: true, has_c: true, at };
+        for (m, k, n) in [(128, 768, 3072), (1, 4096, 4096)] {
+            let inputs = [rand(&[m, k], -1.0, 1.0, 1), rand(&[n, k], -1.0, 1.0, 2), rand(&[n], -1.0, 1.0, 3)];
+            let t = time_op(&gemm, &inputs, 20);
+            let flops = 2.0 * (m * k * n) as f64;
+            eprintln!(
+                "Gemm transB {m}x{k}x{n}: {:.1} us, {:.0} GFLOP/s, {:.0} GB/s",
+                t * 1e6,
+                flops / t / 1e9,
+                4.0 * (m * k + k * n + m * n) as f64 / t / 1e9
+            );
+        }
+    }
+}

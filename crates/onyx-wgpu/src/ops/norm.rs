@@ -1,0 +1,636 @@
+//! Normalization: BatchNormalization (inference), LayerNormalization (with its optional Mean and
+//! InvStdDev outputs), InstanceNormalization and GroupNormalization on f32 and f16 (computed in
+//! f32).
+//!
+//! BatchNormalization is one elementwise dispatch. The others normalize rows (the trailing
+//! dims from `axis`, a channel plane, a group of planes): one dispatch where the threads of a
+//! row (see [`Lanes`]) sum `x - x0` and its square in one pass (shifted by the row's first
+//! element `x0` so that the variance keeps its precision), combine the sums in workgroup
+//! memory, and write the row in a second pass. Scale and bias are indexed as
+//! `(flat index / div) % modulo`, which covers a parameter per row element (LayerNorm, also
+//! broadcast along leading or trailing dims), per channel (Instance/GroupNorm) or per group.
+
+use std::sync::Arc;
+
+use onyx_core::ep::{NodeContext, ValueRef};
+use onyx_core::types::{Dim, ValueType};
+use onyx_core::{DataType, Error, Location, Result, Value};
+
+use super::reduce::{float_type, normalize_axis, Lanes, ALL_LANES};
+use super::{float_inputs, input_dtype, Registry};
+use crate::context::{GpuContext, Pipeline};
+use crate::kernel::{enables, gpu_input, grid, opt_gpu_input, u32_of, GpuOp, GpuTensor, OnGpu, FLAT_INDEX};
+use crate::run::GpuRun;
+
+/// Registers the normalization ops.
+pub(crate) fn register(r: &mut Registry) {
+    r.add("BatchNormalization", supports_batch_norm, build_batch_norm);
+    r.add("LayerNormalization", supports_layer_norm, build_layer_norm);
+    r.add("InstanceNormalization", supports_instance_norm, build_instance_norm);
+    r.add("GroupNormalization", supports_group_norm, build_group_norm);
+}
+
+/// The `enable` lines for shaders reading any of `dtypes`.
+fn enables_any(dtypes: &[DataType]) -> &'static str {
+    if dtypes.contains(&DataType::Float16) {
+        enables(DataType::Float16)
+    } else {
+        ""
+    }
+}
+
+/// The WGSL type of input `i`, which must be f32 or f16.
+fn param_type(ctx: &NodeContext<'_>, i: usize) -> Result<(DataType, &'static str)> {
+    let dtype = input_dtype(ctx, i)
+        .ok_or_else(|| Error::Unsupported(format!("wgpu: {} has an untyped input {i}", ctx.node.location())))?;
+    Ok((dtype, float_type(dtype)?))
+}
+
+/// Whether output `i` of the node is named (someone may read it).
+fn has_output(ctx: &NodeContext<'_>, i: usize) -> bool {
+    ctx.node.outputs.get(i).is_some_and(|o| !o.is_empty())
+}
+
+// ---------------------------------------------------------------------------------------------
+// BatchNormalization
+
+/// Inference mode only: training mode and the running statistics outputs are declined.
+fn supports_batch_norm(ctx: &NodeContext<'_>, gpu: &GpuContext) -> bool {
+    let n = ctx.node;
+    let inference = n.int_or("training_mode", 0).is_ok_and(|t| t == 0) && n.float_or("epsilon", 1e-5).is_ok();
+    let one_output = (1..n.outputs.len()).all(|i| !has_output(ctx, i));
+    inference && one_output && n.inputs.len() == 5 && float_inputs(ctx, gpu, 0..5)
+}
+
+/// BatchNormalization in inference mode.
+struct BatchNorm {
+    pipeline: Arc<Pipeline>,
+    epsilon: f32,
+    at: Location,
+}
+
+fn build_batch_norm(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<dyn GpuOp>> {
+    let node = ctx.node;
+    let types = (0..5).map(|i| param_type(ctx, i)).collect::<Result<Vec<_>>>()?;
+    let dtypes: Vec<DataType> = types.iter().map(|t| t.0).collect();
+    let names: Vec<&str> = types.iter().map(|t| t.1).collect();
+    let key = format!("batchnorm/{}", names.join("/"));
+    let pipeline = gpu.pipeline(&key, || batch_norm_shader(&names, enables_any(&dtypes)))?;
+    Ok(Box::new(BatchNorm { pipeline, epsilon: node.float_or("epsilon", 1e-5)?, at: node.location() }))
+}
+
+/// `y = x * a + (b - mean * a)` with `a = scale / sqrt(var + eps)`, per feature
+/// `(i / inner) % features`; `types` are the WGSL types of X, scale, B, mean, var.
+fn batch_norm_shader(types: &[&str], enable: &str) -> String {
+    let [tx, ts, tb, tm, tv] = [types[0], types[1], types[2], types[3], types[4]];
+    format!(
+        "{enable}{FLAT_INDEX}
+@group(0) @binding(0) var<storage, read> p: array<u32>;
+@group(0) @binding(1) var<storage, read> x: array<{tx}>;
+@group(0) @binding(2) var<storage, read> scale: array<{ts}>;
+@group(0) @binding(3) var<storage, read> bias: array<{tb}>;
+@group(0) @binding(4) var<storage, read> mean: array<{tm}>;
+@group(0) @binding(5) var<storage, read> variance: array<{tv}>;
+@group(0) @binding(6) var<storage, read_write> y: array<{tx}>;
+// p: n, inner, features, epsilon
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {{
+    let i = flat_index(gid, nwg);
+    if (i >= p[0]) {{ return; }}
+    let f = (i / p[1]) % p[2];
+    let a = f32(scale[f]) / sqrt(f32(variance[f]) + bitcast<f32>(p[3]));
+    y[i] = {tx}(f32(x[i]) * a + (f32(bias[f]) - f32(mean[f]) * a));
+}}
+"
+    )
+}
+
+impl GpuOp for BatchNorm {
+    fn record(&self, run: &mut GpuRun, inputs: &[Option<ValueRef<'_>>]) -> Result<Vec<Value>> {
+        let at = &self.at;
+        let x = channel_input(run, inputs, at)?;
+        let c = x.shape()[1];
+        let spatial: usize = x.shape()[2..].iter().product();
+        let scale = param_input(run, inputs, 1, &[c, c * spatial], "one per channel", at)?;
+        let features = scale.len();
+        let mut params = vec![scale];
+        for i in 2..5 {
+            params.push(param_input(run, inputs, i, &[features], "like scale", at)?);
+        }
+        let inner = if features == c { spatial } else { 1 };
+        let y = run.alloc(x.dtype(), x.shape().to_vec())?;
+        let p = [u32_of(x.len(), at)?, u32_of(inner.max(1), at)?, u32_of(features.max(1), at)?, self.epsilon.to_bits()];
+        let buffers = [x.buffer, params[0].buffer, params[1].buffer, params[2].buffer, params[3].buffer, y.gpu()?];
+        run.dispatch(&self.pipeline, &p, &buffers, grid(x.len()))?;
+        Ok(vec![Value::Tensor(y)])
+    }
+}
+
+/// X of a channel-first op: a tensor of rank 2 or more.
+fn channel_input<'r>(run: &GpuRun, inputs: &[Option<ValueRef<'r>>], at: &Location) -> Result<GpuTensor<'r>> {
+    let x = gpu_input(run, inputs, 0, at)?;
+    if x.shape().len() < 2 {
+        return Err(Error::input(at, 0, "a tensor of rank 2 or more ([N, C, ...])", format!("shape {:?}", x.shape())));
+    }
+    Ok(x)
+}
+
+/// Input `i` with its element count checked against `lens`.
+fn param_input<'r>(
+    run: &GpuRun,
+    inputs: &[Option<ValueRef<'r>>],
+    i: usize,
+    lens: &[usize],
+    what: &str,
+    at: &Location,
+) -> Result<GpuTensor<'r>> {
+    let v = gpu_input(run, inputs, i, at)?;
+    if !lens.contains(&v.len()) {
+        let lens: Vec<String> = lens.iter().map(usize::to_string).collect();
+        return Err(Error::input(
+            at,
+            i,
+            format!("{} elements ({what})", lens.join(" or ")),
+            format!("shape {:?}", v.shape()),
+        ));
+    }
+    Ok(v)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Row normalization: LayerNorm, InstanceNorm, GroupNorm.
+
+/// The pipelines of one row-normalization variant, one per lane layout.
+struct RowNorm {
+    pipelines: Vec<Arc<Pipeline>>,
+    /// Whether the shader reads a bias.
+    bias: bool,
+    /// Whether the shader writes the rows' means and inverse standard deviations.
+    stats: bool,
+}
+
+/// How a row-normalization shader writes Y, each the form the CPU kernel uses (so that both
+/// round alike where `x - mean` cancels).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Form {
+    /// `(x - mean) * inv * scale + bias` (LayerNormalization).
+    Centered,
+    /// `x * a + (bias - mean * a)` with `a = inv * scale` (Instance/GroupNormalization).
+    Affine,
+}
+
+/// Where a parameter's element for flat index `i` is: `(i / div) % modulo`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct ParamMap {
+    div: usize,
+    modulo: usize,
+}
+
+impl RowNorm {
+    /// Compiles the variant for input types `types` (X, scale, bias when `bias`).
+    fn new(
+        gpu: &GpuContext,
+        types: &[(DataType, &'static str)],
+        form: Form,
+        bias: bool,
+        stats: bool,
+    ) -> Result<RowNorm> {
+        let names: Vec<&str> = types.iter().map(|t| t.1).collect();
+        let dtypes: Vec<DataType> = types.iter().map(|t| t.0).collect();
+        let pipelines = ALL_LANES
+            .iter()
+            .map(|&l| {
+                let key = format!("rownorm/{}/{form:?}/{bias}/{stats}/{}", names.join("/"), l.key());
+                gpu.pipeline(&key, || row_norm_shader(&names, enables_any(&dtypes), form, bias, stats, l))
+            })
+            .collect::<Result<_>>()?;
+        Ok(RowNorm { pipelines, bias, stats })
+    }
+
+    /// Normalizes `x` as rows of `n` elements; returns Y and, with `stats`, the means and
+    /// inverse standard deviations (f32, of `stat_shape`).
+    #[allow(clippy::too_many_arguments)]
+    fn record(
+        &self,
+        run: &mut GpuRun,
+        x: GpuTensor<'_>,
+        n: usize,
+        scale: (GpuTensor<'_>, ParamMap),
+        bias: Option<(GpuTensor<'_>, ParamMap)>,
+        epsilon: f32,
+        stat_shape: &[usize],
+        at: &Location,
+    ) -> Result<Vec<Value>> {
+        let rows = x.len().checked_div(n).unwrap_or_else(|| stat_shape.iter().product());
+        let y = run.alloc(x.dtype(), x.shape().to_vec())?;
+        let stats = if self.stats {
+            let ctx = run.context();
+            Some((ctx.alloc(DataType::Float, stat_shape.to_vec())?, ctx.alloc(DataType::Float, stat_shape.to_vec())?))
+        } else {
+            None
+        };
+        u32_of(x.len(), at)?;
+        let (sm, bm) = (scale.1, bias.as_ref().map_or(ParamMap { div: 1, modulo: 1 }, |b| b.1));
+        let mut p = vec![u32_of(rows, at)?, u32_of(n, at)?, epsilon.to_bits()];
+        for v in [sm.div, sm.modulo, bm.div, bm.modulo] {
+            p.push(u32_of(v.max(1), at)?);
+        }
+        let mut buffers = vec![x.buffer, scale.0.buffer];
+        if self.bias {
+            let b = bias.as_ref().ok_or_else(|| Error::input(at, 2, "a bias", "nothing"))?;
+            buffers.push(b.0.buffer);
+        }
+        buffers.push(y.gpu()?);
+        if let Some((m, s)) = &stats {
+            buffers.push(m.gpu()?);
+            buffers.push(s.gpu()?);
+        }
+        if rows > 0 {
+            let lanes = Lanes::choose(rows, n, true);
+            run.dispatch(&self.pipelines[lanes.index()], &p, &buffers, lanes.groups(rows))?;
+        }
+        let mut out = vec![Value::Tensor(y)];
+        if let Some((m, s)) = stats {
+            out.push(Value::Tensor(m));
+            out.push(Value::Tensor(s));
+        }
+        Ok(out)
+    }
+}
+
+/// The row-normalization shader. `types`: WGSL types of X, scale and (with `bias`) bias.
+/// `p`: rows, n, epsilon, scale div and modulo, bias div and modulo.
+fn row_norm_shader(types: &[&str], enable: &str, form: Form, bias: bool, stats: bool, lanes: Lanes) -> String {
+    let (tx, ts) = (types[0], types[1]);
+    let mut bindings = format!(
+        "@group(0) @binding(0) var<storage, read> p: array<u32>;
+@group(0) @binding(1) var<storage, read> x: array<{tx}>;
+@group(0) @binding(2) var<storage, read> scale: array<{ts}>;
+"
+    );
+    let mut next = 3;
+    let mut shift = "0.0".to_string();
+    if bias {
+        bindings += &format!("@group(0) @binding(3) var<storage, read> bias: array<{}>;\n", types[2]);
+        next = 4;
+        shift = "f32(bias[(at / p[5]) % p[6]])".into();
+    }
+    bindings += &format!("@group(0) @binding({next}) var<storage, read_write> y: array<{tx}>;\n");
+    let value = match form {
+        Form::Centered => format!("(f32(x[at]) - mean) * inv * s + {shift}"),
+        Form::Affine => format!("f32(x[at]) * (inv * s) + ({shift} - mean * (inv * s))"),
+    };
+    let mut write_stats = String::new();
+    if stats {
+        bindings += &format!(
+            "@group(0) @binding({}) var<storage, read_write> mean_out: array<f32>;
+@group(0) @binding({}) var<storage, read_write> inv_out: array<f32>;
+",
+            next + 1,
+            next + 2
+        );
+        write_stats = "if (live && lane_slice(t) == 0u) { mean_out[q] = mean; inv_out[q] = inv; }".into();
+    }
+    format!(
+        "{enable}{bindings}
+alias Acc = vec2<f32>;
+fn comb(a: Acc, b: Acc) -> Acc {{ return a + b; }}
+{lanes}
+@compute @workgroup_size(256)
+fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>) {{
+    let q = workgroup_index(wid, nwg) * LW + lane_row(t);
+    let live = q < p[0];
+    let n = p[1];
+    let base = q * n;
+    var x0 = 0.0;
+    if (live && n > 0u) {{ x0 = f32(x[base]); }}
+    var a = vec2<f32>(0.0, 0.0);
+    if (live) {{
+        for (var k = lane_slice(t); k < n; k += LS) {{
+            let d = f32(x[base + k]) - x0;
+            a += vec2<f32>(d, d * d);
+        }}
+    }}
+    a = combine_slices(t, a);
+    let count = f32(max(n, 1u));
+    let md = a.x / count;
+    let variance = max(a.y / count - md * md, 0.0);
+    let mean = x0 + md;
+    let inv = 1.0 / sqrt(variance + bitcast<f32>(p[2]));
+    if (live) {{
+        for (var k = lane_slice(t); k < n; k += LS) {{
+            let at = base + k;
+            let s = f32(scale[(at / p[3]) % p[4]]);
+            y[at] = {tx}({value});
+        }}
+    }}
+    {write_stats}
+}}
+",
+        lanes = lanes.wgsl(),
+    )
+}
+
+/// How a LayerNorm parameter of shape `param` (unidirectionally broadcast to `norm`, the
+/// normalized dims) is indexed, when the dims it varies along are one block; `None` when it
+/// does not broadcast or varies along separated dims.
+fn param_map(param: &[usize], norm: &[usize]) -> Option<ParamMap> {
+    if param.len() > norm.len() {
+        return None;
+    }
+    let lead = norm.len() - param.len();
+    let mut varying = vec![];
+    for (d, &nd) in norm.iter().enumerate() {
+        let pd = if d < lead { 1 } else { param[d - lead] };
+        if pd != nd && pd != 1 {
+            return None;
+        }
+        if pd == nd && nd != 1 {
+            varying.push(d);
+        }
+    }
+    let (Some(&first), Some(&last)) = (varying.first(), varying.last()) else {
+        return Some(ParamMap { div: 1, modulo: 1 });
+    };
+    if (first..=last).any(|d| !varying.contains(&d) && norm[d] != 1) {
+        return None;
+    }
+    Some(ParamMap { div: norm[last + 1..].iter().product(), modulo: norm[first..=last].iter().product() })
+}
+
+/// The static shape of input `i`, when inference knows every dim.
+fn static_shape(ctx: &NodeContext<'_>, i: usize) -> Option<Vec<usize>> {
+    match ctx.input_types.get(i)? {
+        ValueType::Tensor(t) => {
+            t.shape.as_ref()?.iter().map(|d| if let Dim::Fixed(n) = d { Some(*n) } else { None }).collect()
+        }
+        _ => None,
+    }
+}
+
+/// Float data; stash type float (any float type when Mean and InvStdDev are not read); scale
+/// and bias broadcasting along one block of dims (checked when shapes are known).
+fn supports_layer_norm(ctx: &NodeContext<'_>, gpu: &GpuContext) -> bool {
+    let n = ctx.node;
+    let stats = has_output(ctx, 1) || has_output(ctx, 2);
+    let stash_ok = n.int_or("stash_type", 1).is_ok_and(|s| s == 1 || (!stats && matches!(s, 10 | 11 | 16)));
+    let attrs_ok = n.int_or("axis", -1).is_ok() && n.float_or("epsilon", 1e-5).is_ok();
+    let shapes_ok = match (static_shape(ctx, 0), n.int_or("axis", -1)) {
+        (Some(x), Ok(axis)) => {
+            let r = x.len() as i64;
+            let norm =
+                if (-r..r).contains(&axis) { &x[(if axis < 0 { axis + r } else { axis }) as usize..] } else { &x[..0] };
+            [1, 2].iter().all(|&i| static_shape(ctx, i).is_none_or(|s| param_map(&s, norm).is_some()))
+        }
+        _ => true,
+    };
+    stash_ok && attrs_ok && shapes_ok && n.input(1).is_some() && float_inputs(ctx, gpu, 0..3)
+}
+
+/// LayerNormalization (opset 17).
+struct LayerNorm {
+    kernel: RowNorm,
+    axis: i64,
+    epsilon: f32,
+    at: Location,
+}
+
+fn build_layer_norm(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<dyn GpuOp>> {
+    let node = ctx.node;
+    let bias = node.input(2).is_some();
+    let mut types = vec![param_type(ctx, 0)?, param_type(ctx, 1)?];
+    if bias {
+        types.push(param_type(ctx, 2)?);
+    }
+    let stats = has_output(ctx, 1) || has_output(ctx, 2);
+    Ok(Box::new(LayerNorm {
+        kernel: RowNorm::new(gpu, &types, Form::Centered, bias, stats)?,
+        axis: node.int_or("axis", -1)?,
+        epsilon: node.float_or("epsilon", 1e-5)?,
+        at: node.location(),
+    }))
+}
+
+impl LayerNorm {
+    /// Input `i` (scale or bias) with how it is indexed over the normalized dims `norm`.
+    fn param<'r>(
+        &self,
+        run: &GpuRun,
+        inputs: &[Option<ValueRef<'r>>],
+        i: usize,
+        norm: &[usize],
+        axis: usize,
+    ) -> Result<(GpuTensor<'r>, ParamMap)> {
+        let v = gpu_input(run, inputs, i, &self.at)?;
+        let map = param_map(v.shape(), norm).ok_or_else(|| {
+            Error::input(
+                &self.at,
+                i,
+                format!("a shape broadcastable to {norm:?} (X's dims from axis {axis}) along one block of dims"),
+                format!("shape {:?}", v.shape()),
+            )
+        })?;
+        Ok((v, map))
+    }
+}
+
+impl GpuOp for LayerNorm {
+    fn record(&self, run: &mut GpuRun, inputs: &[Option<ValueRef<'_>>]) -> Result<Vec<Value>> {
+        let x = gpu_input(run, inputs, 0, &self.at)?;
+        let axis = normalize_axis(self.axis, x.shape().len(), &self.at)?;
+        let norm = &x.shape()[axis..];
+        let scale = self.param(run, inputs, 1, norm, axis)?;
+        let bias = match opt_gpu_input(run, inputs, 2, &self.at)? {
+            Some(_) => Some(self.param(run, inputs, 2, norm, axis)?),
+            None => None,
+        };
+        let mut stat_shape = x.shape()[..axis].to_vec();
+        stat_shape.resize(x.shape().len(), 1);
+        self.kernel.record(run, x, norm.iter().product(), scale, bias, self.epsilon, &stat_shape, &self.at)
+    }
+}
+
+/// Float data.
+fn supports_instance_norm(ctx: &NodeContext<'_>, gpu: &GpuContext) -> bool {
+    ctx.node.float_or("epsilon", 1e-5).is_ok() && ctx.node.inputs.len() == 3 && float_inputs(ctx, gpu, 0..3)
+}
+
+/// Float data, a positive `num_groups`.
+fn supports_group_norm(ctx: &NodeContext<'_>, gpu: &GpuContext) -> bool {
+    let n = ctx.node;
+    let groups_ok = n.get_int("num_groups").is_ok_and(|g| g.is_some_and(|g| g > 0 && g <= u32::MAX as i64));
+    let attrs_ok = n.float_or("epsilon", 1e-5).is_ok() && n.int_or("stash_type", 1).is_ok();
+    groups_ok && attrs_ok && n.inputs.len() == 3 && float_inputs(ctx, gpu, 0..3)
+}
+
+/// InstanceNormalization (`groups: None`) or GroupNormalization.
+struct GroupNorm {
+    kernel: RowNorm,
+    epsilon: f32,
+    /// `None`: one group per channel (InstanceNormalization).
+    groups: Option<usize>,
+    /// GroupNormalization-18: scale and bias may hold one value per group.
+    per_group_params: bool,
+    at: Location,
+}
+
+fn build_group_like(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>, groups: Option<usize>) -> Result<Box<dyn GpuOp>> {
+    let node = ctx.node;
+    let types = (0..3).map(|i| param_type(ctx, i)).collect::<Result<Vec<_>>>()?;
+    Ok(Box::new(GroupNorm {
+        kernel: RowNorm::new(gpu, &types, Form::Affine, true, false)?,
+        epsilon: node.float_or("epsilon", 1e-5)?,
+        groups,
+        per_group_params: groups.is_some() && ctx.since_version < 21,
+        at: node.location(),
+    }))
+}
+
+fn build_instance_norm(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<dyn GpuOp>> {
+    build_group_like(ctx, gpu, None)
+}
+
+fn build_group_norm(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<dyn GpuOp>> {
+    let at = ctx.node.location();
+    let groups = match ctx.node.get_int("num_groups")? {
+        Some(g) if g > 0 => g as usize,
+        Some(g) => return Err(Error::attribute(&at, "num_groups", "a positive integer", g.to_string())),
+        None => return Err(Error::attribute(&at, "num_groups", "an int", "no attribute")),
+    };
+    build_group_like(ctx, gpu, Some(groups))
+}
+
+impl GpuOp for GroupNorm {
+    fn record(&self, run: &mut GpuRun, inputs: &[Option<ValueRef<'_>>]) -> Result<Vec<Value>> {
+        let at = &self.at;
+        let x = channel_input(run, inputs, at)?;
+        let c = x.shape()[1];
+        let inner: usize = x.shape()[2..].iter().product();
+        let groups = self.groups.unwrap_or(c);
+        if c % groups != 0 {
+            return Err(Error::input(
+                at,
+                0,
+                format!("a channel count divisible by num_groups {groups}"),
+                format!("shape {:?}", x.shape()),
+            ));
+        }
+        let (lens, what) =
+            if self.per_group_params { (vec![groups, c], "one per group") } else { (vec![c], "one per channel") };
+        let scale = param_input(run, inputs, 1, &lens, what, at)?;
+        let bias = param_input(run, inputs, 2, &[scale.len()], "like scale", at)?;
+        let n = c / groups * inner;
+        let map =
+            if scale.len() == c { ParamMap { div: inner, modulo: c } } else { ParamMap { div: n, modulo: groups } };
+        let stat_shape = [x.shape()[0], groups];
+        self.kernel.record(run, x, n, (scale, map), Some((bias, map)), self.epsilon, &stat_shape, at)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testkit::{float, int, rand, Case};
+
+    #[test]
+    fn batch_norm_matches_the_cpu() {
+        for (i, shape) in [&[2, 3, 5, 7][..], &[1, 4], &[3, 5, 257], &[2, 16, 9, 9], &[2, 3, 0, 4]].iter().enumerate() {
+            let c = shape[1];
+            let x = rand(shape, -3.0, 3.0, 10 + i as u64);
+            let scale = rand(&[c], 0.5, 2.0, 20 + i as u64);
+            let b = rand(&[c], -1.0, 1.0, 30 + i as u64);
+            let mean = rand(&[c], -1.0, 1.0, 40 + i as u64);
+            let var = rand(&[c], 0.1, 2.0, 50 + i as u64);
+            let inputs = vec![x, scale, b, mean, var];
+            Case::new("BatchNormalization", inputs.clone()).constants(&[1, 2, 3, 4]).check(1e-5, 1e-5);
+            let attrs = vec![float("epsilon", 1e-3)];
+            Case::new("BatchNormalization", inputs).attrs(attrs).opset(9).check(1e-5, 1e-5);
+        }
+    }
+
+    #[test]
+    fn layer_norm_matches_the_cpu() {
+        // (shape, axis, scale shape): rows of 1, 7, 255, 257, 1000 elements; several axes;
+        // parameters broadcast along leading or trailing dims.
+        let cases: &[(&[usize], i64, &[usize])] = &[
+            (&[4, 1], -1, &[1]),
+            (&[3, 7], -1, &[7]),
+            (&[5, 255], 1, &[255]),
+            (&[2, 3, 257], -1, &[257]),
+            (&[2, 1000], -1, &[1000]),
+            (&[2, 3, 4, 5], 1, &[3, 4, 5]),
+            (&[2, 3, 4, 5], -2, &[4, 5]),
+            (&[2, 3, 4, 5], 0, &[2, 3, 4, 5]),
+            (&[2, 3, 4, 5], 1, &[4, 5]),
+            (&[2, 3, 4, 5], 1, &[3, 1, 1]),
+            (&[2, 3, 4, 5], 1, &[1]),
+            (&[300, 40], -1, &[40]),
+            (&[0, 5], -1, &[5]),
+        ];
+        for (i, &(shape, axis, pshape)) in cases.iter().enumerate() {
+            let x = rand(shape, -2.0, 4.0, 70 + i as u64);
+            let scale = rand(pshape, 0.5, 2.0, 80 + i as u64);
+            let bias = rand(pshape, -1.0, 1.0, 90 + i as u64);
+            let attrs = vec![int("axis", axis), float("epsilon", 1e-4)];
+            let case =
+                Case::new("LayerNormalization", vec![x.clone(), scale.clone(), bias]).attrs(attrs.clone()).opset(17);
+            case.constants(&[1, 2]).check(1e-4, 1e-5);
+            Case::new("LayerNormalization", vec![x.clone(), scale.clone()])
+                .attrs(attrs.clone())
+                .opset(17)
+                .check(1e-4, 1e-5);
+            let stats = Case::new("LayerNormalization", vec![x, scale]).attrs(attrs).opset(17).outputs(3);
+            stats.check(1e-4, 1e-5);
+        }
+    }
+
+    #[test]
+    fn layer_norm_keeps_precision_with_a_large_mean() {
+        let x = rand(&[4, 513], 1000.0, 1001.0, 3);
+        let scale = rand(&[513], 0.5, 2.0, 4);
+        Case::new("LayerNormalization", vec![x, scale]).opset(17).check(1e-3, 1e-4);
+    }
+
+    #[test]
+    fn instance_and_group_norm_match_the_cpu() {
+        for (i, shape) in [&[2, 3, 5, 7][..], &[1, 4], &[2, 6, 257], &[1, 4, 33, 31], &[3, 2, 1000]].iter().enumerate()
+        {
+            let c = shape[1];
+            let x = rand(shape, -3.0, 3.0, 110 + i as u64);
+            let scale = rand(&[c], 0.5, 2.0, 120 + i as u64);
+            let b = rand(&[c], -1.0, 1.0, 130 + i as u64);
+            Case::new("InstanceNormalization", vec![x.clone(), scale.clone(), b.clone()]).check(1e-4, 1e-5);
+            let groups = if c % 2 == 0 { 2 } else { 1 };
+            let attrs = vec![int("num_groups", groups), float("epsilon", 1e-3)];
+            Case::new("GroupNormalization", vec![x.clone(), scale, b]).attrs(attrs.clone()).check(1e-4, 1e-5);
+            let gs = rand(&[groups as usize], 0.5, 2.0, 140 + i as u64);
+            let gb = rand(&[groups as usize], -1.0, 1.0, 150 + i as u64);
+            Case::new("GroupNormalization", vec![x, gs, gb]).attrs(attrs).opset(18).check(1e-4, 1e-5);
+        }
+    }
+
+    #[test]
+    fn param_maps_cover_one_block_of_dims() {
+        assert_eq!(param_map(&[4, 5], &[3, 4, 5]), Some(ParamMap { div: 1, modulo: 20 }));
+        assert_eq!(param_map(&[3, 1, 1], &[3, 4, 5]), Some(ParamMap { div: 20, modulo: 3 }));
+        assert_eq!(param_map(&[4, 1], &[3, 4, 5]), Some(ParamMap { div: 5, modulo: 4 }));
+        assert_eq!(param_map(&[1], &[3, 4, 5]), Some(ParamMap { div: 1, modulo: 1 }));
+        assert_eq!(param_map(&[3, 1, 5], &[3, 4, 5]), None);
+        assert_eq!(param_map(&[2], &[3, 4, 5]), None);
+    }
+
+    #[test]
+    fn training_mode_and_bad_shapes_are_declined_or_named() {
+        let Some(gpu) = crate::testkit::provider() else { return };
+        let x = rand(&[2, 3, 4], 0.0, 1.0, 1);
+        let p = rand(&[3], 0.5, 1.0, 2);
+        let inputs = vec![x.clone(), p.clone(), p.clone(), p.clone(), p.clone()];
+        let training = Case::new("BatchNormalization", inputs).attrs(vec![int("training_mode", 1)]);
+        let e = training.try_run_gpu(&gpu).unwrap_err().to_string();
+        assert!(e.contains("BatchNormalization"), "{e}");
+        let wrong = Case::new("InstanceNormalization", vec![x, rand(&[4], 0.0, 1.0, 3), p]);
+        let e = wrong.try_run_gpu(&gpu).unwrap_err().to_string();
+        assert!(e.contains("InstanceNormalization") && e.contains("input 1"), "{e}");
+    }
+}

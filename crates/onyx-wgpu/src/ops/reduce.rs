@@ -1,0 +1,823 @@
+//! Reductions: ReduceSum/Mean/Max/Min/Prod/L1/L2/LogSum/LogSumExp/SumSquare and ArgMax/ArgMin
+//! on f32 and f16 (computed in f32), plus the row-reduction machinery that Softmax, the
+//! normalizations and the global pools share.
+//!
+//! A reduction is one dispatch. The input's dims are split into kept and reduced ones (size-1
+//! dims dropped, adjacent dims of one kind merged), so that any set of axes is one pass with no
+//! transpose. The 256 threads of a workgroup share out the outputs according to [`Lanes`]: one
+//! workgroup per output for long contiguous rows, a few threads per output for short ones,
+//! and for strided rows (a kept axis innermost) neighbouring threads take neighbouring outputs
+//! so that reads coalesce; the partial results of an output's threads are combined in
+//! workgroup memory.
+
+use std::sync::Arc;
+
+use onyx_core::ep::{NodeContext, ValueRef};
+use onyx_core::{DataType, Error, Location, Result, Tensor, Value};
+
+use super::{float_inputs, input_dtype, Registry};
+use crate::context::{GpuContext, Pipeline};
+use crate::kernel::{enables, gpu_input, host_ints, strides, u32_of, wgsl_type, GpuOp, GpuTensor, OnGpu};
+use crate::run::GpuRun;
+
+/// Registers the Reduce* ops (axes from input 1, read on the host, in later opsets), ArgMax and
+/// ArgMin.
+pub(crate) fn register(r: &mut Registry) {
+    for (name, _) in REDUCE_OPS {
+        r.add_with_host_inputs(name, supports_reduce, build_reduce, &[1]);
+    }
+    r.add("ArgMax", supports_arg, build_arg);
+    r.add("ArgMin", supports_arg, build_arg);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Lanes: how a workgroup's threads share out the rows.
+
+/// How the 256 threads of a workgroup share out rows (the runs of elements reduced into one
+/// output): `w` rows per workgroup, `s` threads per row, each taking every `s`-th element.
+/// With `slices_fast` the threads of one row are adjacent (contiguous rows coalesce); otherwise
+/// the rows are (strided rows, whose neighbours are adjacent in memory, coalesce).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Lanes {
+    /// Rows per workgroup.
+    pub w: u32,
+    /// Threads per row.
+    pub s: u32,
+    /// Whether the threads of one row have adjacent thread indices.
+    pub slices_fast: bool,
+}
+
+/// One workgroup per row: long contiguous rows.
+pub(crate) const ROW: Lanes = Lanes { w: 1, s: 256, slices_fast: true };
+/// Eight rows per workgroup, 32 threads each: contiguous rows of moderate length.
+pub(crate) const SHORT_ROWS: Lanes = Lanes { w: 8, s: 32, slices_fast: true };
+/// 32 neighbouring strided rows per workgroup, 8 threads each: few, long strided rows.
+pub(crate) const COLUMNS: Lanes = Lanes { w: 32, s: 8, slices_fast: false };
+/// One thread per row: short rows, or many strided ones.
+pub(crate) const THREAD: Lanes = Lanes { w: 256, s: 1, slices_fast: false };
+/// Every lane layout; a kernel makes one pipeline for each and picks one per shape.
+pub(crate) const ALL_LANES: [Lanes; 4] = [ROW, SHORT_ROWS, COLUMNS, THREAD];
+
+/// Most workgroups one dispatch dimension takes (WebGPU's default limit).
+const MAX_GROUPS_X: usize = 65535;
+
+impl Lanes {
+    /// The layout for `rows` rows of `len` elements each, whose elements are adjacent in memory
+    /// (`contiguous`) or whose neighbouring rows are.
+    pub fn choose(rows: usize, len: usize, contiguous: bool) -> Lanes {
+        if contiguous {
+            match len {
+                512.. => ROW,
+                16.. => SHORT_ROWS,
+                _ => THREAD,
+            }
+        } else if len < 32 || rows >= 65536 {
+            THREAD
+        } else {
+            COLUMNS
+        }
+    }
+
+    /// A short name for pipeline keys.
+    pub fn key(&self) -> String {
+        format!("w{}s{}{}", self.w, self.s, if self.slices_fast { "s" } else { "c" })
+    }
+
+    /// The index of `self` in [`ALL_LANES`].
+    pub fn index(&self) -> usize {
+        ALL_LANES.iter().position(|l| l == self).unwrap_or(0)
+    }
+
+    /// Workgroups for `rows` rows, spread over x and y (shaders read the workgroup number with
+    /// `workgroup_index`).
+    pub fn groups(&self, rows: usize) -> [u32; 3] {
+        let groups = rows.div_ceil(self.w as usize);
+        let x = groups.min(MAX_GROUPS_X);
+        let y = groups.div_ceil(x.max(1));
+        [x as u32, y as u32, 1]
+    }
+
+    /// WGSL of the layout: constants `LW` and `LS`, `lane_row(t)` and `lane_slice(t)` (row within
+    /// the workgroup and first element of thread `t`), `workgroup_index`, and
+    /// `combine_slices(t, a)`, which combines the partial values `a` of a row's threads with
+    /// `comb` over an accumulator type `Acc` (both defined by the shader) and returns the
+    /// result to every thread. Call it from uniform control flow.
+    pub fn wgsl(&self) -> String {
+        let (row, slice, step, first) = if self.slices_fast {
+            ("t / LS", "t % LS", "1u", "lane_row(t) * LS")
+        } else {
+            ("t % LW", "t / LW", "LW", "lane_row(t)")
+        };
+        format!(
+            "
+const LW: u32 = {w}u;
+const LS: u32 = {s}u;
+fn lane_row(t: u32) -> u32 {{ return {row}; }}
+fn lane_slice(t: u32) -> u32 {{ return {slice}; }}
+fn workgroup_index(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {{ return wid.x + wid.y * nwg.x; }}
+var<workgroup> red: array<Acc, 256>;
+fn combine_slices(t: u32, a: Acc) -> Acc {{
+    if (LS == 1u) {{ return a; }}
+    red[t] = a;
+    workgroupBarrier();
+    for (var h = LS / 2u; h > 0u; h = h / 2u) {{
+        if (lane_slice(t) < h) {{ red[t] = comb(red[t], red[t + h * {step}]); }}
+        workgroupBarrier();
+    }}
+    let r = red[{first}];
+    workgroupBarrier();
+    return r;
+}}
+",
+            w = self.w,
+            s = self.s,
+        )
+    }
+}
+
+/// WGSL helpers for special float values, NaN-aware max/min and the online log-sum-exp
+/// combination (accumulator `vec2(max, sum of exp(x - max))`).
+pub(crate) const FLOAT_HELPERS: &str = "
+fn inf() -> f32 { return bitcast<f32>(0x7f800000u); }
+fn is_nan(v: f32) -> bool { return (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u; }
+fn is_finite(v: f32) -> bool { return (bitcast<u32>(v) & 0x7f800000u) != 0x7f800000u; }
+fn max_nan(a: f32, b: f32) -> f32 { if (b > a || is_nan(b)) { return b; } return a; }
+fn min_nan(a: f32, b: f32) -> f32 { if (b < a || is_nan(b)) { return b; } return a; }
+fn lse_comb(a: vec2<f32>, b: vec2<f32>) -> vec2<f32> {
+    let m = max_nan(a.x, b.x);
+    if (!is_finite(m)) { return vec2<f32>(m, a.y + b.y); }
+    return vec2<f32>(m, a.y * exp(a.x - m) + b.y * exp(b.x - m));
+}
+fn lse_add(a: vec2<f32>, v: f32) -> vec2<f32> {
+    if (v > a.x) { return vec2<f32>(v, a.y * exp(a.x - v) + 1.0); }
+    if (is_nan(v)) { return vec2<f32>(v, a.y); }
+    return vec2<f32>(a.x, a.y + exp(v - a.x));
+}
+";
+
+/// WGSL of the argmax/argmin accumulator (`Arg`: best value and its index, `NONE` when no
+/// element counted) and its combination: `MAX` picks the largest, ties go to the first index
+/// or, with `LAST`, the last. NaN never wins.
+pub(crate) fn arg_wgsl(max: bool, last: bool) -> String {
+    format!(
+        "
+struct Arg {{ v: f32, i: u32 }}
+const NONE: u32 = 0xffffffffu;
+const MAX: bool = {max};
+const LAST: bool = {last};
+fn arg_better(b: Arg, a: Arg) -> bool {{
+    let wins = select((b.v < a.v), (b.v > a.v), MAX);
+    let tie = (b.v == a.v) && select((b.i < a.i), (b.i > a.i), LAST);
+    return wins || tie;
+}}
+fn arg_comb(a: Arg, b: Arg) -> Arg {{
+    if (a.i == NONE) {{ return b; }}
+    if (b.i == NONE) {{ return a; }}
+    if (arg_better(b, a)) {{ return b; }}
+    return a;
+}}
+fn arg_lift(v: f32, k: u32) -> Arg {{
+    if (is_nan(v)) {{ return Arg(0.0, NONE); }}
+    return Arg(v, k);
+}}
+"
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kept and reduced dims.
+
+/// A tensor's dims split into kept and reduced ones as (size, stride) pairs: size-1 dims
+/// dropped, adjacent dims of one kind merged.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct Split {
+    /// Kept dims, outermost first.
+    pub kept: Vec<(usize, usize)>,
+    /// Reduced dims, outermost first.
+    pub reduced: Vec<(usize, usize)>,
+}
+
+impl Split {
+    /// Splits `shape` by `mask` (true: reduced).
+    pub fn new(shape: &[usize], mask: &[bool]) -> Split {
+        let st = strides(shape);
+        let mut split = Split::default();
+        let mut last: Option<bool> = None;
+        for d in 0..shape.len() {
+            if shape[d] == 1 {
+                continue;
+            }
+            let list = if mask[d] { &mut split.reduced } else { &mut split.kept };
+            match list.last_mut() {
+                Some(prev) if last == Some(mask[d]) => *prev = (prev.0 * shape[d], st[d]),
+                _ => list.push((shape[d], st[d])),
+            }
+            last = Some(mask[d]);
+        }
+        split
+    }
+
+    /// Number of outputs (product of the kept dims).
+    pub fn outputs(&self) -> usize {
+        self.kept.iter().map(|d| d.0).product()
+    }
+
+    /// Elements reduced into each output.
+    pub fn len(&self) -> usize {
+        self.reduced.iter().map(|d| d.0).product()
+    }
+
+    /// Whether consecutive elements of a row are adjacent in memory.
+    pub fn contiguous(&self) -> bool {
+        self.reduced.last().is_none_or(|d| d.1 == 1)
+    }
+
+    /// The lane layout for this split.
+    pub fn lanes(&self) -> Lanes {
+        Lanes::choose(self.outputs(), self.len(), self.contiguous())
+    }
+
+    /// Shader parameters: outputs, row length, kept rank, reduced rank, `extra`, then the kept
+    /// dims and strides and the reduced dims and strides (see [`OFFSETS_WGSL`]).
+    pub fn params(&self, extra: u32, at: &Location) -> Result<Vec<u32>> {
+        let mut p = vec![
+            u32_of(self.outputs(), at)?,
+            u32_of(self.len(), at)?,
+            self.kept.len() as u32,
+            self.reduced.len() as u32,
+            extra,
+        ];
+        for list in [&self.kept, &self.reduced] {
+            for &(d, _) in list.iter() {
+                p.push(u32_of(d, at)?);
+            }
+            for &(_, s) in list.iter() {
+                p.push(u32_of(s, at)?);
+            }
+        }
+        Ok(p)
+    }
+}
+
+/// WGSL turning an output number and an element number of its row into element offsets, for
+/// the parameters of [`Split::params`].
+const OFFSETS_WGSL: &str = "
+fn kept_offset(q: u32) -> u32 {
+    let kr = p[2];
+    var rem = q;
+    var off = 0u;
+    for (var d = kr; d > 0u; d--) {
+        let dim = p[4u + d];
+        off += (rem % dim) * p[4u + kr + d];
+        rem = rem / dim;
+    }
+    return off;
+}
+fn reduced_offset(k: u32) -> u32 {
+    let rr = p[3];
+    let at = 4u + 2u * p[2];
+    if (rr == 1u) { return k * p[at + 2u]; }
+    var rem = k;
+    var off = 0u;
+    for (var d = rr; d > 0u; d--) {
+        let dim = p[at + d];
+        off += (rem % dim) * p[at + rr + d];
+        rem = rem / dim;
+    }
+    return off;
+}
+";
+
+// ---------------------------------------------------------------------------------------------
+// Reduce kernels.
+
+/// The reductions, by ONNX op name.
+const REDUCE_OPS: [(&str, ReduceOp); 10] = [
+    ("ReduceSum", ReduceOp::Sum),
+    ("ReduceMean", ReduceOp::Mean),
+    ("ReduceMax", ReduceOp::Max),
+    ("ReduceMin", ReduceOp::Min),
+    ("ReduceProd", ReduceOp::Prod),
+    ("ReduceL1", ReduceOp::L1),
+    ("ReduceL2", ReduceOp::L2),
+    ("ReduceLogSum", ReduceOp::LogSum),
+    ("ReduceLogSumExp", ReduceOp::LogSumExp),
+    ("ReduceSumSquare", ReduceOp::SumSquare),
+];
+
+/// A reduction of float rows to one float each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ReduceOp {
+    Sum,
+    Mean,
+    Max,
+    Min,
+    Prod,
+    L1,
+    L2,
+    LogSum,
+    LogSumExp,
+    SumSquare,
+    /// Max where NaN never wins (as the CPU's max pooling): GlobalMaxPool.
+    MaxSkipNan,
+    /// Sum divided by the count, NaN for no elements (as the CPU's average pooling):
+    /// GlobalAveragePool.
+    Average,
+    /// `(sum |x|^p)^(1/p)` with `p` the `extra` parameter: GlobalLpPool.
+    Lp,
+}
+
+impl ReduceOp {
+    /// A short name for pipeline keys.
+    fn key(self) -> String {
+        format!("{self:?}")
+    }
+
+    /// WGSL of `Acc`, `init()`, `lift(v, k)` (the accumulator of one element), `comb(a, b)`,
+    /// and `post(a, r)` (the output of a row of `r` elements); `extra` is the f32 parameter.
+    fn wgsl(self) -> String {
+        let (acc, init, lift, comb, post) = match self {
+            ReduceOp::Sum => ("f32", "0.0", "v", "a + b", "a"),
+            ReduceOp::Mean => ("f32", "0.0", "v", "a + b", "select(a / f32(r), a, r == 0u)"),
+            ReduceOp::Max => ("f32", "-inf()", "v", "max_nan(a, b)", "a"),
+            ReduceOp::Min => ("f32", "inf()", "v", "min_nan(a, b)", "a"),
+            ReduceOp::Average => ("f32", "0.0", "v", "a + b", "a / f32(r)"),
+            ReduceOp::Prod => ("f32", "1.0", "v", "a * b", "a"),
+            ReduceOp::L1 => ("f32", "0.0", "abs(v)", "a + b", "a"),
+            ReduceOp::L2 => ("f32", "0.0", "v * v", "a + b", "sqrt(a)"),
+            ReduceOp::LogSum => ("f32", "0.0", "v", "a + b", "log(a)"),
+            ReduceOp::SumSquare => ("f32", "0.0", "v * v", "a + b", "a"),
+            ReduceOp::MaxSkipNan => ("f32", "-inf()", "v", "select(a, b, b > a)", "a"),
+            ReduceOp::Lp => ("f32", "0.0", "pow(abs(v), extra())", "a + b", "pow(a, 1.0 / extra())"),
+            ReduceOp::LogSumExp => (
+                "vec2<f32>",
+                "vec2<f32>(-inf(), 0.0)",
+                "vec2<f32>(v, 1.0)",
+                "lse_comb(a, b)",
+                "select(a.x, a.x + log(a.y), is_finite(a.x))",
+            ),
+        };
+        format!(
+            "alias Acc = {acc};
+fn init() -> Acc {{ return {init}; }}
+fn lift(v: f32, k: u32) -> Acc {{ return {lift}; }}
+fn comb(a: Acc, b: Acc) -> Acc {{ return {comb}; }}
+fn post(a: Acc, r: u32) -> f32 {{ return {post}; }}
+"
+        )
+    }
+}
+
+/// The shader of a reduction: `op` over rows of `ty` elements, `lanes` layout.
+fn reduce_shader(op: ReduceOp, ty: &str, enable: &str, lanes: Lanes) -> String {
+    format!(
+        "{enable}
+@group(0) @binding(0) var<storage, read> p: array<u32>;
+@group(0) @binding(1) var<storage, read> x: array<{ty}>;
+@group(0) @binding(2) var<storage, read_write> y: array<{ty}>;
+fn extra() -> f32 {{ return bitcast<f32>(p[4]); }}
+{FLOAT_HELPERS}{ops}{lanes}{OFFSETS_WGSL}
+@compute @workgroup_size(256)
+fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>) {{
+    let q = workgroup_index(wid, nwg) * LW + lane_row(t);
+    let live = q < p[0];
+    let r = p[1];
+    var a = init();
+    if (live) {{
+        let base = kept_offset(q);
+        for (var k = lane_slice(t); k < r; k += LS) {{
+            a = comb(a, lift(f32(x[base + reduced_offset(k)]), k));
+        }}
+    }}
+    a = combine_slices(t, a);
+    if (live && lane_slice(t) == 0u) {{
+        y[q] = {ty}(post(a, r));
+    }}
+}}
+",
+        ops = op.wgsl(),
+        lanes = lanes.wgsl(),
+    )
+}
+
+/// The pipelines of one reduction over one dtype, one per lane layout.
+pub(crate) struct ReduceKernel {
+    pipelines: Vec<Arc<Pipeline>>,
+    dtype: DataType,
+}
+
+impl ReduceKernel {
+    /// Compiles (or reuses) the pipelines of `op` on `dtype` (f32, or f16 on devices with it).
+    pub fn new(gpu: &GpuContext, op: ReduceOp, dtype: DataType) -> Result<ReduceKernel> {
+        let ty = float_type(dtype)?;
+        let pipelines = ALL_LANES
+            .iter()
+            .map(|&l| {
+                let key = format!("reduce/{}/{ty}/{}", op.key(), l.key());
+                gpu.pipeline(&key, || reduce_shader(op, ty, enables(dtype), l))
+            })
+            .collect::<Result<_>>()?;
+        Ok(ReduceKernel { pipelines, dtype })
+    }
+
+    /// Records the reduction of `x` over the axes marked in `mask` into a new tensor of
+    /// `out_shape` (which must hold the kept dims' elements); `extra` is the op's f32
+    /// parameter (Lp's p).
+    pub fn record(
+        &self,
+        run: &mut GpuRun,
+        x: GpuTensor<'_>,
+        mask: &[bool],
+        out_shape: Vec<usize>,
+        extra: f32,
+        at: &Location,
+    ) -> Result<Tensor> {
+        if x.dtype() != self.dtype {
+            return Err(Error::input(at, 0, format!("{:?}", self.dtype), format!("{:?}", x.dtype())));
+        }
+        let split = Split::new(x.shape(), mask);
+        let y = run.alloc(self.dtype, out_shape)?;
+        let lanes = split.lanes();
+        let params = split.params(extra.to_bits(), at)?;
+        run.dispatch(&self.pipelines[lanes.index()], &params, &[x.buffer, y.gpu()?], lanes.groups(split.outputs()))?;
+        Ok(y)
+    }
+}
+
+/// The WGSL type of a float dtype the kernels compute in, or an error.
+pub(crate) fn float_type(dtype: DataType) -> Result<&'static str> {
+    match dtype {
+        DataType::Float | DataType::Float16 => {
+            wgsl_type(dtype).ok_or_else(|| Error::Unsupported(format!("wgpu: {dtype:?}")))
+        }
+        other => Err(Error::Unsupported(format!("wgpu: no float kernel for {other:?}"))),
+    }
+}
+
+/// The dtype of input 0 of a node, or an error for the build functions.
+pub(crate) fn x_dtype(ctx: &NodeContext<'_>) -> Result<DataType> {
+    input_dtype(ctx, 0).ok_or_else(|| Error::Unsupported(format!("wgpu: {} has an untyped input", ctx.node.location())))
+}
+
+/// Whether the EP takes a Reduce* node: float data, axes (if an input) as int64 or int32.
+fn supports_reduce(ctx: &NodeContext<'_>, gpu: &GpuContext) -> bool {
+    let axes_ok = ctx.node.input(1).is_none() || matches!(input_dtype(ctx, 1), Some(DataType::Int64 | DataType::Int32));
+    let attrs_ok = ctx.node.int_or("keepdims", 1).is_ok()
+        && ctx.node.int_or("noop_with_empty_axes", 0).is_ok()
+        && ctx.node.get_ints("axes").is_ok();
+    axes_ok && attrs_ok && float_inputs(ctx, gpu, 0..1)
+}
+
+/// A Reduce* node.
+struct Reduce {
+    kernel: ReduceKernel,
+    /// Axes from the attribute (`None`: all, or from input 1 when `axes_input`).
+    axes: Option<Vec<i64>>,
+    /// Axes come from the optional input 1 (ReduceSum from opset 13, the others from 18).
+    axes_input: bool,
+    keepdims: bool,
+    noop_with_empty_axes: bool,
+    at: Location,
+}
+
+fn build_reduce(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<dyn GpuOp>> {
+    let node = ctx.node;
+    let at = node.location();
+    let op = REDUCE_OPS
+        .iter()
+        .find(|(n, _)| *n == node.op_type)
+        .map(|(_, op)| *op)
+        .ok_or_else(|| Error::node(&at, "not a Reduce op"))?;
+    let axes_input = ctx.since_version >= if op == ReduceOp::Sum { 13 } else { 18 };
+    let axes = if axes_input { None } else { node.get_ints("axes")?.map(<[i64]>::to_vec) };
+    Ok(Box::new(Reduce {
+        kernel: ReduceKernel::new(gpu, op, x_dtype(ctx)?)?,
+        axes,
+        axes_input,
+        keepdims: node.int_or("keepdims", 1)? != 0,
+        noop_with_empty_axes: node.int_or("noop_with_empty_axes", 0)? != 0,
+        at,
+    }))
+}
+
+/// Marks the axes to reduce: `axes` normalized (an error for out-of-range or repeated axes);
+/// all axes when `axes` is empty, unless `noop` asks to reduce none.
+pub(crate) fn reduced_axes(axes: &[i64], rank: usize, noop: bool, at: &Location) -> Result<Vec<bool>> {
+    if axes.is_empty() {
+        return Ok(vec![!noop; rank]);
+    }
+    let mut mask = vec![false; rank];
+    for &a in axes {
+        let d = normalize_axis(a, rank, at)?;
+        if std::mem::replace(&mut mask[d], true) {
+            return Err(Error::node(at, format!("axis {a} is repeated or invalid for rank {rank} (axes {axes:?})")));
+        }
+    }
+    Ok(mask)
+}
+
+/// `axis` (negative: from the end) as an index below `rank`, or an error naming it.
+pub(crate) fn normalize_axis(axis: i64, rank: usize, at: &Location) -> Result<usize> {
+    let r = rank as i64;
+    if axis < -r || axis >= r {
+        return Err(Error::node(at, format!("axis {axis} is out of range for rank {rank}")));
+    }
+    Ok(if axis < 0 { axis + r } else { axis } as usize)
+}
+
+/// The output shape: reduced axes kept as 1 or dropped.
+pub(crate) fn reduced_shape(shape: &[usize], mask: &[bool], keepdims: bool) -> Vec<usize> {
+    shape
+        .iter()
+        .zip(mask)
+        .filter_map(|(&s, &red)| match (red, keepdims) {
+            (false, _) => Some(s),
+            (true, true) => Some(1),
+            (true, false) => None,
+        })
+        .collect()
+}
+
+impl GpuOp for Reduce {
+    fn record(&self, run: &mut GpuRun, inputs: &[Option<ValueRef<'_>>]) -> Result<Vec<Value>> {
+        let x = gpu_input(run, inputs, 0, &self.at)?;
+        let axes = if self.axes_input {
+            host_ints(inputs, 1, &self.at)?.unwrap_or_default()
+        } else {
+            self.axes.clone().unwrap_or_default()
+        };
+        let mask = reduced_axes(&axes, x.shape().len(), self.noop_with_empty_axes, &self.at)?;
+        let out_shape = reduced_shape(x.shape(), &mask, self.keepdims);
+        let y = self.kernel.record(run, x, &mask, out_shape, 0.0, &self.at)?;
+        Ok(vec![Value::Tensor(y)])
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// ArgMax and ArgMin.
+
+/// Whether the EP takes an ArgMax/ArgMin node: float data and readable attributes.
+fn supports_arg(ctx: &NodeContext<'_>, gpu: &GpuContext) -> bool {
+    let n = ctx.node;
+    let attrs_ok =
+        n.int_or("axis", 0).is_ok() && n.int_or("keepdims", 1).is_ok() && n.int_or("select_last_index", 0).is_ok();
+    attrs_ok && float_inputs(ctx, gpu, 0..1)
+}
+
+/// ArgMax or ArgMin along one axis.
+struct ArgOp {
+    pipelines: Vec<Arc<Pipeline>>,
+    axis: i64,
+    keepdims: bool,
+    at: Location,
+}
+
+fn build_arg(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<dyn GpuOp>> {
+    let node = ctx.node;
+    let dtype = x_dtype(ctx)?;
+    let ty = float_type(dtype)?;
+    let max = node.op_type == "ArgMax";
+    let last = node.int_or("select_last_index", 0)? != 0;
+    let pipelines = ALL_LANES
+        .iter()
+        .map(|&l| {
+            let key = format!("arg/{max}/{last}/{ty}/{}", l.key());
+            gpu.pipeline(&key, || arg_shader(max, last, ty, enables(dtype), l))
+        })
+        .collect::<Result<_>>()?;
+    Ok(Box::new(ArgOp {
+        pipelines,
+        axis: node.int_or("axis", 0)?,
+        keepdims: node.int_or("keepdims", 1)? != 0,
+        at: node.location(),
+    }))
+}
+
+/// The ArgMax/ArgMin shader: int64 indices written as two u32 words (low, high = 0).
+fn arg_shader(max: bool, last: bool, ty: &str, enable: &str, lanes: Lanes) -> String {
+    format!(
+        "{enable}
+@group(0) @binding(0) var<storage, read> p: array<u32>;
+@group(0) @binding(1) var<storage, read> x: array<{ty}>;
+@group(0) @binding(2) var<storage, read_write> y: array<u32>;
+{FLOAT_HELPERS}{arg}
+alias Acc = Arg;
+fn comb(a: Acc, b: Acc) -> Acc {{ return arg_comb(a, b); }}
+{lanes}{OFFSETS_WGSL}
+@compute @workgroup_size(256)
+fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>) {{
+    let q = workgroup_index(wid, nwg) * LW + lane_row(t);
+    let live = q < p[0];
+    let r = p[1];
+    var a = Arg(0.0, NONE);
+    let base = kept_offset(q);
+    if (live) {{
+        for (var k = lane_slice(t); k < r; k += LS) {{
+            a = arg_comb(a, arg_lift(f32(x[base + reduced_offset(k)]), k));
+        }}
+    }}
+    a = combine_slices(t, a);
+    if (live && lane_slice(t) == 0u) {{
+        // As the CPU: a NaN first element is never beaten.
+        var i = a.i;
+        if (i == NONE || is_nan(f32(x[base]))) {{ i = 0u; }}
+        y[2u * q] = i;
+        y[2u * q + 1u] = 0u;
+    }}
+}}
+",
+        arg = arg_wgsl(max, last),
+        lanes = lanes.wgsl(),
+    )
+}
+
+impl GpuOp for ArgOp {
+    fn record(&self, run: &mut GpuRun, inputs: &[Option<ValueRef<'_>>]) -> Result<Vec<Value>> {
+        let x = gpu_input(run, inputs, 0, &self.at)?;
+        let shape = x.shape();
+        if shape.is_empty() {
+            return Err(Error::input(&self.at, 0, "a tensor of rank 1 or more", "a scalar"));
+        }
+        let axis = normalize_axis(self.axis, shape.len(), &self.at)?;
+        if shape[axis] == 0 {
+            return Err(Error::input(&self.at, 0, format!("a non-empty axis {axis}"), format!("shape {shape:?}")));
+        }
+        let mask: Vec<bool> = (0..shape.len()).map(|d| d == axis).collect();
+        let split = Split::new(shape, &mask);
+        let y = run.alloc(DataType::Int64, reduced_shape(shape, &mask, self.keepdims))?;
+        let lanes = split.lanes();
+        let params = split.params(0, &self.at)?;
+        run.dispatch(&self.pipelines[lanes.index()], &params, &[x.buffer, y.gpu()?], lanes.groups(split.outputs()))?;
+        Ok(vec![Value::Tensor(y)])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testkit::{i64s, int, ints, rand, t, Case};
+
+    const OPS: [&str; 10] = [
+        "ReduceSum",
+        "ReduceMean",
+        "ReduceMax",
+        "ReduceMin",
+        "ReduceProd",
+        "ReduceL1",
+        "ReduceL2",
+        "ReduceLogSum",
+        "ReduceLogSumExp",
+        "ReduceSumSquare",
+    ];
+
+    /// Value range of an op's random inputs (positive for LogSum, near 1 for Prod).
+    /// Sums of mixed signs cancel: their absolute rounding error would exceed the tolerance
+    /// where the result is near zero, so those ops get positive data.
+    fn range(op: &str) -> (f32, f32) {
+        match op {
+            "ReduceProd" => (0.9, 1.1),
+            "ReduceLogSum" | "ReduceSum" | "ReduceMean" => (0.1, 3.0),
+            _ => (-3.0, 3.0),
+        }
+    }
+
+    /// (shape, axes): first, middle, last, several, non-adjacent, all axes; rows of 1, 7, 255,
+    /// 257, 1000 elements; negative axes.
+    const CASES: &[(&[usize], &[i64])] = &[
+        (&[3, 4, 5], &[1]),
+        (&[3, 4, 5], &[-1]),
+        (&[3, 4, 5], &[0]),
+        (&[3, 4, 5], &[0, 2]),
+        (&[2, 3, 4, 5], &[1, 3]),
+        (&[2, 3, 4, 5], &[0, -1, 1]),
+        (&[3, 4, 5], &[]),
+        (&[7], &[0]),
+        (&[2, 1, 3], &[1]),
+        (&[5, 1], &[-1]),
+        (&[], &[]),
+        (&[9, 255], &[1]),
+        (&[4, 257], &[-1]),
+        (&[3, 1000], &[1]),
+        (&[1000, 3], &[0]),
+        (&[257, 7, 3], &[0, 2]),
+        (&[2, 300, 70], &[1]),
+        (&[70_000, 2], &[1]),
+        (&[3, 40_001], &[0]),
+    ];
+
+    #[test]
+    fn reductions_match_the_cpu() {
+        for op in OPS {
+            let (lo, hi) = range(op);
+            for (i, &(shape, axes)) in CASES.iter().enumerate() {
+                let x = rand(shape, lo, hi, 100 + i as u64);
+                let tol = if op == "ReduceProd" || shape.iter().product::<usize>() > 50_000 { 1e-4 } else { 2e-5 };
+                for keepdims in [0, 1] {
+                    let mut case = Case::new(op, vec![x.clone()]).attrs(vec![int("keepdims", keepdims)]).opset(18);
+                    if !axes.is_empty() {
+                        case.inputs.push(Some(i64s(axes)));
+                        case.constant = vec![1];
+                    }
+                    case.check(tol, 1e-5);
+                }
+                // Axes as an attribute (ReduceSum before 13, the others before 18).
+                let since = if op == "ReduceSum" { 11 } else { 13 };
+                let attrs = if axes.is_empty() { vec![] } else { vec![ints("axes", axes)] };
+                Case::new(op, vec![x.clone()]).attrs(attrs).opset(since).check(tol, 1e-5);
+            }
+        }
+    }
+
+    #[test]
+    fn more_workgroups_than_one_dispatch_dimension_holds() {
+        // 600000 rows of 16: 75000 workgroups of 8 rows, spread over x and y.
+        let x = rand(&[600_000, 16], 0.0, 1.0, 9);
+        assert!(Lanes::choose(600_000, 16, true).groups(600_000)[1] > 1);
+        Case::new("ReduceMean", vec![x, i64s(&[1])]).constants(&[1]).check(2e-5, 1e-6);
+    }
+
+    #[test]
+    fn axes_as_a_graph_input_and_noop() {
+        let x = rand(&[4, 6, 5], -2.0, 2.0, 7);
+        // Axes fed at run time (a host input).
+        Case::new("ReduceSum", vec![x.clone(), i64s(&[0, 2])]).check(1e-5, 1e-5);
+        for op in ["ReduceSum", "ReduceSumSquare", "ReduceL1", "ReduceLogSumExp", "ReduceMean"] {
+            let case = Case::new(op, vec![x.clone(), i64s(&[])]).attrs(vec![int("noop_with_empty_axes", 1)]).opset(18);
+            case.constants(&[1]).check(1e-5, 1e-6);
+            let mut omitted = Case::new(op, vec![x.clone()]).attrs(vec![int("noop_with_empty_axes", 1)]).opset(18);
+            omitted.inputs.push(None);
+            omitted.check(1e-5, 1e-6);
+        }
+    }
+
+    #[test]
+    fn empty_and_special_values() {
+        let empty = t(&[2, 0, 3], Vec::<f32>::new());
+        for op in OPS {
+            Case::new(op, vec![empty.clone(), i64s(&[1])]).constants(&[1]).opset(18).check(0.0, 0.0);
+            let case = Case::new(op, vec![empty.clone(), i64s(&[2])]).constants(&[1]).opset(18);
+            case.attrs(vec![int("keepdims", 0)]).check(0.0, 0.0);
+        }
+        let nan = f32::NAN;
+        let (inf, ninf) = (f32::INFINITY, f32::NEG_INFINITY);
+        let x = t(&[4, 3], vec![inf, 2.0, 1.0, ninf, ninf, ninf, 1.0, nan, 3.0, 1000.0, 1000.0, 999.0]);
+        for op in ["ReduceMax", "ReduceMin", "ReduceLogSumExp", "ReduceSum"] {
+            Case::new(op, vec![x.clone(), i64s(&[1])]).constants(&[1]).opset(18).check(1e-6, 0.0);
+        }
+    }
+
+    #[test]
+    fn bad_axes_are_named_errors() {
+        let Some(gpu) = crate::testkit::provider() else { return };
+        let x = rand(&[2, 3], 0.0, 1.0, 1);
+        let case = Case::new("ReduceSum", vec![x.clone(), i64s(&[2])]).constants(&[1]);
+        let e = case.try_run_gpu(&gpu).unwrap_err().to_string();
+        assert!(e.contains("ReduceSum") && e.contains("axis") && e.contains('2'), "{e}");
+        let case = Case::new("ReduceMax", vec![x, i64s(&[1, -1])]).constants(&[1]);
+        let e = case.try_run_gpu(&gpu).unwrap_err().to_string();
+        assert!(e.contains("ReduceMax") && e.contains("axes"), "{e}");
+    }
+
+    #[test]
+    fn arg_max_and_min_match_the_cpu() {
+        let shapes: &[(&[usize], i64)] = &[
+            (&[3, 4, 5], 0),
+            (&[3, 4, 5], 1),
+            (&[3, 4, 5], -1),
+            (&[7], 0),
+            (&[2, 1000], 1),
+            (&[257, 3], 0),
+            (&[1, 1], 1),
+        ];
+        for (i, &(shape, axis)) in shapes.iter().enumerate() {
+            // Few distinct values, so that ties happen.
+            let x = rand(shape, 0.0, 4.0, 40 + i as u64);
+            let x = t(shape, x.as_slice::<f32>().unwrap().iter().map(|v| v.floor()).collect());
+            for op in ["ArgMax", "ArgMin"] {
+                for (keepdims, last) in [(1, 0), (0, 0), (1, 1), (0, 1)] {
+                    let attrs = vec![int("axis", axis), int("keepdims", keepdims), int("select_last_index", last)];
+                    Case::new(op, vec![x.clone()]).attrs(attrs).check(0.0, 0.0);
+                }
+            }
+        }
+        let nan = f32::NAN;
+        let x = t(&[3, 3], vec![nan, 5.0, 1.0, 2.0, nan, 7.0, 1.0, 1.0, nan]);
+        for op in ["ArgMax", "ArgMin"] {
+            Case::new(op, vec![x.clone()]).attrs(vec![int("axis", 1)]).check(0.0, 0.0);
+        }
+    }
+
+    #[test]
+    fn splits_merge_adjacent_dims() {
+        let s = Split::new(&[2, 3, 1, 4, 5], &[false, true, true, true, false]);
+        assert_eq!(s.kept, vec![(2, 60), (5, 1)]);
+        assert_eq!(s.reduced, vec![(12, 5)]);
+        assert!(!s.contiguous());
+        let s = Split::new(&[2, 3, 4], &[true, false, true]);
+        assert_eq!((s.kept.clone(), s.reduced.clone()), (vec![(3, 4)], vec![(2, 12), (4, 1)]));
+        assert!(s.contiguous());
+        assert_eq!((s.outputs(), s.len()), (3, 8));
+    }
+}

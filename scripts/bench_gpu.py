@@ -1,0 +1,213 @@
+"""GPU benchmark for the device machine: Onyx (cpu and wgpu EPs) against ONNX Runtime CPU, ONNX
+Runtime's WebGPU EP and PyTorch CUDA eager, on the same models and inputs, in one run.
+
+Models are exported there with torch (random weights, opset 17): torchvision resnet50 and
+mobilenet_v2 at 1x3x224x224, transformers BertModel (bert-base config) at 1x128 tokens.
+Per model: session creation (+ first run) and p50 over --runs runs after --warmup warm-ups for
+each engine; Onyx's outputs are compared with ONNX Runtime CPU's (max relative error).
+Prints a table of p50 latencies and ratios (onyx-wgpu / peer) and, with --markdown FILE, appends
+it with date and versions.
+
+Run on the GPU machine (see docs/gpu-machine.md for the recipe: Vulkan loader, wheels):
+    python3 scripts/bench_gpu.py --onyx .bin/onyx [--models resnet50,mobilenet_v2,bert]
+        [--runs 30] [--warmup 5] [--out DIR] [--markdown FILE] [--skip-peers]
+"""
+import argparse
+import datetime
+import json
+import os
+import pathlib
+import platform
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def p50(times):
+    times = sorted(times)
+    return times[round(0.5 * (len(times) - 1))]
+
+
+def export(name, out_dir):
+    """Exports one model with torch; returns (path, {input name: array})."""
+    import torch
+    path = out_dir / f"{name}.onnx"
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    if name in ("resnet50", "mobilenet_v2"):
+        import torchvision
+        model = getattr(torchvision.models, name)(weights=None).eval()
+        x = rng.standard_normal((1, 3, 224, 224)).astype(np.float32)
+        args, names = (torch.from_numpy(x),), ["input"]
+        feeds = {"input": x}
+    else:
+        from transformers import BertConfig, BertModel
+        model = BertModel(BertConfig()).eval()
+        ids = rng.integers(0, 30000, (1, 128)).astype(np.int64)
+        mask = np.ones((1, 128), np.int64)
+        args, names = (torch.from_numpy(ids), torch.from_numpy(mask)), ["input_ids", "attention_mask"]
+        feeds = {"input_ids": ids, "attention_mask": mask}
+    if not path.exists():
+        with torch.no_grad():
+            try:
+                torch.onnx.export(model, args, str(path), input_names=names, opset_version=17, dynamo=False)
+            except TypeError:
+                torch.onnx.export(model, args, str(path), input_names=names, opset_version=17)
+    return path, feeds, model, args
+
+
+def time_fn(fn, warmup, runs):
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t) * 1e3)
+    return p50(times)
+
+
+def bench_ort(path, feeds, providers, warmup, runs, webgpu=False):
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    if not webgpu:
+        so.intra_op_num_threads = os.cpu_count()
+    t = time.perf_counter()
+    if webgpu:
+        import onnxruntime_ep_webgpu as webgpu_ep
+        try:
+            ort.register_execution_provider_library("webgpu", webgpu_ep.get_library_path())
+        except Exception:
+            pass  # already registered
+        devices = [d for d in ort.get_ep_devices() if d.ep_name == webgpu_ep.get_ep_name()]
+        so.add_provider_for_devices(devices[:1], {})
+        sess = ort.InferenceSession(str(path), so)
+    else:
+        sess = ort.InferenceSession(str(path), so, providers=providers)
+    out = sess.run(None, feeds)
+    create = (time.perf_counter() - t) * 1e3
+    return time_fn(lambda: sess.run(None, feeds), warmup, runs), create, out
+
+
+def bench_torch(model, args, warmup, runs):
+    import torch
+    model = model.cuda()
+    args = tuple(a.cuda() for a in args)
+
+    def step():
+        with torch.no_grad():
+            model(*args)
+        torch.cuda.synchronize()
+
+    return time_fn(step, warmup, runs)
+
+
+def bench_onyx(onyx, path, feeds, provider, warmup, runs, work):
+    files = []
+    for name, arr in feeds.items():
+        f = work / f"{path.stem}_{name}.npy"
+        np.save(f, arr)
+        files += ["--input", f"{name}={f}"]
+    cmd = [str(onyx), "bench", str(path), *files, "--provider", provider, "--warmup", str(warmup),
+           "--runs", str(runs), "--json"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    if p.returncode != 0:
+        raise RuntimeError((p.stderr or p.stdout)[-800:])
+    report = json.loads(p.stdout.strip().splitlines()[-1])
+    out_dir = work / f"{path.stem}_{provider}_out"
+    out_dir.mkdir(exist_ok=True)
+    p = subprocess.run([str(onyx), "run", str(path), *files, "--provider", provider, "--output-dir", str(out_dir)],
+                       capture_output=True, text=True, timeout=900)
+    if p.returncode != 0:
+        raise RuntimeError((p.stderr or p.stdout)[-800:])
+    outs = sorted(out_dir.glob("*.npy"))
+    return report, [np.load(o) for o in outs], [o.stem for o in outs]
+
+
+def rel_err(got, want):
+    got, want = got.astype(np.float64).ravel(), want.astype(np.float64).ravel()
+    return float(np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--onyx", type=pathlib.Path, default=ROOT / ".bin/onyx")
+    ap.add_argument("--models", default="resnet50,mobilenet_v2,bert")
+    ap.add_argument("--runs", type=int, default=30)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--out", type=pathlib.Path, default=pathlib.Path("/tmp/onyx-bench"))
+    ap.add_argument("--markdown", type=pathlib.Path)
+    ap.add_argument("--skip-peers", action="store_true", help="only run Onyx (and ORT CPU for the reference)")
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for name in args.models.split(","):
+        path, feeds, model, targs = export(name, args.out)
+        row = {"model": name}
+        ref_ms, _, ref_out = bench_ort(path, feeds, ["CPUExecutionProvider"], args.warmup, args.runs)
+        row["ort_cpu"] = ref_ms
+        if not args.skip_peers:
+            try:
+                row["ort_webgpu"], row["ort_webgpu_create"], _ = bench_ort(path, feeds, None, args.warmup, args.runs, webgpu=True)
+            except Exception as e:  # noqa: BLE001 - report and go on
+                print(f"{name}: ORT WebGPU failed: {e}", file=sys.stderr)
+            row["torch_cuda"] = bench_torch(model, targs, args.warmup, args.runs)
+        for provider in ("cpu", "wgpu"):
+            try:
+                report, outs, _ = bench_onyx(args.onyx, path, feeds, provider, args.warmup, args.runs, args.out)
+                row[f"onyx_{provider}"] = report["p50_ms"]
+                row[f"onyx_{provider}_create"] = report["session_create_ms"] + report["first_run_ms"]
+                row[f"onyx_{provider}_err"] = max(rel_err(o, r) for o, r in zip(outs, ref_out))
+            except Exception as e:  # noqa: BLE001
+                print(f"{name}: onyx {provider} failed: {e}", file=sys.stderr)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    text = table(rows)
+    print(text)
+    if args.markdown:
+        with open(args.markdown, "a") as f:
+            f.write(section(text))
+
+
+def fmt(v, digits=2):
+    return "—" if v is None else f"{v:.{digits}f}"
+
+
+def table(rows):
+    head = ("| model | onyx wgpu ms | ORT WebGPU ms | torch CUDA ms | ORT CPU ms | onyx cpu ms | wgpu/webgpu | wgpu/torch "
+            "| onyx wgpu create+first ms | ORT WebGPU create+first ms | wgpu rel err | cpu rel err |\n"
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+    lines = []
+    for r in rows:
+        w = r.get("onyx_wgpu")
+        ratio = lambda peer: fmt(w / r[peer]) if w and r.get(peer) else "—"  # noqa: E731
+        lines.append(f"| {r['model']} | {fmt(w)} | {fmt(r.get('ort_webgpu'))} | {fmt(r.get('torch_cuda'))} | "
+                     f"{fmt(r.get('ort_cpu'))} | {fmt(r.get('onyx_cpu'))} | {ratio('ort_webgpu')} | {ratio('torch_cuda')} | "
+                     f"{fmt(r.get('onyx_wgpu_create'), 0)} | {fmt(r.get('ort_webgpu_create'), 0)} | "
+                     f"{fmt(r.get('onyx_wgpu_err'), 7) if r.get('onyx_wgpu_err') is not None else '—'} | "
+                     f"{fmt(r.get('onyx_cpu_err'), 7) if r.get('onyx_cpu_err') is not None else '—'} |")
+    return head + "\n".join(lines) + "\n"
+
+
+def section(text):
+    versions = []
+    for mod in ("onnxruntime", "torch", "numpy"):
+        try:
+            versions.append(f"{mod} {__import__(mod).__version__}")
+        except Exception:  # noqa: BLE001
+            pass
+    gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                         capture_output=True, text=True).stdout.strip()
+    return (f"\n### GPU benchmark, {datetime.date.today()}\n\n"
+            f"Machine: {gpu}, {os.cpu_count()} cores, {platform.platform()}. {', '.join(versions)}, "
+            f"onnxruntime-ep-webgpu 0.4.0. Batch 1, fp32, p50 of the runs after warm-ups; host inputs "
+            f"and outputs for every engine. Command: `python3 scripts/bench_gpu.py`.\n\n{text}")
+
+
+if __name__ == "__main__":
+    main()
