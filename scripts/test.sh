@@ -6,9 +6,26 @@ cd "$(dirname "$0")/.."
 
 python3 -m pip install --quiet --disable-pip-version-check onnx==1.22.0 onnxruntime==1.32.0 numpy
 
+# The wgpu tests need a Vulkan driver: on a machine without a GPU, Mesa's software one
+# (lavapipe). With CI=true a wgpu test that finds no adapter fails instead of skipping.
+if ! ls /usr/share/vulkan/icd.d/lvp_icd*.json >/dev/null 2>&1; then
+    sudo_if_needed=""
+    [ "$(id -u)" -ne 0 ] && sudo_if_needed="sudo"
+    $sudo_if_needed apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo_if_needed apt-get install -y -qq mesa-vulkan-drivers libvulkan1 >/dev/null
+fi
+
 models="${ONYX_TEST_MODELS:-$PWD/target/testmodels}"
 python3 scripts/make_test_models.py "$models"
 python3 scripts/make_malformed_models.py "$models/malformed"
 export ONYX_TEST_MODELS="$models"
+
+# ONNX's backend node tests (from the onnx wheel, cached in .cache/) for the conformance test,
+# which writes its report to docs/conformance.md.
+node_tests="$(bash scripts/fetch_node_tests.sh)"
+export ONYX_NODE_TESTS="$node_tests"
+export ONYX_CONFORMANCE_REPORT=docs/conformance.md
+# The wgpu EP runs with CPU fallback off, so its figures count only what it runs itself.
+export ONYX_CONFORMANCE_PROVIDERS="${ONYX_CONFORMANCE_PROVIDERS:-cpu,wgpu}"
 
 cargo test --workspace --no-fail-fast

@@ -44,3 +44,24 @@ impl Registry {
         v
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Lists the default-domain ONNX operators without a CPU kernel (run with `--nocapture`).
+    #[test]
+    fn list_missing_default_domain_ops() {
+        let r = Registry::with_all_ops();
+        let have = r.ops();
+        // The op table is private to onyx-core: read its generated source.
+        let table = include_str!("../../onyx-core/src/ops/onnx_ops.rs");
+        let missing: Vec<&str> = table
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("(\"\", \""))
+            .filter_map(|l| l.split('"').next())
+            .filter(|op| !have.contains(&("", *op)))
+            .collect();
+        println!("{} of the default-domain ops have no CPU kernel: {}", missing.len(), missing.join(" "));
+    }
+}

@@ -7,8 +7,11 @@
 //! Floats print as C's `%.8g` ("NaN", "INF", "-INF" for the special values), integers in
 //! decimal and bools as "1"/"0". Strings parse like C's `strtod` (floats: leading spaces, the
 //! longest numeric prefix, hex, "inf"/"nan" in any case) and `strtoll`/`strtoull` (integers and
-//! bools: base 10, the longest digit prefix; out-of-range values are errors). Float8 and the
-//! packed 4-bit types are not supported yet: casting to or from them is an `Unsupported` error.
+//! bools: base 10, the longest digit prefix; out-of-range values are errors). The float8,
+//! float4 and packed 2- and 4-bit integer types convert as the ONNX reference does (see
+//! [`small`]), with the `saturate` and `round_mode` attributes.
+
+pub(crate) mod small;
 
 use half::{bf16, f16};
 use onyx_core::ep::{Kernel, NodeContext, ValueRef};
@@ -18,6 +21,7 @@ use super::elementwise::num::{Half, Num};
 use super::elementwise::{bool_out, dispatch_int, map_chunks};
 use super::util;
 use crate::Registry;
+use small::RoundMode;
 
 /// Registers Cast and CastLike.
 pub fn register(r: &mut Registry) {
@@ -118,8 +122,21 @@ to_repr!(Float as f64: f32, f64, f16, bf16);
 to_repr!(Int as i64: i8, i16, i32, i64);
 to_repr!(Uint as u64: u8, u16, u32, u64);
 
+/// How values become the small float types (Cast's `saturate` and `round_mode`).
+#[derive(Clone, Copy, Debug)]
+struct SmallOpts {
+    saturate: bool,
+    round: RoundMode,
+}
+
 /// Converts elements (read through `to_repr`) to type `to`.
-fn convert<S: Copy + Sync>(src: &[S], to_repr: impl Fn(S) -> Repr + Sync, to: DataType, shape: Vec<usize>) -> Result<Value> {
+fn convert<S: Copy + Sync>(
+    src: &[S],
+    to_repr: impl Fn(S) -> Repr + Sync,
+    to: DataType,
+    shape: Vec<usize>,
+    opts: SmallOpts,
+) -> Result<Value> {
     fn typed<S: Copy + Sync, D: FromRepr>(src: &[S], to_repr: impl Fn(S) -> Repr + Sync, shape: Vec<usize>) -> Result<Value> {
         util::out(shape, map_chunks(src, |s, d| {
             for (o, &x) in d.iter_mut().zip(s) {
@@ -140,6 +157,34 @@ fn convert<S: Copy + Sync>(src: &[S], to_repr: impl Fn(S) -> Repr + Sync, to: Da
         DataType::String => {
             let text: Vec<String> = src.iter().map(|&x| repr_to_string(to_repr(x))).collect();
             Tensor::from_strings(shape, text).map(Value::Tensor)
+        }
+        other if small::is_small(other) => {
+            let t = if small::int_range(other).is_some() {
+                let ints: Vec<i64> = src
+                    .iter()
+                    .map(|&x| match to_repr(x) {
+                        Repr::Float(f) if f.is_finite() => f.trunc() as i64,
+                        Repr::Float(_) => 0,
+                        Repr::Int(i) => i,
+                        Repr::Uint(u) => u as i64,
+                        Repr::Bool(b) => i64::from(b),
+                    })
+                    .collect();
+                small::from_ints(other, shape, &ints)?
+            } else {
+                let values: Vec<f64> = src
+                    .iter()
+                    .map(|&x| match to_repr(x) {
+                        Repr::Float(f) => f,
+                        Repr::Int(i) => i as f64,
+                        Repr::Uint(u) => u as f64,
+                        Repr::Bool(b) => f64::from(u8::from(b)),
+                    })
+                    .collect();
+                // Saturation applies to the float8 types; float4 always saturates.
+                small::from_f64s(other, shape, &values, opts.saturate, opts.round)?
+            };
+            Ok(Value::Tensor(t))
         }
         other => dispatch_int!(other, D => typed::<S, D>(src, to_repr, shape),
             _ => Err(Error::Unsupported(format!("Cast to {other}")))),
@@ -184,7 +229,7 @@ fn float_to_int_fast_path(x: &TensorView<'_>, to: DataType) -> Result<Option<Val
 }
 
 /// Casts a tensor view to `to`.
-fn cast_view(x: &TensorView<'_>, to: DataType) -> Result<Value> {
+fn cast_view(x: &TensorView<'_>, to: DataType, opts: SmallOpts) -> Result<Value> {
     if let Some(v) = half_fast_path(x, to)? {
         return Ok(v);
     }
@@ -193,19 +238,24 @@ fn cast_view(x: &TensorView<'_>, to: DataType) -> Result<Value> {
     }
     let shape = x.shape().to_vec();
     match x.dtype() {
-        DataType::Bool => convert(x.bytes()?, |b| Repr::Bool(b != 0), to, shape),
+        DataType::Bool => convert(x.bytes()?, |b| Repr::Bool(b != 0), to, shape, opts),
         DataType::String => {
             let parsed: Vec<Repr> = x.strings()?.iter().map(|s| parse_for(s, to)).collect::<Result<_>>()?;
-            convert(&parsed, |r| r, to, shape)
+            convert(&parsed, |r| r, to, shape, opts)
         }
-        from => crate::dispatch_numeric!(from, S => convert(x.as_slice::<S>()?, ToRepr::to_repr, to, shape),
+        from if small::is_small(from) => {
+            let values = small::to_f64s(x)?;
+            let int = small::int_range(from).is_some();
+            convert(&values, |v| if int { Repr::Int(v as i64) } else { Repr::Float(v) }, to, shape, opts)
+        }
+        from => crate::dispatch_numeric!(from, S => convert(x.as_slice::<S>()?, ToRepr::to_repr, to, shape, opts),
             _ => Err(Error::Unsupported(format!("Cast from {from}")))),
     }
 }
 
 /// The element types Cast handles.
 fn supported(t: DataType) -> bool {
-    t == DataType::Bool || t == DataType::String || t.is_integer() && t.bit_width() >= 8 || matches!(
+    small::is_small(t) || t == DataType::Bool || t == DataType::String || t.is_integer() && t.bit_width() >= 8 || matches!(
         t,
         DataType::Float | DataType::Double | DataType::Float16 | DataType::BFloat16
     )
@@ -215,6 +265,7 @@ fn supported(t: DataType) -> bool {
 struct Cast {
     /// `None` for CastLike.
     to: Option<DataType>,
+    opts: SmallOpts,
     at: Location,
 }
 
@@ -238,7 +289,10 @@ fn build_cast(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
         }
         Some(to)
     };
-    Ok(Box::new(Cast { to, at }))
+    let round = node.string_or("round_mode", "up")?;
+    let round =
+        RoundMode::parse(&round).ok_or_else(|| Error::attribute(&at, "round_mode", "up, down or nearest", round))?;
+    Ok(Box::new(Cast { to, opts: SmallOpts { saturate: saturate != 0, round }, at }))
 }
 
 impl Kernel for Cast {
@@ -256,7 +310,7 @@ impl Kernel for Cast {
             // Nothing to convert: share an owned input, copy a borrowed one.
             return Ok(vec![inputs.first().copied().flatten().map(|v| v.to_value()).unwrap_or(Value::Tensor(x.to_tensor()))]);
         }
-        Ok(vec![cast_view(&x, to).map_err(|e| e.at(at))?])
+        Ok(vec![cast_view(&x, to, self.opts).map_err(|e| e.at(at))?])
     }
 }
 
@@ -307,14 +361,18 @@ fn trim_zeros(s: &str) -> &str {
 fn parse_for(s: &str, to: DataType) -> Result<Repr> {
     let bad = |what: &str| Error::InvalidArgument(format!("cannot cast the string \"{s}\" to {to}: {what}"));
     match to {
-        DataType::Float | DataType::Double | DataType::Float16 | DataType::BFloat16 => {
-            parse_float_prefix(s).map(Repr::Float).ok_or_else(|| bad("not a number"))
-        }
-        DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64 => match parse_int_prefix(s) {
+        t if t.is_float() => parse_float_prefix(s).map(Repr::Float).ok_or_else(|| bad("not a number")),
+        DataType::Int2 | DataType::Int4 | DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64 => match parse_int_prefix(s) {
             Some((neg, m)) => signed_from(neg, m).map(Repr::Int).ok_or_else(|| bad("out of the range of int64")),
             None => Err(bad("not an integer")),
         },
-        DataType::Bool | DataType::Uint8 | DataType::Uint16 | DataType::Uint32 | DataType::Uint64 => {
+        DataType::Bool
+        | DataType::Uint2
+        | DataType::Uint4
+        | DataType::Uint8
+        | DataType::Uint16
+        | DataType::Uint32
+        | DataType::Uint64 => {
             match parse_int_prefix(s) {
                 Some((neg, m)) => Ok(Repr::Uint(if neg { m.wrapping_neg() } else { m })),
                 None => Err(bad("not an integer")),
@@ -566,12 +624,35 @@ mod tests {
         let err = cast(&string_tensor(&["9223372036854775808"]), DataType::Int64).unwrap_err().to_string();
         assert!(err.contains("range"), "{err}");
         assert!(cast(&string_tensor(&["99999999999999999999"]), DataType::Uint64).is_err());
-        let err = build("Cast", 19, vec![attr_i("to", 17)]).err().unwrap().to_string();
-        assert!(err.contains("float8e4m3fn"), "{err}");
+        let err = build("Cast", 19, vec![attr_i("to", 14)]).err().unwrap().to_string();
+        assert!(err.contains("complex64"), "{err}");
+        let err = build("Cast", 24, vec![attr_i("to", 24), attr_s("round_mode", "even")]).err().unwrap().to_string();
+        assert!(err.contains("round_mode"), "{err}");
         assert!(build("Cast", 13, vec![attr_i("to", 99)]).err().unwrap().to_string().contains("'to'"));
         assert!(build("Cast", 13, vec![]).err().unwrap().to_string().contains("'to'"));
-        let int4 = Tensor::zeros(DataType::Int4, vec![4]).unwrap();
-        assert!(matches!(cast(&int4, DataType::Float), Err(Error::Unsupported(_))));
+        let c64 = Tensor::zeros(DataType::Complex64, vec![4]).unwrap();
+        assert!(matches!(cast(&c64, DataType::Float), Err(Error::Unsupported(_))));
+    }
+
+    #[test]
+    fn small_types_convert_as_the_onnx_reference() {
+        // float -> float8e4m3fn (saturate = 1 and 0) -> float, float16 -> int4 -> int8.
+        let x = tensor(&[5], vec![0.3f32, -500.0, 1.0625, f32::INFINITY, 17.0]);
+        let y = cast(&x, DataType::Float8E4M3FN).unwrap();
+        assert_eq!(y.view().unwrap().bytes().unwrap(), &[42, 254, 56, 126, 88]);
+        let back = cast(&y, DataType::Float).unwrap();
+        assert_eq!(back.as_slice::<f32>().unwrap(), &[0.3125, -448.0, 1.0, 448.0, 16.0]);
+        let y = run("Cast", 21, vec![attr_i("to", DataType::Float8E4M3FN.onnx_code() as i64), attr_i("saturate", 0)], &[&x]).unwrap();
+        assert_eq!(y.view().unwrap().bytes().unwrap(), &[42, 255, 56, 127, 88]);
+        let h = tensor(&[3], vec![half::f16::from_f32(-7.9), half::f16::from_f32(9.0), half::f16::from_f32(2.5)]);
+        let y = cast(&h, DataType::Int4).unwrap();
+        assert_eq!(y.view().unwrap().bytes().unwrap(), &[0x99, 0x02]);
+        assert_eq!(ints(&cast(&y, DataType::Int8).unwrap()), vec![-7, -7, 2]);
+        let s = string_tensor(&["1.5", "-3"]);
+        let y = cast(&s, DataType::Float4E2M1).unwrap();
+        assert_eq!(y.view().unwrap().bytes().unwrap(), &[0xD3]);
+        let y = cast(&cast(&tensor(&[2], vec![3i64, 300]), DataType::Float8E8M0).unwrap(), DataType::Double).unwrap();
+        assert_eq!(y.as_slice::<f64>().unwrap(), &[4.0, 512.0]);
     }
 
     #[test]

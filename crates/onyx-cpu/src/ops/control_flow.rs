@@ -1,5 +1,7 @@
-//! Control flow: If. Both branches are compiled when the node is built; a run reads the
-//! condition and runs one of them with the node's outer-scope values.
+//! Control flow: If and Loop ([`looping`]). Subgraphs are compiled when the node is built; a
+//! run executes them with the node's outer-scope values.
+
+mod looping;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -13,6 +15,30 @@ use crate::Registry;
 /// Registers this family's kernels.
 pub fn register(r: &mut Registry) {
     r.add("If", build_if);
+    r.add("Loop", looping::build_loop);
+}
+
+/// The outer-scope values a node's subgraphs read, by name: the node's implicit inputs, which
+/// the executor passes after its `formal` inputs.
+pub(crate) fn outer_values<'r>(
+    implicit: &'r [String],
+    formal: usize,
+    inputs: &[Option<ValueRef<'r>>],
+    at: &Location,
+) -> Result<HashMap<&'r str, ValueRef<'r>>> {
+    implicit
+        .iter()
+        .enumerate()
+        .map(|(j, name)| {
+            let i = formal + j;
+            let v = inputs
+                .get(i)
+                .copied()
+                .flatten()
+                .ok_or_else(|| Error::input(at, i, format!("the outer value '{name}'"), "no input"))?;
+            Ok((name.as_str(), v))
+        })
+        .collect()
 }
 
 /// If: runs `then_branch` or `else_branch`.
@@ -48,39 +74,20 @@ fn build_if(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
     }))
 }
 
-impl If {
-    /// The condition: a bool tensor of one element.
-    fn condition(&self, inputs: &[Option<ValueRef<'_>>]) -> Result<bool> {
-        let c = util::input(inputs, 0, &self.at)?;
-        util::expect_dtype(&c, &[DataType::Bool], 0, &self.at)?;
-        match c.bytes()? {
-            &[b] => Ok(b != 0),
-            _ => Err(Error::input(&self.at, 0, "a bool tensor of one element", format!("{:?}", c.shape()))),
-        }
-    }
-
-    /// The outer-scope values by name.
-    fn outer<'r>(&'r self, inputs: &[Option<ValueRef<'r>>]) -> Result<HashMap<&'r str, ValueRef<'r>>> {
-        self.implicit
-            .iter()
-            .enumerate()
-            .map(|(j, name)| {
-                let i = self.formal_inputs + j;
-                let v = inputs
-                    .get(i)
-                    .copied()
-                    .flatten()
-                    .ok_or_else(|| Error::input(&self.at, i, format!("the outer value '{name}'"), "no input"))?;
-                Ok((name.as_str(), v))
-            })
-            .collect()
+/// A bool tensor of one element (If's and Loop's conditions), from input `i`.
+pub(crate) fn condition(inputs: &[Option<ValueRef<'_>>], i: usize, at: &Location) -> Result<bool> {
+    let c = util::input(inputs, i, at)?;
+    util::expect_dtype(&c, &[DataType::Bool], i, at)?;
+    match c.bytes()? {
+        &[b] => Ok(b != 0),
+        _ => Err(Error::input(at, i, "a bool tensor of one element", format!("{:?}", c.shape()))),
     }
 }
 
 impl Kernel for If {
     fn run(&self, inputs: &[Option<ValueRef<'_>>], _wanted: &[bool]) -> Result<Vec<Value>> {
-        let cond = self.condition(inputs)?;
-        let outer = self.outer(inputs)?;
+        let cond = condition(inputs, 0, &self.at)?;
+        let outer = outer_values(&self.implicit, self.formal_inputs, inputs, &self.at)?;
         let branch = if cond { &self.then_branch } else { &self.else_branch };
         let outs = branch.run(&[], &outer)?;
         if outs.len() != self.outputs {

@@ -7,6 +7,7 @@ pub(crate) mod kernels;
 pub(crate) mod transpose;
 
 use onyx_core::ep::{Kernel, NodeContext, ValueRef};
+use onyx_core::ir::Node;
 use onyx_core::{DataType, Error, Location, Result, TensorView, Value};
 
 use self::geometry::{to_3d, WindowAttrs, MAX_ATTR, MAX_SPATIAL};
@@ -49,7 +50,10 @@ fn build_conv_transpose(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
 }
 
 fn build(ctx: &NodeContext<'_>, kind: Kind) -> Result<Box<dyn Kernel>> {
-    let node = ctx.node;
+    Ok(Box::new(conv_op(ctx.node, kind)?))
+}
+
+fn conv_op(node: &Node, kind: Kind) -> Result<ConvOp> {
     let at = node.location();
     let group = node.int_or("group", 1)?;
     if group < 1 {
@@ -67,14 +71,26 @@ fn build(ctx: &NodeContext<'_>, kind: Kind) -> Result<Box<dyn Kernel>> {
         Kind::Conv => (None, None),
         Kind::Transpose => (non_negative("output_padding")?, non_negative("output_shape")?),
     };
-    Ok(Box::new(ConvOp {
-        window: WindowAttrs::from_node(node)?,
-        at,
-        kind,
-        group: group as usize,
-        output_padding,
-        output_shape,
-    }))
+    Ok(ConvOp { window: WindowAttrs::from_node(node)?, at, kind, group: group as usize, output_padding, output_shape })
+}
+
+/// A Conv on values widened to f64: exact for the integer convolutions (ConvInteger,
+/// QLinearConv), whose sums of products stay far below 2^53.
+pub(crate) struct WideConv(ConvOp);
+
+impl WideConv {
+    /// Decodes the Conv attributes of `node`.
+    pub(crate) fn from_node(node: &Node) -> Result<Self> {
+        conv_op(node, Kind::Conv).map(WideConv)
+    }
+
+    /// The output shape and elements of the convolution of `x` by `w` (with a bias).
+    pub(crate) fn run(&self, x: &[f64], xs: &[usize], w: &[f64], ws: &[usize], b: Option<&[f64]>) -> Result<(Vec<usize>, Vec<f64>)> {
+        let b_shape = b.map(|b| [b.len()]);
+        let s = self.0.shape(xs, ws, b_shape.as_ref().map(|s| &s[..]))?;
+        let y = kernels::conv(x, w, b, &s).map_err(|e| e.at(&self.0.at))?;
+        Ok((self.0.out_shape(&s, xs.len()), y))
+    }
 }
 
 impl ConvOp {

@@ -1,11 +1,13 @@
-//! Layout kernels: Transpose, Concat, Split, Slice, Pad, Tile, DepthToSpace, SpaceToDepth.
+//! Layout kernels: Transpose, Concat, Split, Slice, Pad, Tile, DepthToSpace, SpaceToDepth,
+//! ReverseSequence.
 //! Element-moving helpers shared with the shape, gather and resize families live in
 //! [`elems`].
 
-mod concat;
+pub(crate) mod concat;
 pub(crate) mod elems;
 pub(crate) mod index_map;
 mod pad;
+mod reverse_sequence;
 pub(crate) mod slice;
 #[cfg(test)]
 pub(crate) mod testkit;
@@ -29,6 +31,7 @@ pub fn register(r: &mut Registry) {
     r.add("Tile", tile::build_tile);
     r.add("DepthToSpace", tile::build_depth_to_space);
     r.add("SpaceToDepth", tile::build_space_to_depth);
+    r.add("ReverseSequence", reverse_sequence::build_reverse_sequence);
 }
 
 /// Transpose: output dim `i` is input dim `perm[i]` (reversed dims when `perm` is absent).

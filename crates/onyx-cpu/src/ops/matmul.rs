@@ -1,7 +1,8 @@
 //! Matrix products: MatMul (numpy semantics, batched with broadcasting), Gemm and
-//! MatMulInteger, plus the GEMM helper ([`gemm::gemm`]) and float plumbing ([`real`]) that the
+//! MatMulInteger, Einsum ([`einsum`]), plus the GEMM helper ([`gemm::gemm`]) and float plumbing ([`real`]) that the
 //! conv, pool and norm families share.
 
+mod einsum;
 pub(crate) mod gemm;
 pub(crate) mod real;
 #[cfg(test)]
@@ -22,6 +23,7 @@ pub fn register(r: &mut Registry) {
     r.add("MatMul", build_matmul);
     r.add("Gemm", build_gemm);
     r.add("MatMulInteger", build_matmul_integer);
+    r.add("Einsum", einsum::build_einsum);
 }
 
 /// Integer element types the integer products compute in (wrapping on overflow).
@@ -421,7 +423,7 @@ fn build_matmul_integer(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
 }
 
 /// An 8-bit tensor (or zero point) widened to i32.
-fn widen_8bit(v: &TensorView<'_>, index: usize, at: &Location) -> Result<Vec<i32>> {
+pub(crate) fn widen_8bit(v: &TensorView<'_>, index: usize, at: &Location) -> Result<Vec<i32>> {
     match v.dtype() {
         DataType::Uint8 => Ok(v.as_slice::<u8>()?.iter().map(|&x| i32::from(x)).collect()),
         DataType::Int8 => Ok(v.as_slice::<i8>()?.iter().map(|&x| i32::from(x)).collect()),
@@ -432,7 +434,7 @@ fn widen_8bit(v: &TensorView<'_>, index: usize, at: &Location) -> Result<Vec<i32
 /// Subtracts zero points from `x`, a row-major tensor seen as `groups` blocks of `rows x cols`.
 /// `zp` holds one value, one per `per` index (row of A or column of B), or one per
 /// (block, `per` index); `by_row` says whether `per` indexes rows or columns.
-fn subtract_zero_point(
+pub(crate) fn subtract_zero_point(
     x: &mut [i32],
     zp: &[i32],
     rows: usize,

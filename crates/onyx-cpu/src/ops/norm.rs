@@ -1,6 +1,9 @@
 //! Normalization: BatchNormalization (inference), InstanceNormalization, LayerNormalization,
-//! GroupNormalization, LRN and MeanVarianceNormalization, every opset from 7 to 22. Rows
+//! GroupNormalization, LRN and MeanVarianceNormalization, every opset from 7 to 22, and
+//! RMSNormalization ([`rms`]). Rows
 //! (planes, groups) are normalized in parallel when the tensor is large.
+
+mod rms;
 
 use rayon::prelude::*;
 
@@ -23,6 +26,7 @@ pub fn register(r: &mut Registry) {
     r.add("GroupNormalization", build_group_norm);
     r.add("LRN", build_lrn);
     r.add("MeanVarianceNormalization", build_mvn);
+    r.add("RMSNormalization", rms::build_rms_norm);
 }
 
 /// Mean and `1 / sqrt(variance + eps)` of `xs` (two passes, population variance, sums in f64).
@@ -363,7 +367,7 @@ fn build_layer_norm(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
 }
 
 /// Expands `v` (unidirectionally broadcastable to `shape`) to `shape`'s element count.
-fn broadcast_to<T: Copy>(v: &[T], from: &[usize], shape: &[usize]) -> Option<Vec<T>> {
+pub(super) fn broadcast_to<T: Copy>(v: &[T], from: &[usize], shape: &[usize]) -> Option<Vec<T>> {
     if from.len() > shape.len() {
         return None;
     }

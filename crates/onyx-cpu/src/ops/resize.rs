@@ -1,6 +1,8 @@
 //! Resize (opsets 10, 11, 13, 18, 19) and Upsample (7, 9): nearest, linear and cubic
-//! interpolation on any axes, separably one axis at a time (see [`interp`]).
+//! interpolation on any axes, separably one axis at a time (see [`interp`]); GridSample and
+//! AffineGrid ([`grid_sample`]).
 
+mod grid_sample;
 mod interp;
 #[cfg(test)]
 mod tests;
@@ -19,6 +21,8 @@ use crate::Registry;
 pub fn register(r: &mut Registry) {
     r.add("Resize", build_resize);
     r.add("Upsample", build_upsample);
+    r.add("GridSample", grid_sample::build_grid_sample);
+    r.add("AffineGrid", grid_sample::build_affine_grid);
 }
 
 /// How `sizes` is read when the aspect ratio is to be kept (opset 18).

@@ -971,7 +971,9 @@ mod tests {
         if crate::testkit::provider().is_none() {
             return;
         }
-        let cases: &[(&str, &[usize], &[usize], usize, Vec<Attribute>)] = &[
+        /// Name, X shape, W shape, group, attributes.
+        type BenchCase<'a> = (&'a str, &'a [usize], &'a [usize], usize, Vec<Attribute>);
+        let cases: &[BenchCase<'_>] = &[
             (
                 "stem 7x7/2",
                 &[1, 3, 224, 224],

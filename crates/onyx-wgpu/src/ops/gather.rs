@@ -12,7 +12,9 @@ use std::sync::Arc;
 use onyx_core::ep::{NodeContext, ValueRef};
 use onyx_core::{DataType, Error, Location, Result, Value};
 
-use super::layout::{dispatch_elements, element_shader, known_dtype, known_size, normalize_axis, Elements, Strided};
+use super::layout::{
+    dispatch_elements, element_shader, known_dtype, known_size, normalize_axis, Elements, Strided, Units,
+};
 use super::{input_dtype, Registry};
 use crate::context::{GpuContext, Pipeline};
 use crate::kernel::{gpu_input, strides, u32_of, GpuOp, OnGpu};
@@ -97,19 +99,21 @@ fn supports_gather(ctx: &NodeContext<'_>, _gpu: &GpuContext) -> bool {
 }
 
 /// Gather: `out[..., i..., ...] = data[..., indices[i...], ...]` along `axis`.
+/// Rows of `inner` contiguous elements move as 16-, 8- or 4-byte units where they divide.
 struct Gather {
     axis: i64,
     size: u32,
-    pipeline: Arc<Pipeline>,
+    units: Units,
     at: Location,
 }
 
 fn build_gather(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<dyn GpuOp>> {
     let (size, isize) = sizes(ctx)?;
     let code = format!("{}{GATHER}", index_fn(isize));
-    let key = format!("gather/gather/{size}/{isize}");
-    let pipeline = gpu.pipeline(&key, || element_shader("", size, &[("x", size), ("i", isize)], &code))?;
-    Ok(Box::new(Gather { axis: ctx.node.int_or("axis", 0)?, size, pipeline, at: ctx.node.location() }))
+    let units = Units::new(size, |u| {
+        gpu.pipeline(&format!("gather/gather/{u}/{isize}"), || element_shader("", u, &[("x", u), ("i", isize)], &code))
+    })?;
+    Ok(Box::new(Gather { axis: ctx.node.int_or("axis", 0)?, size, units, at: ctx.node.location() }))
 }
 
 impl GpuOp for Gather {
@@ -126,12 +130,16 @@ impl GpuOp for Gather {
         let shape: Vec<usize> =
             x.shape()[..axis].iter().chain(idx.shape()).chain(&x.shape()[axis + 1..]).copied().collect();
         let inner: usize = x.shape()[axis + 1..].iter().product();
-        let params = [u32_of(inner, &self.at)?, u32_of(idx.len(), &self.at)?, u32_of(x.shape()[axis], &self.at)?];
+        // (Empty data binds 4 bytes: too few for a vec4 array.)
+        let fits = |u: u32| (inner * self.size as usize).is_multiple_of(u as usize) && (x.len() > 0 || u < 16);
+        let (unit, pipeline) = self.units.pick(fits);
+        let r = (unit / self.size) as usize;
+        let params = [u32_of(inner / r, &self.at)?, u32_of(idx.len(), &self.at)?, u32_of(x.shape()[axis], &self.at)?];
         let y = run.alloc(x.dtype(), shape)?;
         dispatch_elements(
             run,
-            &self.pipeline,
-            Elements::new(self.size, y.len()),
+            pipeline,
+            Elements::new(unit, y.len() / r),
             &params,
             &[x.buffer, idx.buffer, y.gpu()?],
             &self.at,
@@ -283,12 +291,7 @@ fn build_scatter_nd(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<
     let size = known_size(ctx, 0)?;
     known_dtype(ctx, 2)?;
     let scatter = gpu.pipeline(&format!("gather/scatter_nd/{size}"), || scatter_nd_shader(size))?;
-    Ok(Box::new(ScatterNd {
-        size,
-        copy: super::layout::strided_units(gpu, size)?,
-        scatter,
-        at: ctx.node.location(),
-    }))
+    Ok(Box::new(ScatterNd { size, copy: super::layout::strided_units(gpu, size)?, scatter, at: ctx.node.location() }))
 }
 
 impl GpuOp for ScatterNd {

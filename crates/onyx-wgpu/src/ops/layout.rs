@@ -344,7 +344,15 @@ impl Strided {
 
     /// Records the gather from `x` into `y` (elements of `size` bytes) with the largest unit
     /// of `units` the view allows.
-    pub fn record(&self, run: &mut GpuRun, units: &Units, size: u32, x: &GpuBuffer, y: &GpuBuffer, at: &Location) -> Result<()> {
+    pub fn record(
+        &self,
+        run: &mut GpuRun,
+        units: &Units,
+        size: u32,
+        x: &GpuBuffer,
+        y: &GpuBuffer,
+        at: &Location,
+    ) -> Result<()> {
         let m = self.merged();
         let (unit, pipeline) = units.pick(|u| m.fits(size, u));
         let v = if unit == size { m } else { m.in_units(size, unit) };
@@ -910,7 +918,7 @@ fn supports_concat(ctx: &NodeContext<'_>, gpu: &GpuContext) -> bool {
 struct Concat {
     axis: i64,
     size: u32,
-    pipeline: Arc<Pipeline>,
+    units: Units,
     at: Location,
 }
 
@@ -921,9 +929,11 @@ fn build_concat(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<dyn 
     let n = ctx.node.inputs.len();
     let names: Vec<String> = (0..n).map(|k| format!("x{k}")).collect();
     let inputs: Vec<(&str, u32)> = names.iter().map(|s| (s.as_str(), size)).collect();
-    let pipeline =
-        gpu.pipeline(&format!("layout/concat/{size}/{n}"), || element_shader("", size, &inputs, &concat_code(n)))?;
-    Ok(Box::new(Concat { axis, size, pipeline, at }))
+    let units = Units::new(size, |u| {
+        let inputs: Vec<(&str, u32)> = inputs.iter().map(|&(name, _)| (name, u)).collect();
+        gpu.pipeline(&format!("layout/concat/{u}/{n}"), || element_shader("", u, &inputs, &concat_code(n)))
+    })?;
+    Ok(Box::new(Concat { axis, size, units, at }))
 }
 
 impl GpuOp for Concat {
@@ -953,17 +963,23 @@ impl GpuOp for Concat {
             return Ok(vec![Value::Tensor(first.tensor.clone())]);
         }
         let inner: usize = shape[axis + 1..].iter().product();
-        let mut params = vec![u32_of(shape[axis] * inner, &self.at)?];
+        // Every input's block along the axis moves as whole units.
+        let bytes = |d: usize| d * inner * self.size as usize;
+        // (An empty input binds 4 bytes: too few for a vec4 array.)
+        let fits = |u: u32| xs.iter().all(|x| bytes(x.shape()[axis]) % u as usize == 0 && (x.len() > 0 || u < 16));
+        let (unit, pipeline) = self.units.pick(fits);
+        let units_of = |d: usize| bytes(d) / unit as usize;
+        let mut params = vec![u32_of(units_of(shape[axis]), &self.at)?, 0];
         let mut offset = 0;
-        params.push(0);
         for x in &xs {
-            offset += x.shape()[axis] * inner;
+            offset += units_of(x.shape()[axis]);
             params.push(u32_of(offset, &self.at)?);
         }
         let y = run.alloc(first.dtype(), shape)?;
         let mut buffers: Vec<&GpuBuffer> = xs.iter().map(|x| x.buffer).collect();
         buffers.push(y.gpu()?);
-        dispatch_elements(run, &self.pipeline, Elements::new(self.size, y.len()), &params, &buffers, &self.at)?;
+        let n = y.len() * self.size as usize / unit as usize;
+        dispatch_elements(run, pipeline, Elements::new(unit, n), &params, &buffers, &self.at)?;
         Ok(vec![Value::Tensor(y)])
     }
 }
@@ -2330,6 +2346,35 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn contiguous_rows_move_as_units_like_the_cpu() {
+        for (k, dtype) in DTYPES.into_iter().enumerate() {
+            let s = k as u64 * 10;
+            let perm = vec![ints("perm", &[0, 2, 1, 3])];
+            check_exact(&Case::new("Transpose", vec![random(dtype, &[2, 3, 4, 8], s)]).attrs(perm.clone()));
+            check_exact(&Case::new("Transpose", vec![random(dtype, &[3, 5, 2, 16], s + 1)]).attrs(perm));
+            let x = random(dtype, &[3, 6, 16], s + 2);
+            check_exact(&Case::new("Slice", vec![x.clone(), i64s(&[1]), i64s(&[5]), i64s(&[1])]).constants(&[1, 2, 3]));
+            check_exact(
+                &Case::new("Slice", vec![x.clone(), i64s(&[-1]), i64s(&[-7]), i64s(&[1]), i64s(&[-2])])
+                    .constants(&[1, 2, 3, 4]),
+            );
+            check_exact(
+                &Case::new("Split", vec![x.clone(), i64s(&[2, 4])])
+                    .attrs(vec![int("axis", 1)])
+                    .constants(&[1])
+                    .outputs(2),
+            );
+            let (a, b) = (random(dtype, &[2, 2, 2], s + 3), random(dtype, &[2, 6, 2], s + 4));
+            check_exact(&Case::new("Concat", vec![a, b]).attrs(vec![int("axis", 1)]));
+            check_exact(&Case::new("Concat", vec![x.clone(), x.clone()]).attrs(vec![int("axis", -1)]));
+            check_exact(&Case::new("Expand", vec![random(dtype, &[3, 1, 8], s + 5), i64s(&[3, 5, 8])]).constants(&[1]));
+            let idx = t(&[4], vec![2i64, 0, -1, 1]);
+            check_exact(&Case::new("Gather", vec![random(dtype, &[5, 8], s + 6), idx.clone()]));
+            check_exact(&Case::new("Gather", vec![random(dtype, &[5, 2], s + 7), idx]));
+        }
+    }
+
+    #[test]
     fn depth_and_space_rearrange_like_the_cpu() {
         for dtype in [DataType::Float, DataType::Float16, DataType::Uint8, DataType::Int64] {
             let x = random(dtype, &[2, 12, 3, 5], 3);
@@ -2577,7 +2622,9 @@ pub(crate) mod tests {
         use onyx_core::types::{Dim, TensorType, ValueInfo, ValueType};
         let mut graph = Graph::default();
         let shape = b.x.shape().iter().map(|&d| Dim::Fixed(d)).collect();
-        graph.inputs.push(ValueInfo::new("x", ValueType::Tensor(TensorType { dtype: b.x.dtype(), shape: Some(shape) })));
+        graph
+            .inputs
+            .push(ValueInfo::new("x", ValueType::Tensor(TensorType { dtype: b.x.dtype(), shape: Some(shape) })));
         for (i, c) in b.others.iter().enumerate() {
             graph.initializers.insert(format!("c{i}"), c.clone());
         }
@@ -2586,7 +2633,14 @@ pub(crate) mod tests {
             let mut inputs: Vec<String> = (0..b.others.len()).map(|i| format!("c{i}")).collect();
             inputs.insert(b.slot, prev.clone());
             let out = format!("y{k}");
-            let node = Node { name: format!("n{k}"), op_type: b.op.into(), attributes: b.attrs.clone(), inputs, outputs: vec![out.clone()], ..Default::default() };
+            let node = Node {
+                name: format!("n{k}"),
+                op_type: b.op.into(),
+                attributes: b.attrs.clone(),
+                inputs,
+                outputs: vec![out.clone()],
+                ..Default::default()
+            };
             graph.nodes.push(node);
             prev = out;
         }
@@ -2624,35 +2678,123 @@ pub(crate) mod tests {
         let mut perm: Vec<i64> = (0..32768).collect();
         fastrand::Rng::with_seed(2).shuffle(&mut perm);
         let benches = vec![
-            Bench { name: "Relu f32 16M (baseline)", op: "Relu", attrs: vec![], x: f32s(&[n16]), slot: 0, others: vec![], bytes: 8.0 * n16 as f64 },
-            Bench { name: "Transpose 2-D f32 4096x4096", op: "Transpose", attrs: vec![], x: f32s(&[4096, 4096]), slot: 0, others: vec![], bytes: 8.0 * n16 as f64 },
-            Bench { name: "Transpose 0213 f32 16x512x16x128", op: "Transpose", attrs: vec![ints("perm", &[0, 2, 1, 3])], x: f32s(&[16, 512, 16, 128]), slot: 0, others: vec![], bytes: 8.0 * n16 as f64 },
-            Bench { name: "Transpose 0213 f16 16x512x16x128", op: "Transpose", attrs: vec![ints("perm", &[0, 2, 1, 3])], x: random(DataType::Float16, &[16, 512, 16, 128], 1), slot: 0, others: vec![], bytes: 4.0 * n16 as f64 },
-            Bench { name: "Transpose 3-D f32 256x256x256 (2,0,1)", op: "Transpose", attrs: vec![ints("perm", &[1, 2, 0])], x: f32s(&[256, 256, 256]), slot: 0, others: vec![], bytes: 8.0 * n16 as f64 },
-            Bench { name: "Gather f32 rows 32768x512 int64", op: "Gather", attrs: vec![], x: f32s(&[32768, 512]), slot: 0, others: vec![t(&[32768], perm)], bytes: 8.0 * n16 as f64 },
-            Bench { name: "Where f32 16M", op: "Where", attrs: vec![], x: f32s(&[n16]), slot: 1, others: vec![random(DataType::Bool, &[n16], 3), f32s(&[n16])], bytes: 9.0 * n16 as f64 },
-            Bench { name: "Slice f32 4096x4096 -> [1:, ::1] pad back", op: "Pad", attrs: vec![string("mode", "edge")], x: f32s(&[4096, 4095]), slot: 0, others: vec![i64s(&[0, 1, 0, -1])], bytes: 8.0 * (4096.0 * 4095.0) },
-            Bench { name: "Expand f32 [4096,1] -> [4096,4096] (+Slice)", op: "Tile", attrs: vec![], x: f32s(&[4096, 4096]), slot: 0, others: vec![i64s(&[1, 1])], bytes: 8.0 * n16 as f64 },
+            Bench {
+                name: "Relu f32 16M (baseline)",
+                op: "Relu",
+                attrs: vec![],
+                x: f32s(&[n16]),
+                slot: 0,
+                others: vec![],
+                bytes: 8.0 * n16 as f64,
+            },
+            Bench {
+                name: "Transpose 2-D f32 4096x4096",
+                op: "Transpose",
+                attrs: vec![],
+                x: f32s(&[4096, 4096]),
+                slot: 0,
+                others: vec![],
+                bytes: 8.0 * n16 as f64,
+            },
+            Bench {
+                name: "Transpose 0213 f32 16x512x16x128",
+                op: "Transpose",
+                attrs: vec![ints("perm", &[0, 2, 1, 3])],
+                x: f32s(&[16, 512, 16, 128]),
+                slot: 0,
+                others: vec![],
+                bytes: 8.0 * n16 as f64,
+            },
+            Bench {
+                name: "Transpose 0213 f16 16x512x16x128",
+                op: "Transpose",
+                attrs: vec![ints("perm", &[0, 2, 1, 3])],
+                x: random(DataType::Float16, &[16, 512, 16, 128], 1),
+                slot: 0,
+                others: vec![],
+                bytes: 4.0 * n16 as f64,
+            },
+            Bench {
+                name: "Transpose 3-D f32 256x256x256 (2,0,1)",
+                op: "Transpose",
+                attrs: vec![ints("perm", &[1, 2, 0])],
+                x: f32s(&[256, 256, 256]),
+                slot: 0,
+                others: vec![],
+                bytes: 8.0 * n16 as f64,
+            },
+            Bench {
+                name: "Gather f32 rows 32768x512 int64",
+                op: "Gather",
+                attrs: vec![],
+                x: f32s(&[32768, 512]),
+                slot: 0,
+                others: vec![t(&[32768], perm)],
+                bytes: 8.0 * n16 as f64,
+            },
+            Bench {
+                name: "Where f32 16M",
+                op: "Where",
+                attrs: vec![],
+                x: f32s(&[n16]),
+                slot: 1,
+                others: vec![random(DataType::Bool, &[n16], 3), f32s(&[n16])],
+                bytes: 9.0 * n16 as f64,
+            },
+            Bench {
+                name: "Pad edge f32 4096x4095 (+1 / -1)",
+                op: "Pad",
+                attrs: vec![string("mode", "edge")],
+                x: f32s(&[4096, 4095]),
+                slot: 0,
+                others: vec![i64s(&[0, 1, 0, -1])],
+                bytes: 8.0 * (4096.0 * 4095.0),
+            },
+            Bench {
+                name: "Tile f32 4096x4096 (repeats 1)",
+                op: "Tile",
+                attrs: vec![],
+                x: f32s(&[4096, 4096]),
+                slot: 0,
+                others: vec![i64s(&[1, 1])],
+                bytes: 8.0 * n16 as f64,
+            },
         ];
-        let benches: Vec<Bench> = match std::env::var("BENCH_ONLY") {
-            Ok(_) => vec![
-                Bench { name: "Relu f32 16M (baseline)", op: "Relu", attrs: vec![], x: f32s(&[n16]), slot: 0, others: vec![], bytes: 8.0 * n16 as f64 },
-                Bench { name: "Slice 1-D f32 [1:]", op: "Slice", attrs: vec![], x: f32s(&[n16 + 20]), slot: 0, others: vec![i64s(&[1]), i64s(&[i64::MAX])], bytes: 8.0 * n16 as f64 },
-                Bench { name: "Tile 1-D f32 x1", op: "Tile", attrs: vec![], x: f32s(&[n16]), slot: 0, others: vec![i64s(&[1])], bytes: 8.0 * n16 as f64 },
-                Bench { name: "Abs f32 16M", op: "Abs", attrs: vec![], x: f32s(&[n16]), slot: 0, others: vec![], bytes: 8.0 * n16 as f64 },
-                Bench { name: "Add f32 16M + scalar", op: "Add", attrs: vec![], x: f32s(&[n16]), slot: 0, others: vec![f32s(&[1])], bytes: 8.0 * n16 as f64 },
-            ],
-            Err(_) => benches.into_iter().chain([
-                Bench { name: "Slice 1-D f32 [1:]", op: "Slice", attrs: vec![], x: f32s(&[n16 + 50]), slot: 0, others: vec![i64s(&[1]), i64s(&[i64::MAX])], bytes: 8.0 * n16 as f64 },
-                Bench { name: "Add f32 16M + scalar (other family)", op: "Add", attrs: vec![], x: f32s(&[n16]), slot: 0, others: vec![f32s(&[1])], bytes: 8.0 * n16 as f64 },
-            ]).collect(),
-        };
+        let benches: Vec<Bench> = benches
+            .into_iter()
+            .chain([
+                Bench {
+                    name: "Slice 1-D f32 [1:]",
+                    op: "Slice",
+                    attrs: vec![],
+                    x: f32s(&[n16 + 50]),
+                    slot: 0,
+                    others: vec![i64s(&[1]), i64s(&[i64::MAX])],
+                    bytes: 8.0 * n16 as f64,
+                },
+                Bench {
+                    name: "Add f32 16M + scalar (other family)",
+                    op: "Add",
+                    attrs: vec![],
+                    x: f32s(&[n16]),
+                    slot: 0,
+                    others: vec![f32s(&[1])],
+                    bytes: 8.0 * n16 as f64,
+                },
+            ])
+            .collect();
         eprintln!("adapter: {:?}", gpu.context().adapter_info());
         let extra = 40;
         for b in &benches {
             let (t1, tn) = (time_chain(&gpu, b, 1), time_chain(&gpu, b, 1 + extra));
             let per = (tn - t1) / extra as f64;
-            eprintln!("{:<48} {:>9.1} us/node {:>8.1} GB/s  (chain of 1: {:.2} ms)", b.name, per * 1e6, b.bytes / per / 1e9, t1 * 1e3);
+            eprintln!(
+                "{:<48} {:>9.1} us/node {:>8.1} GB/s  (chain of 1: {:.2} ms)",
+                b.name,
+                per * 1e6,
+                b.bytes / per / 1e9,
+                t1 * 1e3
+            );
         }
     }
 }

@@ -862,7 +862,7 @@ pub(crate) mod tests {
         let values: Vec<onyx_core::Value> =
             inputs.iter().map(|t| onyx_core::Value::Tensor(ctx.upload(t.view().unwrap()).unwrap())).collect();
         let refs: Vec<Option<ValueRef<'_>>> = values.iter().map(|v| Some(ValueRef::Value(v))).collect();
-        let mut once = |n: usize| {
+        let once = |n: usize| {
             let mut run = crate::run::GpuRun::new(ctx.clone());
             let mut outputs = vec![];
             for _ in 0..n {

@@ -42,6 +42,11 @@ pub(crate) fn string(name: &str, v: &str) -> Attribute {
     attr(name, AttrValue::String(v.as_bytes().to_vec()))
 }
 
+/// A STRINGS attribute.
+pub(crate) fn strings_attr(name: &str, v: &[&str]) -> Attribute {
+    attr(name, AttrValue::Strings(v.iter().map(|s| s.as_bytes().to_vec()).collect()))
+}
+
 /// A TENSOR attribute.
 pub(crate) fn tensor_attr(name: &str, t: Tensor) -> Attribute {
     attr(name, AttrValue::Tensor(t))
@@ -86,16 +91,9 @@ pub(crate) fn node(op: &str, present: &[bool], outputs: usize, attributes: Vec<A
     }
 }
 
-/// A registry of this crate's families owned by the shape/layout/gather/resize author.
+/// The registry tests build nodes through: every family of the crate.
 fn registry() -> Registry {
-    let mut r = Registry::default();
-    super::super::shape::register(&mut r);
-    super::super::layout::register(&mut r);
-    super::super::gather::register(&mut r);
-    super::super::generate::register(&mut r);
-    super::super::resize::register(&mut r);
-    super::super::control_flow::register(&mut r);
-    r
+    Registry::with_all_ops()
 }
 
 /// A subgraph compiler for tests that have none.
@@ -163,4 +161,44 @@ pub(crate) fn assert_close(got: &[f32], want: &[f32], tol: f32) {
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
         assert!((g - w).abs() <= tol * (1.0 + w.abs()), "element {i}: got {g}, want {w}");
     }
+}
+
+/// A subgraph whose run is a Rust closure over its inputs (formal inputs, outer values).
+pub(crate) struct FnBody<F>(pub F);
+
+impl<F> SubgraphRunner for FnBody<F>
+where
+    F: Fn(&[ValueRef<'_>], &std::collections::HashMap<&str, ValueRef<'_>>) -> Result<Vec<Value>> + Send + Sync,
+{
+    fn run(&self, inputs: &[ValueRef<'_>], outer: &std::collections::HashMap<&str, ValueRef<'_>>) -> Result<Vec<Value>> {
+        (self.0)(inputs, outer)
+    }
+}
+
+/// A graph with `inputs` formal inputs and `outputs` outputs of unknown type (a body whose
+/// behaviour a [`FnBody`] supplies).
+pub(crate) fn graph_io(inputs: usize, outputs: usize) -> Graph {
+    use onyx_core::types::{ValueInfo, ValueType};
+    Graph {
+        inputs: (0..inputs).map(|i| ValueInfo::new(format!("in{i}"), ValueType::Unknown)).collect(),
+        outputs: (0..outputs).map(|i| ValueInfo::new(format!("out{i}"), ValueType::Unknown)).collect(),
+        ..Default::default()
+    }
+}
+
+/// Runs a node with a subgraph compiler on values (sequences and optionals included).
+pub(crate) fn run_values(
+    node: &Node,
+    version: i64,
+    subgraphs: &dyn Fn(&Graph) -> Result<Arc<dyn SubgraphRunner>>,
+    inputs: &[Option<Value>],
+) -> Result<Vec<Value>> {
+    let kernel = build_with(node, version, subgraphs)?;
+    let refs: Vec<Option<ValueRef<'_>>> = inputs.iter().map(|v| v.as_ref().map(ValueRef::Value)).collect();
+    kernel.run(&refs, &vec![true; node.outputs.len()])
+}
+
+/// A scalar f32 from a value.
+pub(crate) fn scalar_f32(v: &Value) -> f32 {
+    v.as_tensor().unwrap().as_slice::<f32>().unwrap()[0]
 }
