@@ -160,7 +160,15 @@ impl Kernel for Range {
         for (i, v) in views.iter().enumerate() {
             util::expect_dtype(
                 v,
-                &[DataType::Float, DataType::Double, DataType::Int16, DataType::Int32, DataType::Int64],
+                &[
+                    DataType::Float,
+                    DataType::Double,
+                    DataType::Float16,
+                    DataType::BFloat16,
+                    DataType::Int16,
+                    DataType::Int32,
+                    DataType::Int64,
+                ],
                 i,
                 &self.at,
             )?;
@@ -176,14 +184,15 @@ impl Kernel for Range {
         }
         let [start, limit, delta] = scalars;
         let out = match dtype {
-            DataType::Float | DataType::Double => {
+            DataType::Float | DataType::Double | DataType::Float16 | DataType::BFloat16 => {
                 let n = range_len(start, limit, delta, &self.at)?;
                 let mut v = elems::with_capacity(n, &self.at)?;
                 v.extend((0..n).map(|i| start + i as f64 * delta));
-                if dtype == DataType::Float {
-                    util::out(vec![n], v.into_iter().map(|x| x as f32).collect())
-                } else {
-                    util::out(vec![n], v)
+                match dtype {
+                    DataType::Float => util::out(vec![n], v.into_iter().map(|x| x as f32).collect()),
+                    DataType::Float16 => util::out(vec![n], v.into_iter().map(half::f16::from_f64).collect()),
+                    DataType::BFloat16 => util::out(vec![n], v.into_iter().map(half::bf16::from_f64).collect()),
+                    _ => util::out(vec![n], v),
                 }
             }
             _ => {
@@ -329,6 +338,15 @@ mod tests {
         assert_close(&f32s(&y).1, &[0.5, 0.9, 1.3, 1.7], 1e-6);
         let y = r(Tensor::scalar(1.0f64), Tensor::scalar(-1.0f64), Tensor::scalar(-0.5f64)).unwrap();
         assert_eq!(y.as_slice::<f64>().unwrap(), &[1.0, 0.5, 0.0, -0.5]);
+        // np.arange(1, 5, 1.25, dtype=np.float16) -> [1.0, 2.25, 3.5, 4.75]
+        let h = |x: f32| Tensor::scalar(half::f16::from_f32(x));
+        let y = r(h(1.0), h(5.0), h(1.25)).unwrap();
+        let got: Vec<f32> = y.as_slice::<half::f16>().unwrap().iter().map(|x| x.to_f32()).collect();
+        assert_eq!(got, vec![1.0, 2.25, 3.5, 4.75]);
+        let b = |x: f32| Tensor::scalar(half::bf16::from_f32(x));
+        let y = r(b(-3.0), b(0.0), b(0.75)).unwrap();
+        let got: Vec<f32> = y.as_slice::<half::bf16>().unwrap().iter().map(|x| x.to_f32()).collect();
+        assert_eq!(got, vec![-3.0, -2.25, -1.5, -0.75]);
         let err = r(Tensor::scalar(1i64), Tensor::scalar(3i64), Tensor::scalar(0i64)).unwrap_err().to_string();
         assert!(err.contains("delta is 0"), "{err}");
         let err = r(Tensor::scalar(1f32), Tensor::scalar(3f32), Tensor::scalar(0f32)).unwrap_err().to_string();
