@@ -1,11 +1,32 @@
 //! `onyx bench`.
 
+use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Instant;
 
-use onyx::Result;
+use onyx::gpu::{GpuContext, SubmitProfile};
+use onyx::{Error, Result};
 
 use crate::{run::gather_inputs, SessionArgs};
+
+/// What `onyx bench` measures.
+pub struct Options {
+    /// Untimed runs first.
+    pub warmup: usize,
+    /// Timed runs.
+    pub runs: usize,
+    /// Print one JSON object as the last line.
+    pub json: bool,
+    /// Time every GPU dispatch of a few more runs and list the most expensive kernels.
+    pub profile: bool,
+}
+
+/// Runs timed per dispatch with `--profile` (each waits for the GPU, so they are not timed).
+const PROFILED_RUNS: usize = 10;
+
+/// Kernels listed with `--profile`.
+const TOP_KERNELS: usize = 25;
 
 /// Peak resident memory of this process in bytes (Linux `VmHWM`; 0 where unknown).
 fn peak_host_bytes() -> u64 {
@@ -26,7 +47,9 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 }
 
 /// Times session creation, the first run, and `runs` runs after `warmup` untimed ones.
-pub fn bench(model: &Path, inputs: &[String], warmup: usize, runs: usize, json: bool, args: &SessionArgs) -> Result<()> {
+pub fn bench(model: &Path, inputs: &[String], options: Options, args: &SessionArgs) -> Result<()> {
+    let Options { warmup, runs, json, profile } = options;
+    let gpu = if profile { Some(wgpu_context(args)?) } else { None };
     if runs == 0 {
         return Err(onyx::Error::InvalidArgument("--runs: expected at least 1".into()));
     }
@@ -77,8 +100,166 @@ pub fn bench(model: &Path, inputs: &[String], warmup: usize, runs: usize, json: 
         times.first().copied().unwrap_or(f64::NAN)
     );
     println!("peak host memory {:.1} MiB", peak_host_bytes() as f64 / (1 << 20) as f64);
+    let mut report = report;
+    if let Some(gpu) = gpu {
+        gpu.take_profiles();
+        gpu.set_profiling(true)?;
+        let result = (0..PROFILED_RUNS).try_for_each(|_| session.run(inputs.clone()).map(drop));
+        gpu.set_profiling(false)?;
+        result?;
+        let summary = ProfileSummary::new(&gpu.take_profiles(), PROFILED_RUNS);
+        summary.print(percentile(&times, 50.0) * 1e3);
+        report["profile"] = summary.json();
+    }
     if json {
         println!("{report}");
     }
     Ok(())
+}
+
+/// The wgpu provider's GPU the session runs on, which must be able to time dispatches.
+fn wgpu_context(args: &SessionArgs) -> Result<Arc<GpuContext>> {
+    if !args.providers.iter().any(|p| p.eq_ignore_ascii_case("wgpu")) {
+        return Err(Error::InvalidArgument("--profile times GPU kernels: give --provider wgpu".into()));
+    }
+    // The same options the session builder gives the provider, so the same shared device.
+    let mut options = onyx::gpu::WgpuOptions::default();
+    for (key, value) in crate::parse_pairs(&args.provider_options, "--provider-option")? {
+        options.set(&key, &value)?;
+    }
+    let gpu = onyx::shared_wgpu(&options)?.context().clone();
+    if !gpu.can_profile() {
+        return Err(Error::Unsupported(format!(
+            "--profile: {} has no timestamp queries inside compute passes (TIMESTAMP_QUERY_INSIDE_PASSES), \
+             so single kernels cannot be timed on it",
+            gpu.adapter_info().name
+        )));
+    }
+    Ok(gpu)
+}
+
+/// One kernel of the profile: a node's dispatches of one shader variant.
+#[derive(Default)]
+struct KernelTotal {
+    op: String,
+    node: String,
+    shapes: String,
+    kernel: String,
+    groups: [u32; 3],
+    dispatches: usize,
+    ns: f64,
+}
+
+/// The dispatch timings of profiled runs, summed per kernel and per op type.
+struct ProfileSummary {
+    runs: usize,
+    kernels: Vec<KernelTotal>,
+    by_op: Vec<(String, usize, f64)>,
+    record_us: f64,
+    submissions: usize,
+}
+
+impl ProfileSummary {
+    fn new(profiles: &[SubmitProfile], runs: usize) -> ProfileSummary {
+        let mut kernels: HashMap<(String, String, String, String), KernelTotal> = HashMap::new();
+        let mut by_op: HashMap<String, (usize, f64)> = HashMap::new();
+        for d in profiles.iter().flat_map(|p| &p.dispatches) {
+            let key = (d.op.clone(), d.node.clone(), d.shapes.clone(), d.kernel.clone());
+            let k = kernels.entry(key).or_insert_with(|| KernelTotal {
+                op: d.op.clone(),
+                node: d.node.clone(),
+                shapes: d.shapes.clone(),
+                kernel: d.kernel.clone(),
+                groups: d.groups,
+                ..Default::default()
+            });
+            k.dispatches += 1;
+            k.ns += d.ns;
+            let o = by_op.entry(if d.op.is_empty() { "(no node)".into() } else { d.op.clone() }).or_default();
+            o.0 += 1;
+            o.1 += d.ns;
+        }
+        let mut kernels: Vec<KernelTotal> = kernels.into_values().collect();
+        kernels.sort_by(|a, b| b.ns.total_cmp(&a.ns));
+        let mut by_op: Vec<(String, usize, f64)> = by_op.into_iter().map(|(op, (n, ns))| (op, n, ns)).collect();
+        by_op.sort_by(|a, b| b.2.total_cmp(&a.2));
+        let record_us = profiles.iter().map(|p| p.record_us).sum();
+        ProfileSummary { runs: runs.max(1), kernels, by_op, record_us, submissions: profiles.len() }
+    }
+
+    /// GPU microseconds per run, all dispatches.
+    fn gpu_us(&self) -> f64 {
+        self.kernels.iter().map(|k| k.ns).sum::<f64>() / 1e3 / self.runs as f64
+    }
+
+    fn print(&self, p50_us: f64) {
+        let runs = self.runs as f64;
+        let total = self.gpu_us();
+        let dispatches = self.kernels.iter().map(|k| k.dispatches).sum::<usize>() as f64 / runs;
+        println!();
+        println!(
+            "profile ({} runs): {dispatches:.0} dispatches and {:.1} submissions per run; GPU {total:.0} us per run, \
+             recording {:.0} us per run (p50 of the timed runs {p50_us:.0} us)",
+            self.runs,
+            self.submissions as f64 / runs,
+            self.record_us / runs
+        );
+        println!("{:<14} {:>9} {:>7} {:>7}", "op", "us/run", "share", "calls");
+        for (op, n, ns) in &self.by_op {
+            let us = ns / 1e3 / runs;
+            println!("{op:<14} {us:>9.1} {:>6.1}% {:>7.0}", 100.0 * us / total.max(1e-9), *n as f64 / runs);
+        }
+        println!();
+        println!("{:>8} {:>6}  {:<12} {:<28} {:<22} {:<16} kernel", "us/run", "share", "op", "node", "shape", "groups");
+        for k in self.kernels.iter().take(TOP_KERNELS) {
+            let us = k.ns / 1e3 / runs;
+            let per_run = k.dispatches as f64 / runs;
+            let groups = format!(
+                "{}x{}x{}{}",
+                k.groups[0],
+                k.groups[1],
+                k.groups[2],
+                if per_run > 1.0 { format!(" *{per_run:.0}") } else { String::new() }
+            );
+            println!(
+                "{us:>8.1} {:>5.1}%  {:<12} {:<28} {:<22} {:<16} {}",
+                100.0 * us / total.max(1e-9),
+                k.op,
+                clip(&k.node, 28),
+                clip(&k.shapes, 22),
+                groups,
+                k.kernel
+            );
+        }
+    }
+
+    fn json(&self) -> serde_json::Value {
+        let runs = self.runs as f64;
+        let kernels: Vec<serde_json::Value> = self
+            .kernels
+            .iter()
+            .map(|k| {
+                serde_json::json!({
+                    "op": k.op, "node": k.node, "shapes": k.shapes, "kernel": k.kernel, "groups": k.groups,
+                    "dispatches_per_run": k.dispatches as f64 / runs, "us_per_run": k.ns / 1e3 / runs,
+                })
+            })
+            .collect();
+        serde_json::json!({
+            "runs": self.runs,
+            "gpu_us_per_run": self.gpu_us(),
+            "record_us_per_run": self.record_us / runs,
+            "kernels": kernels,
+        })
+    }
+}
+
+/// `s` cut to at most `n` characters (the end kept, where node names differ).
+fn clip(s: &str, n: usize) -> String {
+    let count = s.chars().count();
+    if count <= n {
+        s.to_string()
+    } else {
+        format!("..{}", s.chars().skip(count + 2 - n).collect::<String>())
+    }
 }

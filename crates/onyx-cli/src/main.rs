@@ -3,6 +3,7 @@
 mod bench;
 mod devices;
 mod info;
+mod optimize;
 mod random;
 mod run;
 mod summary;
@@ -62,9 +63,15 @@ enum Command {
         /// Print one JSON object as the last line of stdout.
         #[arg(long)]
         json: bool,
+        /// After the timed runs, time every GPU dispatch of a few more runs and list the most
+        /// expensive kernels (wgpu; needs timestamp queries inside passes).
+        #[arg(long)]
+        profile: bool,
         #[command(flatten)]
         session: SessionArgs,
     },
+    /// Optimizes a model for a level and providers, saves it, and prints node counts per op.
+    Optimize(optimize::OptimizeArgs),
     /// The execution providers compiled in and the devices each one sees.
     Devices,
 }
@@ -136,9 +143,10 @@ fn main() -> ExitCode {
     let result = std::panic::catch_unwind(|| match cli.command {
         Command::Info { model, json, session } => info::info(&model, json, &session),
         Command::Run { model, inputs, output_dir, session } => run::run(&model, &inputs, output_dir.as_deref(), &session),
-        Command::Bench { model, inputs, warmup, runs, json, session } => {
-            bench::bench(&model, &inputs, warmup, runs, json, &session)
+        Command::Bench { model, inputs, warmup, runs, json, profile, session } => {
+            bench::bench(&model, &inputs, bench::Options { warmup, runs, json, profile }, &session)
         }
+        Command::Optimize(args) => optimize::optimize(&args),
         Command::Devices => devices::devices(),
     });
     match result {

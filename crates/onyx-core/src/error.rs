@@ -67,6 +67,10 @@ pub enum Error {
     /// A bad argument to a library call (session options, tensor construction, ...).
     #[error("{0}")]
     InvalidArgument(String),
+    /// A resource limit of the session (see `session::limits::Limits`) would be exceeded:
+    /// raised before the allocation.
+    #[error("{what}: {size} {unit}, over the limit {option} = {limit}")]
+    Limit { what: String, size: u64, unit: String, option: String, limit: u64 },
     /// I/O on a model or data file.
     #[error("{path}: {source}")]
     Io { path: String, #[source] source: std::io::Error },

@@ -4,7 +4,8 @@
 //! model's folder only), converts every part of the `ModelProto` into [`onyx_core::ir::Model`],
 //! inlines model-local functions and checks the result with [`onyx_core::ir::check_model`].
 //! [`tensor_from_pb_bytes`] and [`value_from_pb_bytes`] read the serialized values of ONNX's
-//! test data sets.
+//! test data sets. [`save_model`] and [`model_to_bytes`] write a `Model` back to ONNX (large
+//! models with their large tensors in an external data file).
 //!
 //! Tensor bytes are taken as little-endian, as ONNX stores them; Onyx targets little-endian hosts.
 
@@ -21,6 +22,7 @@ mod external;
 mod functions;
 mod graph;
 mod load;
+mod save;
 mod sparse;
 mod tensor;
 #[cfg(test)]
@@ -29,6 +31,7 @@ mod types;
 mod values;
 
 pub use load::{load_model, load_model_from_bytes};
+pub use save::{model_to_bytes, save_model, save_model_with_options, SaveOptions};
 pub use values::{tensor_from_pb_bytes, value_from_pb_bytes};
 
 /// Subgraphs nested deeper than this are rejected while converting (the same limit as the

@@ -159,7 +159,7 @@ impl GpuContext {
         {
             let mut mapped = buffer
                 .get_mapped_range_mut(..)
-                .map_err(|e| Error::Device(format!("wgpu: cannot map a new buffer: {e}")))?;
+                .map_err(|e| self.device_error(format!("wgpu: cannot map a new buffer: {e}")))?;
             mapped.slice(..bytes.len()).copy_from_slice(bytes);
         }
         buffer.unmap();
@@ -169,6 +169,9 @@ impl GpuContext {
     /// Wraps `len` bytes of the application's `buffer` from `offset` as a tensor, without a
     /// copy. The buffer must belong to this device, have STORAGE usage (and COPY_SRC to be read
     /// back), hold the whole tensor, and `offset` must meet the storage-binding alignment.
+    /// A buffer of another device of the same wgpu instance is an error here; wgpu cannot tell
+    /// apart buffers of another `wgpu::Instance`, so an application sharing buffers with Onyx
+    /// must give Onyx its own device ([`GpuContext::from_device`]).
     pub fn wrap_buffer(&self, buffer: &wgpu::Buffer, offset: u64, dtype: DataType, shape: Vec<usize>) -> Result<Tensor> {
         let len = byte_len(dtype, &shape)?;
         if !buffer.usage().contains(wgpu::BufferUsages::STORAGE) {
@@ -188,6 +191,7 @@ impl GpuContext {
                 buffer.size()
             )));
         }
+        self.check_buffer_device(buffer, offset)?;
         self.tensor(dtype, shape, buffer.clone(), offset, len)
     }
 
@@ -212,15 +216,15 @@ impl GpuContext {
         });
         self.device
             .poll(wgpu::PollType::Wait { submission_index: Some(index), timeout: None })
-            .map_err(|e| Error::Device(format!("wgpu: waiting for a download failed: {e}")))?;
+            .map_err(|e| self.device_error(format!("wgpu: waiting for a download failed: {e}")))?;
         self.check_fault()?;
         rx.recv()
             .map_err(|_| Error::Device("wgpu: the download's mapping was dropped".into()))?
-            .map_err(|e| Error::Device(format!("wgpu: cannot map a download buffer: {e}")))?;
+            .map_err(|e| self.device_error(format!("wgpu: cannot map a download buffer: {e}")))?;
         // 8-byte words, so that every element type can be viewed in place.
         let mut words = vec![0u64; src.byte_len.div_ceil(8)];
         {
-            let view = staging.get_mapped_range(..).map_err(|e| Error::Device(format!("wgpu: {e}")))?;
+            let view = staging.get_mapped_range(..).map_err(|e| self.device_error(format!("wgpu: {e}")))?;
             bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..src.byte_len].copy_from_slice(&view[..src.byte_len]);
         }
         staging.unmap();

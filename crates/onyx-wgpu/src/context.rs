@@ -2,24 +2,27 @@
 //! the compute pipelines made so far, and what the device reported (errors, loss).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use onyx_core::{Device, Error, Result};
 
 use crate::options::WgpuOptions;
+use crate::profile::SubmitProfile;
 
 /// A compute pipeline and the layout of its one bind group.
 pub(crate) struct Pipeline {
     pub pipeline: wgpu::ComputePipeline,
     pub layout: wgpu::BindGroupLayout,
+    /// The shader variant's key (names the kernel in profiles).
+    pub key: String,
 }
 
 /// A device and queue with everything the EP shares between sessions and runs on them.
 pub struct GpuContext {
     pub(crate) device: wgpu::Device,
     pub(crate) queue: wgpu::Queue,
-    info: wgpu::AdapterInfo,
+    pub(crate) info: wgpu::AdapterInfo,
     id: u32,
     pipelines: Mutex<HashMap<String, Arc<Pipeline>>>,
     /// Idle tensor buffers by size class, reused by later runs.
@@ -29,8 +32,12 @@ pub struct GpuContext {
     /// Host-to-device and device-to-host copies made so far.
     pub(crate) uploads: AtomicU64,
     pub(crate) downloads: AtomicU64,
+    /// Whether runs beginning now time their dispatches (see `profile.rs`).
+    pub(crate) profiling: AtomicBool,
+    /// Profiles of the submissions of profiled runs, until taken.
+    pub(crate) profiles: Mutex<Vec<SubmitProfile>>,
     /// Set once the device is lost: every later call fails.
-    lost: Arc<Mutex<Option<String>>>,
+    pub(crate) lost: Arc<Mutex<Option<String>>>,
     /// The first error the device reported outside an error scope since the last check.
     error: Arc<Mutex<Option<String>>>,
 }
@@ -54,15 +61,29 @@ impl std::fmt::Debug for GpuContext {
 /// the EP prefers them for `options`, with those the filters reject left out.
 pub fn adapters(options: &WgpuOptions) -> Vec<wgpu::Adapter> {
     let backends = if options.backends.is_empty() { wgpu::Backends::all() } else { options.backends };
-    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
-    desc.backends = backends;
-    let instance = wgpu::Instance::new(desc);
+    let instance = shared_instance(backends);
     let mut found: Vec<wgpu::Adapter> = pollster::block_on(instance.enumerate_adapters(backends))
         .into_iter()
         .filter(|a| options.accepts(&a.get_info()))
         .collect();
     found.sort_by_key(|a| options.rank(&a.get_info()));
     found
+}
+
+/// One wgpu instance per set of backends for the whole process: devices of one instance can
+/// tell each other's resources apart (wrapping a buffer of another device is then a clean
+/// error); resources of another instance make wgpu itself panic, so Onyx never mixes them.
+fn shared_instance(backends: wgpu::Backends) -> wgpu::Instance {
+    static INSTANCES: Mutex<Vec<(wgpu::Backends, wgpu::Instance)>> = Mutex::new(vec![]);
+    let mut instances = INSTANCES.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some((_, i)) = instances.iter().find(|(b, _)| *b == backends) {
+        return i.clone();
+    }
+    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
+    desc.backends = backends;
+    let instance = wgpu::Instance::new(desc);
+    instances.push((backends, instance.clone()));
+    instance
 }
 
 impl GpuContext {
@@ -118,6 +139,8 @@ impl GpuContext {
             param_buffers: Mutex::new(vec![]),
             uploads: AtomicU64::new(0),
             downloads: AtomicU64::new(0),
+            profiling: AtomicBool::new(false),
+            profiles: Mutex::new(vec![]),
             lost,
             error,
         })
@@ -182,7 +205,7 @@ impl GpuContext {
             return Err(Error::Device(format!("wgpu: shader '{key}' does not compile: {e}")));
         }
         let layout = pipeline.get_bind_group_layout(0);
-        let p = Arc::new(Pipeline { pipeline, layout });
+        let p = Arc::new(Pipeline { pipeline, layout, key: key.to_string() });
         self.pipelines.lock().unwrap_or_else(PoisonError::into_inner).insert(key.to_string(), p.clone());
         Ok(p)
     }

@@ -31,7 +31,9 @@ pub(crate) struct GpuKernel {
 impl Kernel for GpuKernel {
     fn run(&self, inputs: &[Option<ValueRef<'_>>], _wanted: &[bool]) -> Result<Vec<Value>> {
         let mut run = GpuRun::new(self.ctx.clone());
+        run.enter_node(&self.at);
         let outputs = self.op.record(&mut run, inputs)?;
+        run.leave_node(&outputs);
         run.flush()?;
         Ok(outputs)
     }
@@ -42,7 +44,13 @@ impl Kernel for GpuKernel {
             .downcast_mut::<GpuRun>()
             .filter(|r| Arc::ptr_eq(r.context(), &self.ctx))
             .ok_or_else(|| Error::node(&self.at, "wgpu kernel given another EP's run state"))?;
-        self.op.record(run, inputs)
+        if !run.profiling() {
+            return self.op.record(run, inputs);
+        }
+        run.enter_node(&self.at);
+        let outputs = self.op.record(run, inputs)?;
+        run.leave_node(&outputs);
+        Ok(outputs)
     }
 }
 

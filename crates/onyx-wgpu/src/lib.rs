@@ -9,7 +9,10 @@ mod buffer;
 mod context;
 mod kernel;
 mod ops;
+mod faults;
 mod options;
+mod ownership;
+mod profile;
 mod provider;
 mod run;
 
@@ -19,6 +22,7 @@ mod testkit;
 pub use buffer::{gpu_buffer, GpuBuffer};
 pub use context::{adapters, GpuContext};
 pub use options::{vendor, WgpuOptions};
+pub use profile::{DispatchTime, SubmitProfile};
 pub use provider::{describe_adapters, WgpuProvider};
 pub use run::GpuRun;
 pub use wgpu;

@@ -10,6 +10,7 @@ use onyx_core::{DataType, Error, Result, Tensor, TensorData, Value};
 
 use crate::buffer::{padded, size_class, GpuBuffer};
 use crate::context::{GpuContext, Pipeline};
+use crate::profile::Profiler;
 
 /// Bytes of one parameter chunk; a run grows more chunks as its kernels need them.
 const PARAMS_CHUNK: u64 = 64 * 1024;
@@ -30,12 +31,15 @@ pub struct GpuRun {
     dispatches: usize,
     /// Buffers of tensors this run released, by size class: reused by later nodes of the run.
     free: HashMap<u64, Vec<wgpu::Buffer>>,
+    /// Timestamps around the dispatches, when the context profiles.
+    profiler: Option<Box<Profiler>>,
 }
 
 impl GpuRun {
     /// An empty recording on `ctx`'s device.
     pub fn new(ctx: Arc<GpuContext>) -> GpuRun {
-        GpuRun { ctx, encoder: None, pass: None, chunks: vec![], dispatches: 0, free: HashMap::new() }
+        let profiler = Profiler::for_run(&ctx).map(Box::new);
+        GpuRun { ctx, encoder: None, pass: None, chunks: vec![], dispatches: 0, free: HashMap::new(), profiler }
     }
 
     /// The GPU this run records for.
@@ -83,18 +87,52 @@ impl GpuRun {
             offset,
             size: wgpu::BufferSize::new(4 * params.len().max(1) as u64),
         };
-        let mut entries = vec![wgpu::BindGroupEntry { binding: 0, resource: wgpu::BindingResource::Buffer(params_binding) }];
+        let mut entries =
+            vec![wgpu::BindGroupEntry { binding: 0, resource: wgpu::BindingResource::Buffer(params_binding) }];
         for (i, b) in buffers.iter().enumerate() {
-            entries.push(wgpu::BindGroupEntry { binding: i as u32 + 1, resource: wgpu::BindingResource::Buffer(b.binding()) });
+            entries.push(wgpu::BindGroupEntry {
+                binding: i as u32 + 1,
+                resource: wgpu::BindingResource::Buffer(b.binding()),
+            });
         }
-        let bind_group =
-            self.ctx.device.create_bind_group(&wgpu::BindGroupDescriptor { label: None, layout: &pipeline.layout, entries: &entries });
+        let bind_group = self.ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &pipeline.layout,
+            entries: &entries,
+        });
         let pass = self.pass()?;
         pass.set_pipeline(&pipeline.pipeline);
         pass.set_bind_group(0, &bind_group, &[]);
         pass.dispatch_workgroups(groups[0], groups[1], groups[2]);
+        if let (Some(profiler), Some(pass)) = (self.profiler.as_mut(), self.pass.as_mut()) {
+            profiler.dispatched(&self.ctx.device, pass, &pipeline.key, groups);
+        }
         self.dispatches += 1;
         Ok(())
+    }
+
+    /// Hands back a scratch tensor of this run: later nodes may reuse its buffer.
+    pub(crate) fn release_tensor(&mut self, tensor: Tensor) {
+        self.release(Value::Tensor(tensor));
+    }
+
+    /// Whether this run times its dispatches.
+    pub(crate) fn profiling(&self) -> bool {
+        self.profiler.is_some()
+    }
+
+    /// Marks the start of a node's recording (for profiles).
+    pub(crate) fn enter_node(&mut self, at: &onyx_core::Location) {
+        if let Some(p) = self.profiler.as_mut() {
+            p.enter(at);
+        }
+    }
+
+    /// Marks the end of a node's recording, with its outputs (for profiles).
+    pub(crate) fn leave_node(&mut self, outputs: &[Value]) {
+        if let Some(p) = self.profiler.as_mut() {
+            p.leave(outputs);
+        }
     }
 
     /// Places `params` in a chunk, at the storage-binding alignment; returns chunk and offset.
@@ -105,7 +143,8 @@ impl GpuRun {
         if need as u64 > PARAMS_CHUNK {
             return Err(Error::Device(format!("wgpu: {} bytes of kernel parameters are too many", bytes.len())));
         }
-        let fits = self.chunks.last().is_some_and(|c| c.bytes.len().next_multiple_of(align) + need <= PARAMS_CHUNK as usize);
+        let fits =
+            self.chunks.last().is_some_and(|c| c.bytes.len().next_multiple_of(align) + need <= PARAMS_CHUNK as usize);
         if !fits {
             let idle = self.ctx.param_buffers.lock().unwrap_or_else(PoisonError::into_inner).pop();
             let buffer = idle.unwrap_or_else(|| {
@@ -129,11 +168,16 @@ impl GpuRun {
 
     fn pass(&mut self) -> Result<&mut wgpu::ComputePass<'static>> {
         if self.pass.is_none() {
-            let encoder = self
-                .encoder
-                .get_or_insert_with(|| self.ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("onyx run") }));
-            let pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("onyx"), timestamp_writes: None });
-            self.pass = Some(pass.forget_lifetime());
+            let encoder = self.encoder.get_or_insert_with(|| {
+                self.ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("onyx run") })
+            });
+            let mut pass = encoder
+                .begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("onyx"), timestamp_writes: None })
+                .forget_lifetime();
+            if let Some(p) = self.profiler.as_mut() {
+                p.pass_opened(&self.ctx.device, &mut pass);
+            }
+            self.pass = Some(pass);
         }
         self.pass.as_mut().ok_or_else(|| Error::Device("wgpu: no compute pass".into()))
     }
@@ -142,17 +186,23 @@ impl GpuRun {
     /// another).
     pub(crate) fn copy(&mut self, src: &GpuBuffer, dst: &GpuBuffer, bytes: u64) {
         self.pass = None;
-        let encoder = self
-            .encoder
-            .get_or_insert_with(|| self.ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("onyx run") }));
-        encoder.copy_buffer_to_buffer(src.buffer(), src.offset(), dst.buffer(), dst.offset(), bytes.next_multiple_of(4));
+        let encoder = self.encoder.get_or_insert_with(|| {
+            self.ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("onyx run") })
+        });
+        encoder.copy_buffer_to_buffer(
+            src.buffer(),
+            src.offset(),
+            dst.buffer(),
+            dst.offset(),
+            bytes.next_multiple_of(4),
+        );
     }
 }
 
 impl RunState for GpuRun {
     fn flush(&mut self) -> Result<()> {
         self.pass = None;
-        let Some(encoder) = self.encoder.take() else {
+        let Some(mut encoder) = self.encoder.take() else {
             self.ctx.recycle(self.free.drain().flat_map(|(_, v)| v));
             return self.ctx.check_fault();
         };
@@ -161,7 +211,12 @@ impl RunState for GpuRun {
             self.ctx.queue.write_buffer(&chunk.buffer, 0, &chunk.bytes);
             params.push(chunk.buffer);
         }
-        self.ctx.queue.submit([encoder.finish()]);
+        let readback = self.profiler.as_ref().and_then(|p| p.resolve(&self.ctx.device, &mut encoder));
+        let record_us = self.profiler.as_ref().map_or(0.0, |p| p.record_us());
+        let index = self.ctx.queue.submit([encoder.finish()]);
+        if let Some(profiler) = self.profiler.as_mut() {
+            profiler.finish(&self.ctx, readback.map(|b| (b, index)), record_us)?;
+        }
         // Everything this run released is now used only by submitted work: later submissions
         // are ordered after it, so any run may take these buffers from here on.
         self.ctx.param_buffers.lock().unwrap_or_else(PoisonError::into_inner).extend(params);

@@ -47,6 +47,11 @@ pub(crate) fn float(name: &str, v: f32) -> Attribute {
     attr(name, AttrValue::Float(v))
 }
 
+/// A FLOATS attribute.
+pub(crate) fn floats(name: &str, v: &[f32]) -> Attribute {
+    attr(name, AttrValue::Floats(v.to_vec()))
+}
+
 /// A STRING attribute.
 pub(crate) fn string(name: &str, v: &str) -> Attribute {
     attr(name, AttrValue::String(v.as_bytes().to_vec()))
@@ -79,12 +84,22 @@ pub(crate) struct Case {
     pub constant: Vec<usize>,
     pub outputs: usize,
     pub opset: i64,
+    /// The node's domain (empty: the default ONNX domain; contrib ops get opset 1 of theirs).
+    pub domain: &'static str,
 }
 
 impl Case {
     /// A case of `op` with these inputs, all graph inputs, one output, opset 21.
     pub fn new(op: &'static str, inputs: Vec<Tensor>) -> Case {
-        Case { op, attributes: vec![], inputs: inputs.into_iter().map(Some).collect(), constant: vec![], outputs: 1, opset: 21 }
+        Case {
+            op,
+            attributes: vec![],
+            inputs: inputs.into_iter().map(Some).collect(),
+            constant: vec![],
+            outputs: 1,
+            opset: 21,
+            domain: "",
+        }
     }
 
     pub fn attrs(mut self, attributes: Vec<Attribute>) -> Case {
@@ -107,9 +122,21 @@ impl Case {
         self
     }
 
+    /// Puts the node in `domain` (e.g. `com.microsoft`).
+    pub fn domain(mut self, domain: &'static str) -> Case {
+        self.domain = domain;
+        self
+    }
+
     fn model(&self) -> Model {
         let mut graph = Graph::default();
-        let mut node = Node { name: "n".into(), op_type: self.op.into(), attributes: self.attributes.clone(), ..Default::default() };
+        let mut node = Node {
+            name: "n".into(),
+            op_type: self.op.into(),
+            domain: self.domain.into(),
+            attributes: self.attributes.clone(),
+            ..Default::default()
+        };
         for (i, input) in self.inputs.iter().enumerate() {
             let Some(tensor) = input else {
                 node.inputs.push(String::new());
@@ -121,7 +148,10 @@ impl Case {
                 graph.initializers.insert(name, tensor.clone());
             } else {
                 let shape = tensor.shape().iter().map(|&d| Dim::Fixed(d)).collect();
-                graph.inputs.push(ValueInfo::new(name, ValueType::Tensor(TensorType { dtype: tensor.dtype(), shape: Some(shape) })));
+                graph.inputs.push(ValueInfo::new(
+                    name,
+                    ValueType::Tensor(TensorType { dtype: tensor.dtype(), shape: Some(shape) }),
+                ));
             }
         }
         for o in 0..self.outputs {
@@ -131,6 +161,9 @@ impl Case {
         graph.nodes.push(node);
         let mut model = Model { ir_version: 10, graph, ..Default::default() };
         model.opsets.insert(String::new(), self.opset);
+        if !self.domain.is_empty() {
+            model.opsets.insert(self.domain.into(), 1);
+        }
         model
     }
 

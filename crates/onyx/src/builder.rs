@@ -73,6 +73,26 @@ impl SessionBuilder {
         self
     }
 
+    /// Most bytes one tensor may take (default 16 GiB): a value over it is an error naming the
+    /// value, its size and the limit, raised before it is allocated.
+    pub fn with_max_tensor_bytes(mut self, bytes: u64) -> Self {
+        self.options.limits.max_tensor_bytes = bytes;
+        self
+    }
+
+    /// Most bytes the values of one run may hold at once (default 64 GiB); inputs and weights
+    /// are not counted.
+    pub fn with_max_run_bytes(mut self, bytes: u64) -> Self {
+        self.options.limits.max_run_bytes = bytes;
+        self
+    }
+
+    /// Deepest nesting of subgraphs (If, Loop, Scan) a model may have (default and maximum 64).
+    pub fn with_max_subgraph_depth(mut self, depth: usize) -> Self {
+        self.options.limits.max_subgraph_depth = depth;
+        self
+    }
+
     /// Loads an ONNX file (external data resolved in its folder) and creates the session.
     pub fn commit_from_file(self, path: impl AsRef<Path>) -> Result<Session> {
         let model = onyx_onnx::load_model(path.as_ref())?;

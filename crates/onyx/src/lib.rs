@@ -24,12 +24,14 @@ mod provider;
 pub use builder::SessionBuilder;
 pub use onyx_core::ep::{self, ExecutionProvider};
 pub use onyx_core::{
-    element_count, ir, types, DataType, Device, Element, Error, HostBuffer, InputValue, IoBinding, Location, Map,
+    element_count, ir, types, DataType, Device, Element, Error, HostBuffer, InputValue, IoBinding, Location, Map, NodeAssignment, FOLDED,
     OptimizationLevel, OutputTarget, Optional, Outputs, Result, Sequence, Session, SessionOptions, Tensor, TensorData,
     TensorView, Value,
 };
 pub use onyx_cpu::CpuProvider;
 pub use onyx_onnx::{load_model, load_model_from_bytes};
+pub use onyx_onnx::{model_to_bytes, save_model, save_model_with_options, SaveOptions};
+pub use onyx_core::optimizer;
 pub use provider::{compiled_devices, provider_names, Provider};
 #[cfg(feature = "wgpu")]
 pub use provider::shared_wgpu;

@@ -177,3 +177,64 @@ fn disabled_fallback_names_the_nodes_no_provider_takes() {
     assert!(err.contains("MatMul node 'mm'") && err.contains("Sigmoid node 'sigmoid'"), "{err}");
     assert!(err.contains("CPU fallback is disabled"), "{err}");
 }
+
+/// X[N,5] → MatMul(W) [cpu] → Relu [test] → h2; Shape(h2) → Reshape(h2, shape) [cpu] → Add(B)
+/// [test] → Y: a graph with free dimension N and shape arithmetic on a device value.
+fn dynamic_model() -> Model {
+    let mut m = model();
+    let free = vec![onyx::types::Dim::Symbol("N".into()), onyx::types::Dim::Fixed(5)];
+    m.graph.inputs = vec![ValueInfo::new("X", ValueType::Tensor(TensorType { dtype: DataType::Float, shape: Some(free) }))];
+    m.graph.outputs = vec![ValueInfo::new("Y", ValueType::Unknown)];
+    m.graph.nodes = vec![
+        node("MatMul", "mm", &["X", "W"], &["h1"]),
+        node("Relu", "relu", &["h1"], &["h2"]),
+        node("Shape", "shape", &["h2"], &["s"]),
+        node("Reshape", "reshape", &["h2", "s"], &["h3"]),
+        node("Add", "add", &["h3", "B"], &["Y"]),
+    ];
+    m
+}
+
+fn run_y(session: &onyx::Session, n: usize) -> Vec<f32> {
+    let x: Vec<f32> = (0..n * 5).map(|i| (i as f32 * 0.61).cos()).collect();
+    let shape = [n, 5];
+    let out = session.run([("X", TensorView::from_slice(&shape, &x).unwrap())]).unwrap();
+    out.get("Y").unwrap().as_tensor().unwrap().as_slice::<f32>().unwrap().to_vec()
+}
+
+#[test]
+fn shape_arithmetic_on_known_shapes_is_folded_into_the_plan() {
+    let fixed = SessionBuilder::new()
+        .with_provider(Arc::new(TestEp::default()))
+        .with_free_dimension_override_by_name("N", 4)
+        .commit_from_model(dynamic_model())
+        .unwrap();
+    let placement: Vec<(&str, &str)> =
+        fixed.assignments().iter().map(|a| (a.node.as_str(), a.provider.as_str())).collect();
+    assert_eq!(
+        placement,
+        [("mm", "cpu"), ("relu", "test"), ("shape", onyx::FOLDED), ("reshape", "cpu"), ("add", "test")]
+    );
+    let free = SessionBuilder::new().with_provider(Arc::new(TestEp::default())).commit_from_model(dynamic_model()).unwrap();
+    assert_eq!(free.assignments()[2].provider, "cpu", "with N free, Shape runs (on metadata only)");
+}
+
+#[test]
+fn plans_for_new_input_shapes_are_cached_and_share_uploaded_weights() {
+    let ep = Arc::new(TestEp::default());
+    let session = SessionBuilder::new().with_provider(ep.clone()).commit_from_model(dynamic_model()).unwrap();
+    let uploads_at_creation = ep.uploads.load(Ordering::SeqCst);
+    assert_eq!(uploads_at_creation, 1, "B is uploaded once, when the session is made");
+    let cpu = SessionBuilder::new().commit_from_model(dynamic_model()).unwrap();
+    for (i, n) in [4, 7, 4, 1, 7].into_iter().enumerate() {
+        let got = run_y(&session, n);
+        let want = run_y(&cpu, n);
+        assert_eq!(got.len(), n * 3);
+        for (g, w) in got.iter().zip(&want) {
+            assert!((g - w).abs() < 1e-6, "N={n}: {g} vs {w}");
+        }
+        // Per run: h1 up to the device, h2 down for Reshape, h3 up again for Add, Y down.
+        // Plans made for new shapes reuse the device copy of B instead of uploading it again.
+        assert_eq!(ep.uploads.load(Ordering::SeqCst), uploads_at_creation + 2 * (i + 1), "run {i} (N={n})");
+    }
+}

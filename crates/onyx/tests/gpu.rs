@@ -153,6 +153,12 @@ fn bad_buffers_and_bindings_are_named_errors() {
     let e = ctx.wrap_buffer(&big, 4, DataType::Float, vec![4]).unwrap_err().to_string();
     assert!(e.contains("offset 4"), "{e}");
 
+    let other = WgpuProvider::new(&Default::default()).unwrap();
+    let foreign = app_buffer(other.context(), 4096, storage);
+    let e = ctx.wrap_buffer(&foreign, 0, DataType::Float, vec![4]).unwrap_err().to_string();
+    assert!(e.contains("another device"), "{e}");
+    ctx.wrap_buffer(&big, 0, DataType::Float, vec![4]).expect("a buffer of this device wraps");
+
     let session = gpu_session(small_model(77), &gpu);
     let wrong_shape = ctx.upload(random(&[3, 77], 1).view().unwrap()).unwrap();
     let mut binding = IoBinding::new();
@@ -223,4 +229,23 @@ fn nodes_the_gpu_cannot_run_fall_back_to_the_cpu_with_copies() {
         .unwrap()
         .to_string();
     assert!(e.contains("cumsum") && e.contains("fallback"), "{e}");
+}
+
+#[test]
+fn a_lost_device_gives_errors_not_panics_or_hangs() {
+    if gpu().is_none() {
+        return;
+    }
+    let gpu = Arc::new(WgpuProvider::new(&Default::default()).unwrap());
+    let session = gpu_session(small_model(40), &gpu);
+    let x = random(&[2, 40], 9);
+    let resident = gpu.context().upload(x.view().unwrap()).unwrap();
+    session.run([("x", x.clone())]).expect("runs before the loss");
+    gpu.context().device().destroy();
+    let e = session.run([("x", x.clone())]).unwrap_err().to_string();
+    assert!(e.contains("lost"), "{e}");
+    let e = gpu.context().download(&resident).unwrap_err().to_string();
+    assert!(e.contains("lost"), "{e}");
+    let e = gpu.context().upload(x.view().unwrap()).unwrap_err().to_string();
+    assert!(e.contains("lost"), "{e}");
 }

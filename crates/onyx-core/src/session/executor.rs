@@ -110,6 +110,7 @@ pub(crate) fn execute<'a>(
     mut env: Vec<Option<Slot<'a>>>,
     wanted: &[(usize, OutputTarget)],
 ) -> Result<Vec<Value>> {
+    let _limits = super::limits::enter_run(providers.limits, plan.peak_bytes);
     let mut states = RunStates::new(providers);
     for (slot, value) in &plan.constants {
         if env[*slot].is_none() {

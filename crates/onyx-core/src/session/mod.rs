@@ -2,16 +2,19 @@
 
 mod binding;
 mod executor;
+pub mod limits;
 mod options;
 mod outputs;
 mod plan;
+mod plan_cache;
 mod validate;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use crate::ir::Model;
 use crate::ops::infer::Inferred;
-use crate::types::{ValueInfo, ValueType};
+use crate::types::{TensorType, ValueInfo, ValueType};
 use crate::{Error, InputValue, Result};
 use crate::ep::ValueRef;
 
@@ -19,8 +22,9 @@ pub use binding::{IoBinding, OutputTarget};
 use executor::{execute, new_env, Slot};
 pub use options::{OptimizationLevel, SessionOptions};
 pub use outputs::Outputs;
-pub use plan::NodeAssignment;
+pub use plan::{NodeAssignment, FOLDED};
 use plan::{build_plan, Plan, Providers};
+use plan_cache::PlanCache;
 
 /// A model ready to run. `Send + Sync`: `run` may be called from many threads at once; each
 /// run keeps its own values.
@@ -28,7 +32,11 @@ pub struct Session {
     model: Model,
     inputs: Vec<ValueInfo>,
     outputs: Vec<ValueInfo>,
-    plan: Plan,
+    /// The plan for the declared input types (free dimensions symbolic): reports, and runs
+    /// when every input shape is fixed.
+    plan: Arc<Plan>,
+    /// Plans for concrete input shapes, when some input dimension is free.
+    plans: PlanCache<Plan>,
     providers: Providers,
     pool: rayon::ThreadPool,
 }
@@ -37,6 +45,7 @@ impl Session {
     /// Compiles a checked model (see [`crate::ir::check_model`]) for the providers in `options`.
     pub fn new(mut model: Model, options: SessionOptions) -> Result<Session> {
         crate::ir::check_model(&mut model)?;
+        crate::optimizer::optimize(&mut model, options.optimization_level, &options.provider_list())?;
         let inputs: Vec<ValueInfo> = model
             .graph
             .runtime_inputs()
@@ -53,7 +62,9 @@ impl Session {
                 "no execution provider: add one, or keep the CPU fallback enabled".into(),
             ));
         }
-        let providers = Providers { list, has_fallback: options.fallback.is_some() };
+        options.limits.check_nesting(&model.graph)?;
+        let providers =
+            Providers { list, has_fallback: options.fallback.is_some(), uploads: Default::default(), limits: options.limits };
         let known: HashMap<String, Inferred> =
             inputs.iter().map(|i| (i.name.clone(), Inferred::of_type(i.ty.clone()))).collect();
         let plan = build_plan(&model.graph, &providers, &model.opsets, known)?;
@@ -76,7 +87,8 @@ impl Session {
             .thread_name(|i| format!("onyx-intra-{i}"))
             .build()
             .map_err(|e| Error::InvalidArgument(format!("cannot start {} threads: {e}", options.intra_op_threads)))?;
-        Ok(Session { model, inputs, outputs, plan, providers, pool })
+        let plans = PlanCache::new(&inputs);
+        Ok(Session { model, inputs, outputs, plan: Arc::new(plan), plans, providers, pool })
     }
 
     /// The inputs a caller feeds (initializers excluded), with free dimensions as overridden.
@@ -151,8 +163,9 @@ impl Session {
 
     fn execute(&self, given: Vec<(String, InputValue<'_>)>, wanted: Vec<(usize, OutputTarget)>) -> Result<Outputs> {
         validate::check_inputs(&self.model.graph, &self.inputs, &given)?;
-        let mut env = new_env(&self.plan);
-        let slots: HashMap<&str, usize> = self.plan.inputs.iter().map(|(n, s)| (n.as_str(), *s)).collect();
+        let plan = self.plan_for(&given)?;
+        let mut env = new_env(&plan);
+        let slots: HashMap<&str, usize> = plan.inputs.iter().map(|(n, s)| (n.as_str(), *s)).collect();
         for (name, value) in given {
             let slot = slots[name.as_str()];
             env[slot] = Some(match value {
@@ -160,9 +173,43 @@ impl Session {
                 InputValue::View(v) => Slot::Ref(ValueRef::View(v)),
             });
         }
-        let values = self.pool.install(|| execute(&self.plan, &self.providers, env, &wanted))?;
+        let values = self.pool.install(|| execute(&plan, &self.providers, env, &wanted))?;
         let names = wanted.iter().map(|(i, _)| self.plan.outputs[*i].0.clone());
         Ok(Outputs::new(names.zip(values).collect()))
+    }
+}
+
+impl Session {
+    /// The plan for the shapes of `given`: the session's plan when no input dimension is free,
+    /// else one made for these shapes (shape arithmetic folded, kernels specialized) and cached.
+    /// When such a plan cannot be made, the general plan runs and reports any error itself,
+    /// except for an exceeded resource limit, which is reported now, before any allocation.
+    fn plan_for(&self, given: &[(String, InputValue<'_>)]) -> Result<Arc<Plan>> {
+        let Some(key) = self.plans.key(&self.inputs, given) else {
+            return Ok(self.plan.clone());
+        };
+        if let Some(plan) = self.plans.get(&key) {
+            return Ok(plan);
+        }
+        let known: HashMap<String, Inferred> = self
+            .inputs
+            .iter()
+            .zip(&key)
+            .map(|(i, shape)| {
+                let ty = match (shape, &i.ty) {
+                    (Some(shape), ValueType::Tensor(t)) => ValueType::Tensor(TensorType::fixed(t.dtype, shape)),
+                    _ => i.ty.clone(),
+                };
+                (i.name.clone(), Inferred::of_type(ty))
+            })
+            .collect();
+        let plan = match build_plan(&self.model.graph, &self.providers, &self.model.opsets, known) {
+            Ok(plan) => Arc::new(plan),
+            Err(e @ Error::Limit { .. }) => return Err(e),
+            Err(_) => self.plan.clone(),
+        };
+        self.plans.insert(key, plan.clone());
+        Ok(plan)
     }
 }
 

@@ -51,6 +51,8 @@ pub struct SessionOptions {
     pub free_dims_by_name: Vec<(String, usize)>,
     /// Free dimensions fixed by denotation (`DATA_BATCH` = 1), as AddFreeDimensionOverride.
     pub free_dims_by_denotation: Vec<(String, usize)>,
+    /// Resource limits (bytes of one tensor, of a run, subgraph nesting): safe defaults.
+    pub limits: super::limits::Limits,
 }
 
 impl Default for SessionOptions {
@@ -62,7 +64,39 @@ impl Default for SessionOptions {
             intra_op_threads: 0,
             free_dims_by_name: vec![],
             free_dims_by_denotation: vec![],
+            limits: super::limits::Limits::default(),
         }
+    }
+}
+
+impl SessionOptions {
+    /// Sets the resource limits (see [`super::limits::Limits`]).
+    pub fn with_limits(mut self, limits: super::limits::Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// The providers a session uses, in priority order: [`SessionOptions::providers`], then the
+    /// fallback unless a provider of the same name is already listed.
+    pub fn provider_list(&self) -> Vec<Arc<dyn ExecutionProvider>> {
+        let mut list = self.providers.clone();
+        if let Some(f) = &self.fallback {
+            if !list.iter().any(|p| p.name() == f.name()) {
+                list.push(f.clone());
+            }
+        }
+        list
+    }
+}
+
+impl std::fmt::Display for OptimizationLevel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            OptimizationLevel::Disable => "disable",
+            OptimizationLevel::Basic => "basic",
+            OptimizationLevel::Extended => "extended",
+            OptimizationLevel::All => "all",
+        })
     }
 }
 
@@ -75,6 +109,7 @@ impl std::fmt::Debug for SessionOptions {
             .field("intra_op_threads", &self.intra_op_threads)
             .field("free_dims_by_name", &self.free_dims_by_name)
             .field("free_dims_by_denotation", &self.free_dims_by_denotation)
+            .field("limits", &self.limits)
             .finish()
     }
 }

@@ -2,7 +2,7 @@
 //! device boundaries, and decide when each intermediate value can be freed.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crate::device::Device;
 use crate::ep::{ExecutionProvider, Kernel, NodeContext, SubgraphRunner};
@@ -11,7 +11,7 @@ use crate::ir::{Graph, OpsetImports};
 use crate::ops::infer::{infer_graph, Inferred};
 use crate::ops::registry;
 use crate::types::ValueType;
-use crate::{Error, Result, Value};
+use crate::{Error, Result, Tensor, TensorData, Value};
 
 use super::executor::SubgraphPlan;
 
@@ -20,6 +20,49 @@ use super::executor::SubgraphPlan;
 pub(crate) struct Providers {
     pub list: Vec<Arc<dyn ExecutionProvider>>,
     pub has_fallback: bool,
+    /// Initializers already copied to a device, shared by every plan of a session so that plans
+    /// made for other input shapes do not upload the weights again.
+    pub uploads: Arc<DeviceConstants>,
+    /// The session's resource limits, checked by every plan and applied to its runs.
+    pub limits: super::limits::Limits,
+}
+
+/// Device copies of a model's initializers, keyed by the address and length of their host
+/// bytes (which the session's model keeps alive) and the device.
+#[derive(Default)]
+pub(crate) struct DeviceConstants {
+    copies: Mutex<HashMap<(usize, usize, Device), Value>>,
+}
+
+impl DeviceConstants {
+    /// The copy of initializer `value` on `device`, made once.
+    fn get_or_copy(&self, value: &Value, device: Device, providers: &Providers) -> Result<Value> {
+        let Some(key) = host_key(value, device) else {
+            return super::executor::copy_value(value, device, providers);
+        };
+        if let Some(v) = self.lock().get(&key) {
+            return Ok(v.clone());
+        }
+        let copied = super::executor::copy_value(value, device, providers)?;
+        self.lock().insert(key, copied.clone());
+        Ok(copied)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(usize, usize, Device), Value>> {
+        // A panic while holding the lock leaves the map consistent (inserts are atomic).
+        self.copies.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The cache key of a non-empty host tensor.
+fn host_key(value: &Value, device: Device) -> Option<(usize, usize, Device)> {
+    match value {
+        Value::Tensor(t) => match t.data() {
+            TensorData::Host(h) if !h.bytes().is_empty() => Some((h.bytes().as_ptr() as usize, h.bytes().len(), device)),
+            _ => None,
+        },
+        _ => None,
+    }
 }
 
 impl Providers {
@@ -79,6 +122,8 @@ pub(crate) struct Plan {
     pub copy_steps: usize,
     /// Everything inference found, for reports.
     pub inferred: HashMap<String, Inferred>,
+    /// The most bytes of known size a run holds at once (see [`super::limits`]).
+    pub peak_bytes: u64,
 }
 
 struct Builder<'p> {
@@ -91,6 +136,8 @@ struct Builder<'p> {
     outer: Vec<(String, usize)>,
     /// Slots of graph inputs: never treated as constants, even when they have a default.
     input_slots: HashSet<usize>,
+    /// Slots of initializers, whose device copies are shared across plans.
+    initializer_slots: HashSet<usize>,
 }
 
 impl Builder<'_> {
@@ -127,7 +174,11 @@ impl Builder<'_> {
         let dst = self.new_slot(device);
         let constant = self.constants.iter().find(|(s, _)| *s == slot).map(|(_, v)| v.clone());
         if let Some(value) = constant.filter(|_| !self.input_slots.contains(&slot)) {
-            let copied = super::executor::copy_value(&value, device, self.providers)?;
+            let copied = if self.initializer_slots.contains(&slot) {
+                self.providers.uploads.get_or_copy(&value, device, self.providers)?
+            } else {
+                super::executor::copy_value(&value, device, self.providers)?
+            };
             self.constants.push((dst, copied));
         } else {
             self.steps.push(Step {
@@ -151,6 +202,7 @@ pub(crate) fn build_plan(
     mut known: HashMap<String, Inferred>,
 ) -> Result<Plan> {
     infer_graph(graph, opsets, &mut known)?;
+    providers.limits.check_values(graph, &known)?;
     let mut b = Builder {
         providers,
         slots: HashMap::new(),
@@ -160,6 +212,7 @@ pub(crate) fn build_plan(
         steps: vec![],
         outer: vec![],
         input_slots: HashSet::new(),
+        initializer_slots: HashSet::new(),
     };
     let mut inputs = vec![];
     for input in &graph.inputs {
@@ -173,6 +226,9 @@ pub(crate) fn build_plan(
             None => b.define(name, Device::Cpu),
         };
         b.constants.push((s, Value::Tensor(tensor.clone())));
+        if !b.input_slots.contains(&s) {
+            b.initializer_slots.insert(s);
+        }
     }
     let known_ref = &known;
     let subgraphs = |g: &Graph| -> Result<Arc<dyn SubgraphRunner>> {
@@ -180,9 +236,14 @@ pub(crate) fn build_plan(
         Ok(Arc::new(SubgraphPlan::new(plan, providers.clone())))
     };
     let contexts = Contexts { opsets, known: known_ref, subgraphs: &subgraphs };
+    let folded: Vec<Option<Vec<Tensor>>> = graph.nodes.iter().map(|n| folded_outputs(n, known_ref)).collect();
     let mut choice = vec![];
     let mut unsupported = vec![];
-    for node in &graph.nodes {
+    for (node, folded) in graph.nodes.iter().zip(&folded) {
+        if folded.is_some() {
+            choice.push(0); // never read: the node becomes constants
+            continue;
+        }
         let ctx = contexts.of(node)?;
         match providers.list.iter().position(|p| p.supports(&ctx)) {
             Some(p) => choice.push(p),
@@ -200,12 +261,26 @@ pub(crate) fn build_plan(
         )));
     }
     let mut host = vec![];
-    for (node, &p) in graph.nodes.iter().zip(&choice) {
-        host.push(host_inputs(&*providers.list[p], &contexts.of(node)?));
+    for ((node, &p), folded) in graph.nodes.iter().zip(&choice).zip(&folded) {
+        host.push(if folded.is_some() { vec![] } else { host_inputs(&*providers.list[p], &contexts.of(node)?) });
     }
     prefer_host_for_shape_nodes(graph, providers, &contexts, &mut choice, &mut host)?;
     let mut assignments = vec![];
-    for ((node, &p), host) in graph.nodes.iter().zip(&choice).zip(&host) {
+    for (((node, &p), host), folded) in graph.nodes.iter().zip(&choice).zip(&host).zip(folded) {
+        if let Some(values) = folded {
+            for (name, value) in node.outputs.iter().zip(values) {
+                if !name.is_empty() {
+                    let s = b.define(name, Device::Cpu);
+                    b.constants.push((s, Value::Tensor(value)));
+                }
+            }
+            assignments.push(NodeAssignment {
+                node: node.name.clone(),
+                op: node.op_type.clone(),
+                provider: FOLDED.to_string(),
+            });
+            continue;
+        }
         let provider = &providers.list[p];
         let kernel = provider.build_kernel(&contexts.of(node)?)?;
         let device = provider.device();
@@ -245,6 +320,8 @@ pub(crate) fn build_plan(
     let slot_count = b.home.len();
     let mut steps = b.steps;
     plan_lifetimes(&mut steps, &outputs, slot_count);
+    let sizes = super::limits::slot_bytes(slot_count, &b.slots, &b.copies, &known);
+    let peak_bytes = providers.limits.check_peak(&steps, &sizes, &graph.name)?;
     Ok(Plan {
         slot_count,
         inputs,
@@ -255,7 +332,30 @@ pub(crate) fn build_plan(
         assignments,
         copy_steps,
         inferred: known,
+        peak_bytes,
     })
+}
+
+/// The provider name [`NodeAssignment`] gives a node whose outputs were computed when the plan
+/// was made (shape arithmetic on known shapes, Constant nodes): it runs on no provider.
+pub const FOLDED: &str = "folded";
+
+/// The outputs of a node when inference computed all of them, so that the plan keeps them as
+/// constants instead of running the node. Nodes with subgraphs and random ops never fold.
+fn folded_outputs(node: &crate::ir::Node, known: &HashMap<String, Inferred>) -> Option<Vec<Tensor>> {
+    let random = matches!(
+        node.op_type.as_str(),
+        "RandomNormal" | "RandomNormalLike" | "RandomUniform" | "RandomUniformLike" | "Multinomial" | "Bernoulli"
+    );
+    let has_subgraph = node.subgraphs().next().is_some();
+    if random || has_subgraph || node.outputs.iter().all(String::is_empty) {
+        return None;
+    }
+    node.outputs
+        .iter()
+        .filter(|o| !o.is_empty())
+        .map(|o| known.get(o).and_then(|k| k.constant.clone()))
+        .collect()
 }
 
 /// Makes the [`NodeContext`] of each node of one graph.

@@ -10,6 +10,7 @@
 use onyx_core::{element_count, Error, Location, Result};
 use rayon::prelude::*;
 
+use crate::ops::util;
 use crate::Registry;
 
 /// Elements per parallel task: outputs smaller than twice this run on one thread.
@@ -233,9 +234,11 @@ pub fn map2<A: Sync, B: Sync, O: Send + Clone + Default>(
     })?;
     let plan = Plan::new(&shape, [a_shape, b_shape])?;
     let mut out = vec![O::default(); plan.len()];
+    // Each segment's loop runs compiled for the CPU's SIMD level (same-shape, scalar and
+    // row-broadcast operands are the three vectorizable cases).
     plan.for_each_segment(&mut out, |seg, [oa, ob], steps| {
         let n = seg.len();
-        match steps {
+        util::simd(|| match steps {
             [1, 1] => seg.iter_mut().zip(&a[oa..oa + n]).zip(&b[ob..ob + n]).for_each(|((o, x), y)| *o = f(x, y)),
             [1, _] => {
                 let y = &b[ob];
@@ -246,7 +249,7 @@ pub fn map2<A: Sync, B: Sync, O: Send + Clone + Default>(
                 seg.iter_mut().zip(&b[ob..ob + n]).for_each(|(o, y)| *o = f(x, y));
             }
             _ => seg.fill(f(&a[oa], &b[ob])),
-        }
+        })
     });
     Ok((shape, out))
 }

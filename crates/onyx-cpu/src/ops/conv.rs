@@ -2,6 +2,7 @@
 //! attributes never changed, only the types). The math is in [`kernels`] and [`transpose`];
 //! the window geometry, shared with pooling, in [`geometry`].
 
+pub(crate) mod depthwise;
 pub(crate) mod geometry;
 pub(crate) mod kernels;
 pub(crate) mod transpose;

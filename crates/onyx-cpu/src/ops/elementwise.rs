@@ -64,11 +64,27 @@ pub(crate) trait FloatChunks: Sync {
 pub(crate) fn map_float(x: &TensorView<'_>, m: &impl FloatChunks, at: &Location, index: usize) -> Result<Value> {
     let shape = x.shape().to_vec();
     match x.dtype() {
-        DataType::Float => util::out(shape, map_chunks(x.as_slice::<f32>()?, |s, d| m.apply(s, d))),
-        DataType::Double => util::out(shape, map_chunks(x.as_slice::<f64>()?, |s, d| m.apply(s, d))),
+        DataType::Float => util::out(shape, map_chunks(x.as_slice::<f32>()?, |s, d| util::simd_body(Apply { m, s, d }))),
+        DataType::Double => util::out(shape, map_chunks(x.as_slice::<f64>()?, |s, d| util::simd_body(Apply { m, s, d }))),
         DataType::Float16 => util::out(shape, map_chunks(x.as_slice::<f16>()?, |s, d| half_chunk(s, d, m))),
         DataType::BFloat16 => util::out(shape, map_chunks(x.as_slice::<bf16>()?, |s, d| half_chunk(s, d, m))),
         other => Err(dtype_error(at, index, FLOAT_TYPES, other)),
+    }
+}
+
+/// One chunk of [`map_float`], run through [`util::simd_body`].
+struct Apply<'a, M, T> {
+    m: &'a M,
+    s: &'a [T],
+    d: &'a mut [T],
+}
+
+impl<M: FloatChunks, T: Real> util::SimdBody for Apply<'_, M, T> {
+    type Output = ();
+
+    #[inline(always)]
+    fn run(self) {
+        self.m.apply(self.s, self.d)
     }
 }
 

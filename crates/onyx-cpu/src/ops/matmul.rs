@@ -14,7 +14,7 @@ use onyx_core::ep::{Kernel, NodeContext, ValueRef};
 use onyx_core::{element_count, DataType, Element, Error, Location, Result, TensorView, Value};
 
 use self::gemm::{MatMut, MatRef, PARALLEL_WORK};
-use self::real::{compute_type, filled, float_output, float_slice, Real};
+use self::real::{compute_type, filled, float_output, float_slice, zeroed, Real};
 use crate::ops::util;
 use crate::Registry;
 
@@ -142,7 +142,7 @@ fn batch_offsets(batch: &[usize], ab: &[usize], bb: &[usize], a_mat: usize, b_ma
 /// Float MatMul on a plan: `a` and `b` hold the operands' elements in row-major order.
 pub(crate) fn matmul_float<T: Real>(a: &[T], b: &[T], plan: &MatMulPlan) -> Result<Vec<T>> {
     let (m, k, n) = (plan.m, plan.k, plan.n);
-    let mut out = filled(element_count(&plan.out_shape)?, T::ZERO)?;
+    let mut out = zeroed(element_count(&plan.out_shape)?)?;
     if plan.folds() {
         let rows = plan.batches() * m;
         return gemm::gemm(
@@ -325,7 +325,7 @@ impl GemmOp {
         let (m, k, n) = (d.m, d.k, d.n);
         let (a_data, b_data) = (float_slice::<T>(a)?, float_slice::<T>(b)?);
         let beta = T::from_f32(self.beta);
-        let mut y = filled(element_count(&[m, n])?, T::ZERO)?;
+        let mut y = zeroed(element_count(&[m, n])?)?;
         let mut gemm_beta = T::ZERO;
         if let (Some(c), Some((rs, cs)), true) = (c, d.c_strides, self.beta != 0.0) {
             let c_data = float_slice::<T>(c)?;

@@ -1,14 +1,24 @@
 //! CPU kernels, one module per operator family.
 
+pub mod activation;
+pub mod attention;
+pub mod bitcast;
 pub mod broadcast;
 pub mod cast;
+pub mod causal_conv;
+pub mod contrib;
 pub mod control_flow;
 pub mod conv;
+pub mod cumprod;
+pub mod deform_conv;
 pub mod detection;
 pub mod elementwise;
 pub mod gather;
 pub mod generate;
+pub mod image;
 pub mod layout;
+pub mod linalg;
+pub mod loss;
 pub mod matmul;
 pub mod norm;
 pub mod optional;
@@ -17,25 +27,40 @@ pub mod quant;
 pub mod rec;
 pub mod reduce;
 pub mod resize;
+pub mod roi_align;
+pub mod rotary;
 pub mod select;
 pub mod sequence;
 pub mod shape;
+pub mod signal;
 pub mod softmax;
+pub mod string;
+pub mod tensor_scatter;
 pub mod util;
 
 use crate::Registry;
 
 /// Registers every family's kernels.
 pub fn register_all(r: &mut Registry) {
+    activation::register(r);
+    attention::register(r);
+    bitcast::register(r);
     broadcast::register(r);
     cast::register(r);
+    causal_conv::register(r);
+    contrib::register(r);
     control_flow::register(r);
     conv::register(r);
+    cumprod::register(r);
+    deform_conv::register(r);
     detection::register(r);
     elementwise::register(r);
     gather::register(r);
     generate::register(r);
+    image::register(r);
     layout::register(r);
+    linalg::register(r);
+    loss::register(r);
     matmul::register(r);
     norm::register(r);
     optional::register(r);
@@ -44,8 +69,13 @@ pub fn register_all(r: &mut Registry) {
     rec::register(r);
     reduce::register(r);
     resize::register(r);
+    roi_align::register(r);
+    rotary::register(r);
     select::register(r);
     sequence::register(r);
     shape::register(r);
+    signal::register(r);
     softmax::register(r);
+    string::register(r);
+    tensor_scatter::register(r);
 }

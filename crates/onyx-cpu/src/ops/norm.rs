@@ -128,16 +128,20 @@ pub(crate) fn batch_norm<T: Real>(
     let mut y = vec![T::ZERO; x.len()];
     if inner <= 1 {
         for_chunks(x, &mut y, features, |_, xc, yc| {
-            for ((y, &x), (&a, &s)) in yc.iter_mut().zip(xc).zip(a.iter().zip(&shift)) {
-                *y = x * a + s;
-            }
+            util::simd(|| {
+                for ((y, &x), (&a, &s)) in yc.iter_mut().zip(xc).zip(a.iter().zip(&shift)) {
+                    *y = x * a + s;
+                }
+            })
         });
     } else {
         for_chunks(x, &mut y, inner, |i, xc, yc| {
             let (a, s) = (a[i % features], shift[i % features]);
-            for (y, &x) in yc.iter_mut().zip(xc) {
-                *y = x * a + s;
-            }
+            util::simd(|| {
+                for (y, &x) in yc.iter_mut().zip(xc) {
+                    *y = x * a + s;
+                }
+            })
         });
     }
     y

@@ -8,6 +8,7 @@ use onyx_core::ep::{Kernel, NodeContext, ValueRef};
 use onyx_core::ir::{AttrValue, Node};
 use onyx_core::{DataType, Error, Location, Result, TensorView, Value};
 
+use crate::ops::conv::depthwise::{lay_out_row, RowLayout};
 use crate::ops::conv::geometry::{to_3d, Axis, WindowAttrs, MAX_SPATIAL};
 use crate::ops::matmul::gemm::PARALLEL_WORK;
 use crate::ops::matmul::real::{compute_type, filled, float_output, float_slice, Real};
@@ -202,7 +203,10 @@ pub(crate) fn max_pool<T: PoolElem>(
     };
     let work = y.len().saturating_mul(g.k_len());
     if !indices {
-        for_planes(x, in_len, &mut y, out_len, work, |xp, yp, _| g.walk(xp, start, add, |o, acc, _, _| yp[o] = acc.0));
+        let par = work >= PARALLEL_WORK;
+        for_planes_init(x, in_len, &mut y, out_len, par, |x, y, rows| {
+            util::simd_body(MaxPlane { x, axes: &g.axes, y, rows })
+        });
         return Ok((y, None));
     }
     let mut pairs = filled(y.len(), (T::LOWEST, -1i64))?;
@@ -217,6 +221,83 @@ pub(crate) fn max_pool<T: PoolElem>(
         *d = p.0;
     }
     Ok((y, Some(idx)))
+}
+
+/// The max of each window of one plane into `y` (which holds `T::LOWEST`), through rows laid
+/// out padded and split by stride phase (as the depthwise convolution does), so the inner loop
+/// is a vectorizable max over a run of the output row. NaNs never win, as in [`max_pool`].
+#[inline(always)]
+fn max_plane<T: PoolElem>(x: &[T], axes: &[Axis; 3], y: &mut [T], rows: &mut Vec<T>) {
+    let [az, ay, ax] = *axes;
+    let layout = RowLayout::new(&ax);
+    let row_len = layout.row_len(&ax);
+    if ax.input == 0 || ax.output == 0 {
+        return;
+    }
+    rows.clear();
+    rows.resize(az.input * ay.input * row_len, T::LOWEST);
+    for (src, dst) in x.chunks_exact(ax.input).zip(rows.chunks_exact_mut(row_len)) {
+        lay_out_row(src, &ax, layout, T::LOWEST, dst);
+    }
+    for (r, y_row) in y.chunks_exact_mut(ax.output).enumerate() {
+        let (oz, oy) = (r / ay.output, r % ay.output);
+        for kz in 0..az.kernel {
+            let iz = az.input_index(oz, kz);
+            if iz < 0 || iz as usize >= az.input {
+                continue;
+            }
+            for ky in 0..ay.kernel {
+                let iy = ay.input_index(oy, ky);
+                if iy < 0 || iy as usize >= ay.input {
+                    continue;
+                }
+                let row = &rows[(iz as usize * ay.input + iy as usize) * row_len..][..row_len];
+                for kx in 0..ax.kernel {
+                    let run = &row[layout.tap_offset(&ax, kx)..][..y_row.len()];
+                    for (m, &v) in y_row.iter_mut().zip(run) {
+                        *m = if v > *m { v } else { *m };
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One plane of [`max_plane`], run through [`util::simd_body`].
+struct MaxPlane<'a, T> {
+    x: &'a [T],
+    axes: &'a [Axis; 3],
+    y: &'a mut [T],
+    rows: &'a mut Vec<T>,
+}
+
+impl<T: PoolElem> util::SimdBody for MaxPlane<'_, T> {
+    type Output = ();
+
+    #[inline(always)]
+    fn run(self) {
+        max_plane(self.x, self.axes, self.y, self.rows)
+    }
+}
+
+/// Runs `f` on every (input plane, output plane, scratch), in parallel when `parallel`.
+fn for_planes_init<T: Sync, U: Send>(
+    x: &[T],
+    in_len: usize,
+    y: &mut [U],
+    out_len: usize,
+    parallel: bool,
+    f: impl Fn(&[T], &mut [U], &mut Vec<T>) + Sync + Send,
+) where
+    T: Send,
+{
+    let (in_len, out_len) = (in_len.max(1), out_len.max(1));
+    if parallel {
+        y.par_chunks_mut(out_len).zip(x.par_chunks(in_len)).for_each_init(Vec::new, |s, (yp, xp)| f(xp, yp, s));
+    } else {
+        let mut s = Vec::new();
+        y.chunks_mut(out_len).zip(x.chunks(in_len)).for_each(|(yp, xp)| f(xp, yp, &mut s));
+    }
 }
 
 /// Average pooling: each window's sum divided by its valid taps, or by its taps inside the

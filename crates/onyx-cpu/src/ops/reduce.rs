@@ -192,6 +192,9 @@ fn for_column_blocks<O: Send + Clone + Default>(
     work: impl Fn(usize, usize, &mut [O]) + Sync,
 ) -> Vec<O> {
     let mut out = vec![O::default(); outer * inner];
+    if inner == 0 {
+        return out; // an empty output (chunks of 0 elements do not exist)
+    }
     if outer * r * inner < 2 * PAR_CHUNK {
         out.chunks_mut(inner).enumerate().for_each(|(o, seg)| work(o, 0, seg));
         return out;

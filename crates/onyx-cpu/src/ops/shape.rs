@@ -303,6 +303,7 @@ impl Kernel for Expand {
             .collect::<std::result::Result<_, _>>()
             .map_err(|_| Error::input(&self.at, 1, "non-negative dims", format!("{spec:?}")))?;
         let shape = broadcast_shapes(x.shape(), &spec, &self.at)?;
+        elems::check_output(x.dtype(), shape.iter().map(|&d| d as u128), &self.at)?;
         if shape == x.shape() {
             return Ok(vec![elems::input_ref(inputs, 0, &self.at)?.to_value()]);
         }

@@ -102,7 +102,9 @@ impl Kernel for SoftmaxOp {
 fn normalize<T: Real>(kind: Kind, x: &[T], d: Dims) -> Vec<T> {
     match kind {
         Kind::Hardmax => hardmax(x, d, T::ONE),
-        _ if d.inner == 1 => rows(x, d.n, |src, dst| softmax_row(kind == Kind::LogSoftmax, src, dst)),
+        _ if d.inner == 1 => {
+            rows(x, d.n, |src, dst| util::simd(|| softmax_row(kind == Kind::LogSoftmax, src, dst)))
+        }
         _ => columns(kind == Kind::LogSoftmax, x, d),
     }
 }
@@ -136,6 +138,7 @@ fn rows<T: Real>(x: &[T], n: usize, row: impl Fn(&[T], &mut [T]) + Sync) -> Vec<
 
 /// Softmax (or LogSoftmax) of one contiguous row. Each pass is a separate loop (the maxima and
 /// sums folded in lanes) so that all of them vectorize.
+#[inline(always)]
 fn softmax_row<T: Real>(log: bool, src: &[T], dst: &mut [T]) {
     let m = fold_lanes(src, T::LOWEST, &|v| v, &max_nan);
     dst.iter_mut().zip(src).for_each(|(o, &v)| *o = (v - m).exp());

@@ -28,6 +28,44 @@ pub fn normalize_axis(axis: i64, rank: usize, at: &Location) -> Result<usize> {
     Ok(if axis < 0 { (axis + r) as usize } else { axis as usize })
 }
 
+/// Runs `f` inside a function compiled for the best SIMD level this CPU has (AVX-512 or
+/// AVX2+FMA on x86-64, NEON on aarch64; detected once), so that the loops inlined into `f`
+/// (mark their helpers `#[inline(always)]`) are vectorized for that level rather than for the
+/// baseline the crate is built for.
+/// A closure with a large body may stay a separate function compiled for the baseline: use
+/// [`simd_body`] for those.
+#[inline(always)]
+pub(crate) fn simd<R>(f: impl FnOnce() -> R) -> R {
+    pulp::Arch::new().dispatch(f)
+}
+
+/// A loop body for [`simd_body`]: its `run` must be `#[inline(always)]` (and so must what it
+/// calls) so that it is compiled inside the SIMD-level function.
+pub(crate) trait SimdBody {
+    /// What the body returns.
+    type Output;
+    /// Runs the body.
+    fn run(self) -> Self::Output;
+}
+
+struct WithBody<B>(B);
+
+impl<B: SimdBody> pulp::WithSimd for WithBody<B> {
+    type Output = B::Output;
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _simd: S) -> B::Output {
+        self.0.run()
+    }
+}
+
+/// Runs `body` compiled for the best SIMD level this CPU has, like [`simd`], with the body
+/// forced inline whatever its size.
+#[inline(always)]
+pub(crate) fn simd_body<B: SimdBody>(body: B) -> B::Output {
+    pulp::Arch::new().dispatch(WithBody(body))
+}
+
 /// Row-major strides of a shape (in elements).
 pub fn strides(shape: &[usize]) -> Vec<usize> {
     let mut s = vec![1; shape.len()];

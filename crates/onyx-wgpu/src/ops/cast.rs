@@ -9,6 +9,8 @@
 //! low bits; integers and floats round to nearest-even into floats, once; anything to bool is
 //! "not zero" (NaN is true). f16 needs no `SHADER_F16`: it is converted bitwise.
 
+mod minifloat;
+
 use std::sync::Arc;
 
 use onyx_core::ep::{NodeContext, ValueRef};
@@ -223,9 +225,25 @@ fn target(ctx: &NodeContext<'_>) -> Option<DataType> {
 fn supports_cast(ctx: &NodeContext<'_>, _gpu: &GpuContext) -> bool {
     match (input_dtype(ctx, 0), target(ctx)) {
         (Some(from), Some(to)) if from == to => elem_size(from).is_some(),
-        (Some(from), Some(to)) => castable(from) && castable(to),
+        (Some(from), Some(to)) => {
+            (castable(from) && castable(to)) || (minifloat::converts(from, to) && small_options(ctx).is_ok())
+        }
         _ => false,
     }
+}
+
+/// Cast's `saturate` (float8 targets) and `round_mode` (float8e8m0 targets) attributes.
+fn small_options(ctx: &NodeContext<'_>) -> Result<(bool, minifloat::RoundMode)> {
+    let at = ctx.node.location();
+    let saturate = match ctx.node.int_or("saturate", 1)? {
+        0 => false,
+        1 => true,
+        other => return Err(Error::attribute(&at, "saturate", "0 or 1", other.to_string())),
+    };
+    let mode = ctx.node.string_or("round_mode", "up")?;
+    let round = minifloat::RoundMode::parse(&mode)
+        .ok_or_else(|| Error::attribute(&at, "round_mode", "up, down or nearest", mode.clone()))?;
+    Ok((saturate, round))
 }
 
 /// Cast or CastLike: one conversion pass (a view of the input when the types are equal).
@@ -247,8 +265,14 @@ fn build_cast(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<dyn Gp
         None
     } else {
         let in_size = elem_size(from).ok_or_else(|| Error::Unsupported(format!("wgpu: {at} from {from}")))?;
-        let key = format!("cast/{}/{}", from.name(), to.name());
-        Some(gpu.pipeline(&key, || element_shader("", size, &[("x", in_size)], &cast_code(from, to)))?)
+        let code = if minifloat::converts(from, to) {
+            let (saturate, round) = small_options(ctx)?;
+            let code = minifloat::code(from, to, saturate, round)?;
+            (format!("cast/{}/{}/{saturate}/{round:?}", from.name(), to.name()), code)
+        } else {
+            (format!("cast/{}/{}", from.name(), to.name()), cast_code(from, to))
+        };
+        Some(gpu.pipeline(&code.0, || element_shader("", size, &[("x", in_size)], &code.1))?)
     };
     Ok(Box::new(Cast { to, size, pipeline, at }))
 }
@@ -555,6 +579,69 @@ mod tests {
                 for x in &sources {
                     check_exact(&Case::new("Cast", vec![x.clone()]).attrs(vec![int("to", to.onnx_code() as i64)]));
                 }
+            }
+        }
+    }
+
+    /// Awkward f64 values: f32 and f16 ties and near-ties, overflow, subnormal results, and
+    /// random bit patterns of every magnitude.
+    fn special_doubles() -> Vec<f64> {
+        let mut v = vec![
+            0.0,
+            -0.0,
+            1.0 + f64::EPSILON,
+            1.0 + 2f64.powi(-24),
+            1.0 + 2f64.powi(-24) + 2f64.powi(-50),
+            1.0 + 3.0 * 2f64.powi(-24),
+            1.0 + 2f64.powi(-11),
+            1.0 + 3.0 * 2f64.powi(-11),
+            65519.99,
+            65520.0,
+            3.4028235677973366e38,
+            3.5e38,
+            1e-40,
+            1.4e-45,
+            7e-46,
+            6e-8,
+            2.9e-8,
+            1e300,
+            -1e-300,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::NAN,
+        ];
+        let mut rng = fastrand::Rng::with_seed(11);
+        v.extend((0..300).map(|_| f64::from_bits(rng.u64(..))).filter(|x| !x.is_nan()));
+        v.extend((0..300).map(|_| f64::from_bits((rng.u64(..) & 0x800f_ffff_ffff_ffff) | (rng.u64(0x360..0x420) << 52))));
+        v
+    }
+
+    #[test]
+    fn float8_and_double_casts_match_the_cpu() {
+        const SMALL: [DataType; 6] = [
+            DataType::Float8E4M3FN,
+            DataType::Float8E4M3FNUZ,
+            DataType::Float8E5M2,
+            DataType::Float8E5M2FNUZ,
+            DataType::Float8E8M0,
+            DataType::Double,
+        ];
+        let doubles = t(&[special_doubles().len()], special_doubles());
+        for base in [DataType::Float, DataType::Float16] {
+            let x = source(base, true);
+            for to in SMALL {
+                for saturate in [0, 1] {
+                    for mode in ["up", "down", "nearest"] {
+                        let attrs = vec![
+                            int("to", to.onnx_code() as i64),
+                            int("saturate", saturate),
+                            crate::testkit::string("round_mode", mode),
+                        ];
+                        check_exact(&Case::new("Cast", vec![x.clone()]).attrs(attrs));
+                    }
+                }
+                let from = if to == DataType::Double { doubles.clone() } else { random(to, &[5, 53], 7) };
+                check_exact(&Case::new("Cast", vec![from]).attrs(vec![int("to", base.onnx_code() as i64)]));
             }
         }
     }

@@ -94,7 +94,7 @@ fn less(a: vec2<u32>, b: vec2<u32>) -> bool {{ return a.x < b.x || (a.x == b.x &
 
 /// WGSL that walks broadcast output index `e` into input indices `i0`, `i1`, ...
 /// (parameters from [`Broadcast::params`] at `p[3]`: count, rank, dims, strides per input).
-fn broadcast_walk(inputs: usize) -> String {
+pub(crate) fn broadcast_walk(inputs: usize) -> String {
     let mut s = String::from("    let rank = p[4];\n    var rem = e;\n");
     for k in 0..inputs {
         s += &format!("    var i{k} = 0u;\n");

@@ -5,15 +5,15 @@
 use std::sync::Arc;
 
 use onyx_core::ep::{NodeContext, ValueRef};
-use onyx_core::{Error, Location, Result, Value};
+use onyx_core::{Error, Location, Result, Tensor, Value};
 
-use super::{float_inputs, input_dtype, Registry};
+use super::{float_inputs, input_dtype, integer, Registry};
 use crate::context::{GpuContext, Pipeline};
-use crate::kernel::{enables, gpu_input, grid, u32_of, wgsl_type, Broadcast, GpuOp, OnGpu, FLAT_INDEX};
+use crate::kernel::{enables, gpu_input, grid, u32_of, wgsl_type, Broadcast, GpuOp, GpuTensor, OnGpu, FLAT_INDEX};
 use crate::run::GpuRun;
 
 /// Unary ops: name, WGSL expression of `v` (and attributes `a`, `b`), attribute defaults.
-const UNARY: &[(&str, &str)] = &[
+pub(crate) const UNARY: &[(&str, &str)] = &[
     ("Relu", "max(v, 0.0)"),
     ("Sigmoid", "1.0 / (1.0 + exp(-v))"),
     ("Tanh", "tanh(clamp(v, -15.0, 15.0))"),
@@ -52,6 +52,8 @@ const UNARY: &[(&str, &str)] = &[
     ("Gelu", "0.5 * v * (1.0 + erf(v * 0.70710678118654752))"),
     ("GeluTanh", "0.5 * v * (1.0 + tanh(clamp(0.7978845608028654 * (v + 0.044715 * v * v * v), -15.0, 15.0)))"),
     ("Clip", "clamp(v, a, b)"),
+    // Not an ONNX op: Mean's final division by the input count `a`.
+    ("DivideBy", "v / a"),
 ];
 
 /// Binary ops: name and WGSL expression of `a` and `b`.
@@ -65,10 +67,15 @@ const BINARY: &[(&str, &str)] = &[
     ("Min", "min(a, b)"),
     ("PRelu", "select(b * a, a, a >= 0.0)"),
     ("Mod", "a - b * trunc(a / b)"),
+    ("Sum", "a + b"),
+    ("Mean", "a + b"),
 ];
 
+/// Binary ops that fold any number of inputs (at least one).
+const VARIADIC: &[&str] = &["Max", "Min", "Sum", "Mean"];
+
 /// WGSL helpers the expressions use.
-const MATH: &str = r#"
+pub(crate) const MATH: &str = r#"
 fn erf(x: f32) -> f32 {
     // Abramowitz and Stegun 7.1.26, |error| < 1.5e-7.
     let t = 1.0 / (1.0 + 0.3275911 * abs(x));
@@ -87,7 +94,7 @@ fn pow_onnx(a: f32, b: f32) -> f32 {
 
 pub(crate) fn register(r: &mut Registry) {
     for (name, _) in UNARY {
-        if *name == "GeluTanh" {
+        if *name == "GeluTanh" || *name == "DivideBy" {
             continue;
         }
         if *name == "Clip" {
@@ -110,14 +117,26 @@ fn supports_clip(ctx: &NodeContext<'_>, gpu: &GpuContext) -> bool {
     float_inputs(ctx, gpu, 0..1)
 }
 
+/// Whether a node goes to the integer kernels: integer inputs, or Pow of mixed types.
+fn integer_node(ctx: &NodeContext<'_>) -> bool {
+    let (a, b) = (input_dtype(ctx, 0), input_dtype(ctx, 1));
+    a.is_some_and(integer::is_int) || (ctx.node.op_type == "Pow" && b.is_some() && a != b)
+}
+
 fn supports_binary(ctx: &NodeContext<'_>, gpu: &GpuContext) -> bool {
-    let fmod_ok = ctx.node.op_type != "Mod" || ctx.node.int_or("fmod", 0).is_ok_and(|f| f == 1);
-    let same = input_dtype(ctx, 0) == input_dtype(ctx, 1);
-    fmod_ok && same && ctx.node.inputs.len() == 2 && float_inputs(ctx, gpu, 0..2)
+    if integer_node(ctx) {
+        return integer::supports(ctx, gpu);
+    }
+    let op = ctx.node.op_type.as_str();
+    let n = ctx.node.inputs.len();
+    let arity_ok = if VARIADIC.contains(&op) { n >= 1 } else { n == 2 };
+    let fmod_ok = op != "Mod" || ctx.node.int_or("fmod", 0).is_ok_and(|f| f == 1);
+    let same = (1..n).all(|i| input_dtype(ctx, i) == input_dtype(ctx, 0));
+    fmod_ok && same && arity_ok && float_inputs(ctx, gpu, 0..n)
 }
 
 /// The expression of an op in `table`.
-fn expression(table: &[(&'static str, &'static str)], op: &str) -> Result<&'static str> {
+pub(crate) fn expression(table: &[(&'static str, &'static str)], op: &str) -> Result<&'static str> {
     table.iter().find(|(n, _)| *n == op).map(|(_, e)| *e).ok_or_else(|| Error::Unsupported(format!("wgpu: no {op} kernel")))
 }
 
@@ -208,18 +227,32 @@ impl GpuOp for Unary {
     }
 }
 
+/// A broadcasting binary op on floats, folded over its inputs for the variadic ops.
 struct Binary {
     pipeline: Arc<Pipeline>,
+    /// Folds any number of inputs (Max, Min, Sum, Mean).
+    variadic: bool,
+    /// Mean: the unary division of the sum by the input count.
+    divide: Option<Arc<Pipeline>>,
     at: Location,
 }
 
 fn build_binary(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<dyn GpuOp>> {
+    if integer_node(ctx) {
+        return integer::build(ctx, gpu);
+    }
     let dtype = input_dtype(ctx, 0).ok_or_else(|| Error::Unsupported("wgpu: untyped input".into()))?;
     let ty = wgsl_type(dtype).ok_or_else(|| Error::Unsupported(format!("wgpu: {dtype:?}")))?;
     let op = ctx.node.op_type.as_str();
     let expr = expression(BINARY, op)?;
     let pipeline = gpu.pipeline(&format!("binary/{op}/{ty}"), || binary_shader(ty, enables(dtype), expr))?;
-    Ok(Box::new(Binary { pipeline, at: ctx.node.location() }))
+    let divide = if op == "Mean" {
+        let expr = expression(UNARY, "DivideBy")?;
+        Some(gpu.pipeline(&format!("unary/DivideBy/{ty}"), || unary_shader(ty, enables(dtype), expr))?)
+    } else {
+        None
+    };
+    Ok(Box::new(Binary { pipeline, variadic: VARIADIC.contains(&op), divide, at: ctx.node.location() }))
 }
 
 fn binary_shader(ty: &str, enable: &str, expr: &str) -> String {
@@ -253,15 +286,54 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     )
 }
 
-impl GpuOp for Binary {
-    fn record(&self, run: &mut GpuRun, inputs: &[Option<ValueRef<'_>>]) -> Result<Vec<Value>> {
-        let a = gpu_input(run, inputs, 0, &self.at)?;
-        let b = gpu_input(run, inputs, 1, &self.at)?;
+impl Binary {
+    /// `a op b` into a new tensor.
+    fn apply(&self, run: &mut GpuRun, a: GpuTensor<'_>, b: GpuTensor<'_>) -> Result<Tensor> {
         let dims = Broadcast::new(&[a.shape(), b.shape()], &self.at)?;
         let y = run.alloc(a.dtype(), dims.out.clone())?;
         let params = dims.params(&self.at)?;
         run.dispatch(&self.pipeline, &params, &[a.buffer, b.buffer, y.gpu()?], grid(dims.count()))?;
-        Ok(vec![Value::Tensor(y)])
+        Ok(y)
+    }
+
+    /// The variadic fold of every input (a copy-free view of a single input), then Mean's
+    /// division.
+    fn fold(&self, run: &mut GpuRun, inputs: &[Option<ValueRef<'_>>]) -> Result<Tensor> {
+        let first = gpu_input(run, inputs, 0, &self.at)?;
+        let mut acc: Option<Tensor> = None;
+        for i in 1..inputs.len() {
+            let next = gpu_input(run, inputs, i, &self.at)?;
+            let y = match &acc {
+                None => self.apply(run, first, next)?,
+                Some(t) => self.apply(run, GpuTensor { tensor: t, buffer: t.gpu()? }, next)?,
+            };
+            if let Some(old) = acc.replace(y) {
+                run.release_tensor(old);
+            }
+        }
+        let Some(divide) = &self.divide else {
+            return Ok(acc.unwrap_or_else(|| first.tensor.clone()));
+        };
+        let sum = acc.as_ref().unwrap_or(first.tensor);
+        let y = run.alloc(sum.dtype(), sum.shape().to_vec())?;
+        let count = inputs.len() as f32;
+        let n = u32_of(sum.len(), &self.at)?;
+        run.dispatch(divide, &[n, count.to_bits(), 0], &[sum.gpu()?, y.gpu()?], grid(sum.len()))?;
+        if let Some(old) = acc {
+            run.release_tensor(old);
+        }
+        Ok(y)
+    }
+}
+
+impl GpuOp for Binary {
+    fn record(&self, run: &mut GpuRun, inputs: &[Option<ValueRef<'_>>]) -> Result<Vec<Value>> {
+        if self.variadic {
+            return Ok(vec![Value::Tensor(self.fold(run, inputs)?)]);
+        }
+        let a = gpu_input(run, inputs, 0, &self.at)?;
+        let b = gpu_input(run, inputs, 1, &self.at)?;
+        Ok(vec![Value::Tensor(self.apply(run, a, b)?)])
     }
 }
 
@@ -322,6 +394,16 @@ mod tests {
                 Case::new(op, vec![a.clone(), b.clone()]).check(1e-5, 1e-6);
             }
             Case::new("Mod", vec![a.clone(), b.clone()]).attrs(vec![crate::testkit::int("fmod", 1)]).check(1e-5, 1e-5);
+        }
+    }
+
+    #[test]
+    fn variadic_ops_fold_any_number_of_inputs_like_the_cpu() {
+        let xs = [rand(&[3, 1, 37], -3.0, 3.0, 30), rand(&[5, 1], -3.0, 3.0, 31), rand(&[37], -3.0, 3.0, 32), rand(&[1], -3.0, 3.0, 33)];
+        for op in ["Max", "Min", "Sum", "Mean"] {
+            for n in 1..=4 {
+                Case::new(op, xs[..n].to_vec()).check(1e-6, 1e-6);
+            }
         }
     }
 

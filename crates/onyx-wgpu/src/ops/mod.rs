@@ -13,9 +13,11 @@ use crate::kernel::GpuOp;
 
 pub(crate) mod cast;
 pub(crate) mod compare;
+pub(crate) mod contrib;
 pub(crate) mod conv;
 pub(crate) mod elementwise;
 pub(crate) mod gather;
+pub(crate) mod integer;
 pub(crate) mod layout;
 pub(crate) mod matmul;
 pub(crate) mod norm;
@@ -42,6 +44,8 @@ pub(crate) struct OpDef {
 #[derive(Default)]
 pub(crate) struct Registry {
     ops: HashMap<&'static str, OpDef>,
+    /// Ops of other domains, by (domain, op type).
+    domains: HashMap<(&'static str, &'static str), OpDef>,
 }
 
 impl Registry {
@@ -50,9 +54,11 @@ impl Registry {
         let mut r = Registry::default();
         cast::register(&mut r);
         compare::register(&mut r);
+        contrib::register(&mut r);
         conv::register(&mut r);
         elementwise::register(&mut r);
         gather::register(&mut r);
+        integer::register(&mut r);
         layout::register(&mut r);
         matmul::register(&mut r);
         norm::register(&mut r);
@@ -72,12 +78,17 @@ impl Registry {
         self.ops.insert(op, OpDef { supports, build, host_inputs: host });
     }
 
+    /// Registers an op of another domain (e.g. `com.microsoft`), all inputs read on the GPU.
+    pub fn add_in(&mut self, domain: &'static str, op: &'static str, supports: SupportsFn, build: BuildFn) {
+        self.domains.insert((domain, op), OpDef { supports, build, host_inputs: &[] });
+    }
+
     /// The definition for a node's op.
     pub fn get(&self, domain: &str, op: &str) -> Option<&OpDef> {
         if domain.is_empty() || domain == "ai.onnx" {
             self.ops.get(op)
         } else {
-            None
+            self.domains.iter().find(|((d, o), _)| *d == domain && *o == op).map(|(_, def)| def)
         }
     }
 

@@ -22,12 +22,15 @@ use crate::context::{GpuContext, Pipeline};
 use crate::kernel::{enables, gpu_input, grid, opt_gpu_input, u32_of, GpuOp, GpuTensor, OnGpu, FLAT_INDEX};
 use crate::run::GpuRun;
 
+mod skip;
+
 /// Registers the normalization ops.
 pub(crate) fn register(r: &mut Registry) {
     r.add("BatchNormalization", supports_batch_norm, build_batch_norm);
     r.add("LayerNormalization", supports_layer_norm, build_layer_norm);
     r.add("InstanceNormalization", supports_instance_norm, build_instance_norm);
     r.add("GroupNormalization", supports_group_norm, build_group_norm);
+    r.add_in("com.microsoft", "SkipLayerNormalization", skip::supports, skip::build);
 }
 
 /// The `enable` lines for shaders reading any of `dtypes`.

@@ -1,6 +1,7 @@
 //! Per-operator inference rules, grouped by family in the submodules. Each rule reads what is
 //! known of a node's inputs through [`ctx::Ctx`] and returns one [`Inferred`] per output.
 
+mod contrib;
 mod control;
 mod ctx;
 mod dims;
@@ -73,10 +74,14 @@ fn rule_for(op: &str) -> Option<Rule> {
 /// Infers the outputs of one node from what is known of its inputs. Unknown ops give no outputs
 /// (their values stay untyped). Errors only where the node is certainly inconsistent.
 pub fn infer_node(node: &Node, since_version: i64, inputs: &[Option<&Inferred>]) -> Result<Vec<Inferred>> {
-    if !(node.domain.is_empty() || node.domain == "ai.onnx") {
-        return Ok(vec![]);
-    }
-    let Some(rule) = rule_for(&node.op_type) else {
+    let rule = if node.domain.is_empty() || node.domain == "ai.onnx" {
+        rule_for(&node.op_type)
+    } else if node.domain == crate::ir::MS_DOMAIN {
+        contrib::rule(&node.op_type)
+    } else {
+        None
+    };
+    let Some(rule) = rule else {
         return Ok(vec![]);
     };
     let cx = Ctx::new(node, since_version, inputs);

@@ -1,5 +1,6 @@
-//! The convolution math: a depthwise kernel, a direct GEMM for 1x1 stride-1 convolutions, and
-//! im2col + GEMM for the rest, on 3-D windows (1-D and 2-D are padded up with unit axes).
+//! The convolution math: a depthwise kernel ([`depthwise`]), a direct GEMM for 1x1 stride-1
+//! convolutions, and im2col + GEMM for the rest, on 3-D windows (1-D and 2-D are padded up with
+//! unit axes).
 
 use std::ops::Range;
 
@@ -7,9 +8,10 @@ use rayon::prelude::*;
 
 use onyx_core::{Error, Result};
 
+use super::depthwise::depthwise;
 use super::geometry::Axis;
 use crate::ops::matmul::gemm::{gemm, gemm_serial, MatMut, MatRef, PARALLEL_WORK};
-use crate::ops::matmul::real::{filled, Real};
+use crate::ops::matmul::real::{zeroed, Real};
 
 /// Most elements of an im2col buffer: larger products are done in tiles of output rows.
 const COL_TILE_ELEMS: usize = 1 << 20;
@@ -88,31 +90,49 @@ pub(crate) fn fill_bias<T: Real>(y: &mut [T], len: usize, bias: Option<&[T]>) {
     }
 }
 
+/// The output `[N, C_out, spatial...]` holding each channel's bias, or zero: the kernels
+/// accumulate into it, so it is written once before them (no separate zeroing pass).
+fn initial_output<T: Real>(s: &ConvShape, bias: Option<&[T]>) -> Result<Vec<T>> {
+    let n = s.out_elems()?;
+    let Some(bias) = bias else { return zeroed(n) };
+    let mut y = Vec::new();
+    y.try_reserve_exact(n)
+        .map_err(|_| Error::InvalidArgument(format!("cannot allocate an output of {n} elements")))?;
+    let len = s.out_len();
+    for _ in 0..s.batch {
+        for &b in bias {
+            y.extend(std::iter::repeat_n(b, len));
+        }
+    }
+    Ok(y)
+}
+
 /// Convolution of `x` (`[N, C_in, D, H, W]`) with `w` (`[C_out, C_in / group, kD, kH, kW]`) plus
 /// an optional bias, giving `[N, C_out, oD, oH, oW]`.
 pub(crate) fn conv<T: Real>(x: &[T], w: &[T], bias: Option<&[T]>, s: &ConvShape) -> Result<Vec<T>> {
     s.check(x.len(), w.len(), bias.map(<[T]>::len))?;
-    let mut y = filled(s.out_elems()?, T::ZERO)?;
+    let mut y = initial_output(s, bias)?;
     if y.is_empty() {
         return Ok(y);
     }
     if s.cg() == 1 && s.group > 1 {
-        depthwise(x, w, bias, s, &mut y);
+        depthwise(x, w, s, &mut y);
         return Ok(y);
     }
     let pointwise = s.axes.iter().all(|a| a.kernel == 1 && a.stride == 1 && a.pad_begin == 0 && a.output == a.input);
     let (items, item_len) = (s.batch * s.group, s.mg() * s.out_len());
     let work = y.len().saturating_mul(s.cg() * s.k_len());
     let outer_parallel = items >= rayon::current_num_threads() && work >= PARALLEL_WORK;
+    // C (already holding the bias) is read only when there is a bias.
+    let beta = if bias.is_some() { T::ONE } else { T::ZERO };
     let one = |scratch: &mut Vec<T>, (i, y_ng): (usize, &mut [T]), parallel: bool| -> Result<()> {
         let (n, g) = (i / s.group, i % s.group);
         let x_ng = &x[(n * s.c_in + g * s.cg()) * s.in_len()..][..s.cg() * s.in_len()];
         let w_g = &w[g * s.mg() * s.cg() * s.k_len()..][..s.mg() * s.cg() * s.k_len()];
-        let bias_g = bias.map(|b| &b[g * s.mg()..][..s.mg()]);
         if pointwise {
-            pointwise_item(x_ng, w_g, bias_g, s, y_ng, parallel)
+            pointwise_item(x_ng, w_g, beta, s, y_ng, parallel)
         } else {
-            im2col_item(x_ng, w_g, bias_g, s, y_ng, scratch, parallel)
+            im2col_item(x_ng, w_g, beta, s, y_ng, scratch, parallel)
         }
     };
     if outer_parallel {
@@ -141,28 +161,20 @@ fn gemm_maybe_parallel<T: Real>(
 }
 
 /// A 1x1 stride-1 unpadded convolution of one (image, group): the input already is the
-/// `[C_in/group, H*W]` matrix, so it is one GEMM.
-fn pointwise_item<T: Real>(
-    x_ng: &[T],
-    w_g: &[T],
-    bias: Option<&[T]>,
-    s: &ConvShape,
-    y_ng: &mut [T],
-    parallel: bool,
-) -> Result<()> {
+/// `[C_in/group, H*W]` matrix, so it is one GEMM (`beta`: one to add to C's bias, else zero).
+fn pointwise_item<T: Real>(x_ng: &[T], w_g: &[T], beta: T, s: &ConvShape, y_ng: &mut [T], parallel: bool) -> Result<()> {
     let (mg, cg, len) = (s.mg(), s.cg(), s.out_len());
-    fill_bias(y_ng, len, bias);
-    let beta = if bias.is_some() { T::ONE } else { T::ZERO };
     let c = MatMut::row_major(y_ng, mg, len);
     gemm_maybe_parallel(parallel, MatRef::row_major(w_g, mg, cg), MatRef::row_major(x_ng, cg, len), beta, c)
 }
 
 /// One (image, group) by im2col + GEMM, in tiles of output rows so the column buffer stays
-/// under [`COL_TILE_ELEMS`]; `scratch` is reused between calls.
+/// under [`COL_TILE_ELEMS`]; `scratch` is reused between calls (`beta` as for
+/// [`pointwise_item`]).
 fn im2col_item<T: Real>(
     x_ng: &[T],
     w_g: &[T],
-    bias: Option<&[T]>,
+    beta: T,
     s: &ConvShape,
     y_ng: &mut [T],
     scratch: &mut Vec<T>,
@@ -173,8 +185,6 @@ fn im2col_item<T: Real>(
     let krows = s.cg() * s.k_len();
     let out_rows = az.output * ay.output;
     let tile = (COL_TILE_ELEMS / (krows * ow).max(1)).clamp(1, out_rows.max(1));
-    fill_bias(y_ng, out_len, bias);
-    let beta = if bias.is_some() { T::ONE } else { T::ZERO };
     for r0 in (0..out_rows).step_by(tile) {
         let rows = r0..(r0 + tile).min(out_rows);
         let ncols = rows.len() * ow;
@@ -231,66 +241,6 @@ fn copy_strided<T: Copy>(src: &[T], stride: usize, dst: &mut [T]) {
     } else {
         for (d, s) in dst.iter_mut().zip(src.iter().step_by(stride)) {
             *d = *s;
-        }
-    }
-}
-
-/// `dst[j] += w * src[j * stride]`.
-fn axpy_strided<T: Real>(w: T, src: &[T], stride: usize, dst: &mut [T]) {
-    if stride == 1 {
-        let n = dst.len();
-        for (d, &s) in dst.iter_mut().zip(&src[..n]) {
-            *d += w * s;
-        }
-    } else {
-        for (d, &s) in dst.iter_mut().zip(src.iter().step_by(stride)) {
-            *d += w * s;
-        }
-    }
-}
-
-/// Depthwise convolution (`group == C_in`, `C_out = C_in * multiplier`): each output plane is
-/// a weighted sum of shifted copies of one input plane, accumulated tap by tap without im2col.
-fn depthwise<T: Real>(x: &[T], w: &[T], bias: Option<&[T]>, s: &ConvShape, y: &mut [T]) {
-    let (in_len, out_len, k_len) = (s.in_len(), s.out_len(), s.k_len());
-    let multiplier = s.mg();
-    let plane = |(i, y_plane): (usize, &mut [T])| {
-        let (n, m) = (i / s.c_out, i % s.c_out);
-        let c = m / multiplier;
-        y_plane.fill(bias.map_or(T::ZERO, |b| b[m]));
-        let x_plane = &x[(n * s.c_in + c) * in_len..][..in_len];
-        accumulate_taps(x_plane, &w[m * k_len..][..k_len], &s.axes, y_plane);
-    };
-    if y.len().saturating_mul(k_len) >= PARALLEL_WORK {
-        y.par_chunks_mut(out_len).enumerate().for_each(plane);
-    } else {
-        y.chunks_mut(out_len).enumerate().for_each(plane);
-    }
-}
-
-/// `y += sum over taps of w[tap] * (x shifted by the tap)`, for one plane.
-fn accumulate_taps<T: Real>(x: &[T], w: &[T], axes: &[Axis; 3], y: &mut [T]) {
-    let [az, ay, ax] = *axes;
-    for kz in 0..az.kernel {
-        let (z0, z1) = az.valid_outputs(kz);
-        for ky in 0..ay.kernel {
-            let (y0, y1) = ay.valid_outputs(ky);
-            for kx in 0..ax.kernel {
-                let (x0, x1) = ax.valid_outputs(kx);
-                if x0 == x1 {
-                    continue;
-                }
-                let wv = w[(kz * ay.kernel + ky) * ax.kernel + kx];
-                let ix0 = ax.input_index(x0, kx) as usize;
-                for oz in z0..z1 {
-                    let iz = az.input_index(oz, kz) as usize;
-                    for oy in y0..y1 {
-                        let iy = ay.input_index(oy, ky) as usize;
-                        let dst = &mut y[(oz * ay.output + oy) * ax.output..][x0..x1];
-                        axpy_strided(wv, &x[(iz * ay.input + iy) * ax.input + ix0..], ax.stride, dst);
-                    }
-                }
-            }
         }
     }
 }

@@ -367,6 +367,108 @@ fn conv_matches_direct_convolution() {
 }
 
 #[test]
+fn depthwise_and_pointwise_fast_paths_match_direct_convolution() {
+    let mut rng = Rng::new(23);
+    let cases = [
+        // MobileNet's depthwise layers: 3x3, pad 1, stride 1 and 2, odd sizes, no bias.
+        Case {
+            x: &[1, 7, 13, 15],
+            w: &[7, 1, 3, 3],
+            group: 7,
+            pads: Some(&[1, 1, 1, 1]),
+            ref_pads: &[1, 1],
+            out: &[13, 15],
+            bias: false,
+            ..BASE
+        },
+        Case {
+            x: &[2, 6, 13, 14],
+            w: &[6, 1, 3, 3],
+            group: 6,
+            strides: &[2, 2],
+            pads: Some(&[1, 1, 1, 1]),
+            ref_pads: &[1, 1],
+            out: &[7, 7],
+            ..BASE
+        },
+        // 5x5 with multiplier 3, stride 3 along W only, asymmetric pads.
+        Case {
+            x: &[1, 4, 11, 17],
+            w: &[12, 1, 5, 5],
+            group: 4,
+            strides: &[1, 3],
+            pads: Some(&[2, 0, 1, 3]),
+            ref_pads: &[2, 0],
+            out: &[10, 6],
+            ..BASE
+        },
+        // Dilation 3 with stride 2 (taps land in both phases), kernel wider than three.
+        Case {
+            x: &[1, 3, 12, 19],
+            w: &[6, 1, 2, 4],
+            group: 3,
+            strides: &[2, 2],
+            dilations: &[2, 3],
+            pads: Some(&[1, 2, 0, 1]),
+            ref_pads: &[1, 2],
+            out: &[6, 7],
+            ..BASE
+        },
+        // Pads larger than the kernel reach: whole rows and columns of zeros.
+        Case {
+            x: &[1, 2, 3, 4],
+            w: &[2, 1, 2, 2],
+            group: 2,
+            pads: Some(&[3, 3, 3, 3]),
+            ref_pads: &[3, 3],
+            out: &[8, 9],
+            ..BASE
+        },
+        // 1-D and 3-D depthwise.
+        Case { x: &[3, 5, 29], w: &[10, 1, 7], group: 5, strides: &[2], pads: Some(&[3, 2]), ref_pads: &[3], out: &[14], ..BASE },
+        Case {
+            x: &[1, 3, 5, 6, 7],
+            w: &[3, 1, 3, 2, 3],
+            group: 3,
+            strides: &[2, 1, 2],
+            pads: Some(&[1, 0, 1, 1, 1, 0]),
+            ref_pads: &[1, 0, 1],
+            out: &[3, 6, 3],
+            ..BASE
+        },
+        // Large enough for the parallel depthwise path, stride 2.
+        Case {
+            x: &[1, 40, 37, 29],
+            w: &[40, 1, 3, 3],
+            group: 40,
+            strides: &[2, 2],
+            pads: Some(&[1, 1, 1, 1]),
+            ref_pads: &[1, 1],
+            out: &[19, 15],
+            bias: false,
+            ..BASE
+        },
+        // 1x1 stride 1 (one GEMM, no im2col): batched, without bias, large and grouped.
+        Case { x: &[3, 17, 7, 11], w: &[23, 17, 1, 1], out: &[7, 11], bias: false, ..BASE },
+        Case { x: &[1, 96, 23, 21], w: &[130, 96, 1, 1], out: &[23, 21], ..BASE },
+        Case { x: &[2, 12, 9, 7], w: &[8, 3, 1, 1], group: 4, out: &[9, 7], ..BASE },
+        // 1x1 stride 2 and 1x1 with pads: im2col.
+        Case { x: &[1, 16, 15, 13], w: &[24, 16, 1, 1], strides: &[2, 2], out: &[8, 7], bias: false, ..BASE },
+        Case {
+            x: &[1, 5, 6, 7],
+            w: &[3, 5, 1, 1],
+            pads: Some(&[1, 0, 0, 2]),
+            ref_pads: &[1, 0],
+            out: &[7, 9],
+            ..BASE
+        },
+    ];
+    for case in &cases {
+        case.check(false, &mut rng);
+    }
+}
+
+#[test]
 fn conv_transpose_matches_direct_scatter() {
     let mut rng = Rng::new(12);
     let cases = [

@@ -8,7 +8,7 @@ use onyx_core::{Error, Result};
 use super::geometry::Axis;
 use super::kernels::{fill_bias, ConvShape};
 use crate::ops::matmul::gemm::{gemm, gemm_serial, MatMut, MatRef, PARALLEL_WORK};
-use crate::ops::matmul::real::{filled, Real};
+use crate::ops::matmul::real::{zeroed, Real};
 
 /// Most elements of a column buffer: larger inputs are done in tiles of input rows.
 const COL_TILE_ELEMS: usize = 1 << 20;
@@ -36,7 +36,7 @@ pub(crate) fn conv_transpose<T: Real>(x: &[T], w: &[T], bias: Option<&[T]>, s: &
             w.len()
         )));
     }
-    let mut y = filled(s.out_elems()?, T::ZERO)?;
+    let mut y = zeroed(s.out_elems()?)?;
     if y.is_empty() {
         return Ok(y);
     }

@@ -139,6 +139,7 @@ fn softplus<T: Real>(x: T) -> T {
 }
 
 impl FloatChunks for UnaryOp {
+    #[inline(always)]
     fn apply<T: Real>(&self, s: &[T], d: &mut [T]) {
         use UnaryOp::*;
         let half = T::from_f32(0.5);
@@ -297,7 +298,7 @@ impl Clip {
 
 /// Clamps to `[lo, hi]` (`hi` wins when `lo > hi`, as the spec says); NaN stays NaN.
 fn clip_slice<T: Copy + PartialOrd + Send + Sync + Default>(x: &[T], lo: Option<T>, hi: Option<T>) -> Vec<T> {
-    map_chunks(x, |s, d| match (lo, hi) {
+    map_chunks(x, |s, d| util::simd(|| match (lo, hi) {
         (Some(l), Some(h)) => each(s, d, |v| {
             let v = if v < l { l } else { v };
             if v > h {
@@ -309,7 +310,7 @@ fn clip_slice<T: Copy + PartialOrd + Send + Sync + Default>(x: &[T], lo: Option<
         (Some(l), None) => each(s, d, |v| if v < l { l } else { v }),
         (None, Some(h)) => each(s, d, |v| if v > h { h } else { v }),
         (None, None) => d.copy_from_slice(s),
-    })
+    }))
 }
 
 impl Kernel for Clip {

@@ -61,6 +61,7 @@ pub(crate) fn unsupported_dtype(at: &Location, dtype: DataType) -> Error {
 /// A vector of `n` default elements, or an error (instead of an abort) when it cannot be
 /// allocated.
 pub(crate) fn alloc<T: Clone + Default>(n: usize, at: &Location) -> Result<Vec<T>> {
+    check_limit::<T>(n, at)?;
     let mut v = Vec::new();
     v.try_reserve_exact(n).map_err(|_| Error::node(at, format!("cannot allocate an output of {n} elements")))?;
     v.resize(n, T::default());
@@ -69,9 +70,30 @@ pub(crate) fn alloc<T: Clone + Default>(n: usize, at: &Location) -> Result<Vec<T
 
 /// An empty vector with room for `n` elements, or an error when it cannot be allocated.
 pub(crate) fn with_capacity<T>(n: usize, at: &Location) -> Result<Vec<T>> {
+    check_limit::<T>(n, at)?;
     let mut v = Vec::new();
     v.try_reserve_exact(n).map_err(|_| Error::node(at, format!("cannot allocate an output of {n} elements")))?;
     Ok(v)
+}
+
+/// Checks an output of `n` elements of `T` against the session's limits (before allocating).
+fn check_limit<T>(n: usize, at: &Location) -> Result<()> {
+    let bytes = (n as u64).saturating_mul(std::mem::size_of::<T>() as u64);
+    onyx_core::session::limits::check_alloc(bytes, || format!("{at}: an output of {n} elements"))
+}
+
+/// Checks an output of `dtype` with `dims` (whose count may overflow `usize`) against the
+/// session's limits, before the index maps and the output of an Expand or Tile are allocated.
+/// The per-axis index maps (one entry per output index of each axis) are checked too: they
+/// exist even when another dim makes the output empty.
+pub(crate) fn check_output(dtype: DataType, dims: impl IntoIterator<Item = u128>, at: &Location) -> Result<()> {
+    use onyx_core::session::limits::{bytes_of, check_alloc};
+    let dims: Vec<u128> = dims.into_iter().collect();
+    let count = dims.iter().fold(1u128, |n, &d| n.saturating_mul(d));
+    check_alloc(bytes_of(dtype, count), || format!("{at}: an output of {count} {dtype} elements"))?;
+    let entries = dims.iter().fold(0u128, |n, &d| n.saturating_add(d));
+    let map_bytes = entries.saturating_mul(std::mem::size_of::<Option<usize>>() as u128);
+    check_alloc(u64::try_from(map_bytes).unwrap_or(u64::MAX), || format!("{at}: index maps of {entries} entries"))
 }
 
 /// Runs `$body` with `$T` bound to the [`Elem`] type that moves elements of `$dtype`; an

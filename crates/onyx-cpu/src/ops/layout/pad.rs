@@ -41,8 +41,8 @@ pub(crate) fn axis_map(dim: usize, begin: i64, end: i64, mode: PadMode, at: &Loc
         return Err(Error::node(at, format!("pads {begin} and {end} leave nothing of a dim of {d}")));
     };
     // The part of the input that survives cropping.
-    let lo = (-begin).max(0);
-    let hi = d - (-end).max(0);
+    let lo = begin.saturating_neg().max(0);
+    let hi = d - end.saturating_neg().max(0);
     let n = (hi - lo).max(0);
     if n == 0 && mode != PadMode::Constant && out > 0 {
         return Err(Error::node(

@@ -46,6 +46,8 @@ impl Kernel for Tile {
                 format!("{repeats:?}"),
             ));
         }
+        let dims = x.shape().iter().zip(&repeats).map(|(&d, &r)| d as u128 * r.max(0) as u128);
+        elems::check_output(x.dtype(), dims, &self.at)?;
         let maps = tile_maps(x.shape(), &repeats, &self.at)?;
         let shape: Vec<usize> = maps.iter().map(Vec::len).collect();
         with_elem!(x.dtype(), &self.at, T => {

@@ -1,6 +1,7 @@
 //! The matrix product every kernel of the matmul, conv and norm families uses:
 //! `C = alpha * A * B + beta * C` on strided operands (so transposes cost nothing), through
-//! `matrixmultiply`, split across rayon threads when the product is large.
+//! the `gemm` crate (packed panels, runtime SIMD dispatch), on rayon threads when the product
+//! is large.
 
 use rayon::prelude::*;
 
@@ -10,10 +11,6 @@ use super::real::Real;
 
 /// Products with fewer multiply-adds than this run on the calling thread.
 pub(crate) const PARALLEL_WORK: usize = 1 << 16;
-/// Fewest rows of C one thread computes when the rows are split.
-const MIN_ROWS_PER_THREAD: usize = 16;
-/// Fewest columns of C one thread computes when the columns are split.
-const MIN_COLS_PER_THREAD: usize = 64;
 
 /// A borrowed matrix: element `(i, j)` is `data[i * rs + j * cs]`.
 #[derive(Clone, Copy, Debug)]
@@ -48,18 +45,6 @@ impl<'a, T> MatRef<'a, T> {
         } else {
             self
         }
-    }
-
-    /// Rows `start..start + count` (clamped to the slice).
-    fn rows_from(self, start: usize, count: usize) -> Self {
-        let offset = (start * self.rs).min(self.data.len());
-        MatRef { data: &self.data[offset..], rows: count, ..self }
-    }
-
-    /// Columns `start..start + count` (clamped to the slice).
-    fn cols_from(self, start: usize, count: usize) -> Self {
-        let offset = (start * self.cs).min(self.data.len());
-        MatRef { data: &self.data[offset..], cols: count, ..self }
     }
 }
 
@@ -154,20 +139,157 @@ fn gemm_with<T: Real>(
     }
     let threads = rayon::current_num_threads();
     let work = m.saturating_mul(n).saturating_mul(k);
-    if !parallel || threads < 2 || work < PARALLEL_WORK {
-        run_checked(alpha, a, b, beta, c)
-    } else if m >= 2 * MIN_ROWS_PER_THREAD {
-        split_rows(alpha, a, b, beta, c, threads)
-    } else if n >= 2 * MIN_COLS_PER_THREAD {
-        split_cols(alpha, a, b, beta, c, threads)
+    // One block of C per thread (fewer for small products), each a serial product: the crate's
+    // own threading packs in lockstep across threads and scales worse.
+    let blocks = (work / PARALLEL_WORK).clamp(1, threads);
+    if !parallel || blocks < 2 {
+        run_checked(alpha, a, b, beta, c, gemm::Parallelism::None)
+    } else if m >= n && m >= blocks * MIN_ROWS_PER_BLOCK {
+        split_rows(alpha, a, b, beta, c, blocks)
+    } else if n >= blocks * MIN_COLS_PER_BLOCK {
+        split_cols(alpha, a, b, beta, c, blocks)
     } else {
-        run_checked(alpha, a, b, beta, c)
+        run_checked(alpha, a, b, beta, c, gemm::Parallelism::Rayon(threads))
     }
 }
 
-/// Calls the kernel (which checks the operands again: the checks are what make it sound).
-fn run_checked<T: Real>(alpha: T, a: MatRef<'_, T>, b: MatRef<'_, T>, beta: T, c: MatMut<'_, T>) -> Result<()> {
-    T::matmul(alpha, a, b, beta, c)
+/// Fewest rows of C in one block when the rows are split.
+const MIN_ROWS_PER_BLOCK: usize = 8;
+/// Fewest columns of C in one block when the columns are split.
+const MIN_COLS_PER_BLOCK: usize = 16;
+
+/// Each block of C's rows is computed on its own thread.
+fn split_rows<T: Real>(alpha: T, a: MatRef<'_, T>, b: MatRef<'_, T>, beta: T, c: MatMut<'_, T>, blocks: usize) -> Result<()> {
+    let (m, n, rs) = (c.rows, c.cols, c.rs);
+    let per = m.div_ceil(blocks).next_multiple_of(MIN_ROWS_PER_BLOCK);
+    c.data.par_chunks_mut(per * rs).enumerate().try_for_each(|(i, chunk)| {
+        let start = i * per;
+        let rows = per.min(m.saturating_sub(start));
+        if rows == 0 {
+            return Ok(());
+        }
+        let a_rows = MatRef { data: a.data.get(start * a.rs..).unwrap_or_default(), rows, ..a };
+        run_checked(alpha, a_rows, b, beta, MatMut { data: chunk, rows, cols: n, rs }, gemm::Parallelism::None)
+    })
+}
+
+/// A pointer to C's elements that threads writing disjoint columns share.
+#[derive(Clone, Copy)]
+struct SharedC<T>(*mut T);
+// SAFETY: `split_cols` hands each thread a disjoint set of C's elements through this pointer;
+// T is `Send` (`Real`), and no element is read or written by two threads.
+unsafe impl<T: Send> Send for SharedC<T> {}
+// SAFETY: as above: the pointer is only used to reach elements no other thread touches.
+unsafe impl<T: Send> Sync for SharedC<T> {}
+
+/// Each block of C's columns is computed on its own thread, in place (C's columns are not
+/// contiguous, so the blocks are reached through a shared pointer rather than slices).
+fn split_cols<T: Real>(alpha: T, a: MatRef<'_, T>, b: MatRef<'_, T>, beta: T, c: MatMut<'_, T>, blocks: usize) -> Result<()> {
+    check_shapes(&a, &b, &c)?;
+    let (m, k, n, rs) = (a.rows, a.cols, c.cols, c.rs);
+    let per = n.div_ceil(blocks).next_multiple_of(MIN_COLS_PER_BLOCK);
+    let c_ptr = SharedC(c.data.as_mut_ptr());
+    (0..n.div_ceil(per)).into_par_iter().for_each(|i| {
+        let c_ptr = c_ptr;
+        let j0 = i * per;
+        let cols = per.min(n - j0);
+        // SAFETY: `check_shapes` verified that A, B and C (m x n, row stride rs >= n, column
+        // stride 1) lie inside their slices with strides that fit `isize`. Block i covers
+        // columns j0..j0 + cols < n of every row: the offsets `j0 * b.cs` and `j0` stay inside
+        // B's and C's spans, and no two blocks share an element of C. `c` stays mutably
+        // borrowed (so unaliased) until every block has finished.
+        unsafe {
+            call_gemm(
+                m,
+                cols,
+                k,
+                c_ptr.0.add(j0),
+                rs,
+                a,
+                b.data.as_ptr().add(j0 * b.cs),
+                b.rs,
+                b.cs,
+                alpha,
+                beta,
+                gemm::Parallelism::None,
+            )
+        }
+    });
+    Ok(())
+}
+
+/// Calls the `gemm` crate's kernel (runtime dispatch to AVX-512, AVX2+FMA, NEON...) after
+/// checking the operands (the checks are what make the call sound).
+fn run_checked<T: Real>(
+    alpha: T,
+    a: MatRef<'_, T>,
+    b: MatRef<'_, T>,
+    beta: T,
+    c: MatMut<'_, T>,
+    parallelism: gemm::Parallelism,
+) -> Result<()> {
+    check_shapes(&a, &b, &c)?;
+    let (m, k, n) = (a.rows, a.cols, b.cols);
+    // SAFETY: `check_shapes` verified that every element index `i * rs + j * cs` of A (m x k),
+    // B (k x n) and C (m x n, column stride 1) lies inside its slice, that the strides fit
+    // `isize`, and that C's rows do not overlap (row stride >= n). C is borrowed mutably, so it
+    // aliases neither A nor B.
+    unsafe {
+        call_gemm(m, n, k, c.data.as_mut_ptr(), c.rs, a, b.data.as_ptr(), b.rs, b.cs, alpha, beta, parallelism);
+    }
+    Ok(())
+}
+
+/// `C = alpha * A * B + beta * C` on an `m x n` C at `c` (row stride `c_rs`, column stride 1)
+/// and an `k x n` B at `b`.
+///
+/// # Safety
+/// Every element `i * rs + j * cs` of A (in `a.data`), of B (from `b`) and of C (from `c`)
+/// must be valid to read (and C's to write), with strides that fit `isize`; C must alias
+/// neither A nor B, and no other thread may touch C's elements during the call.
+#[allow(clippy::too_many_arguments)]
+unsafe fn call_gemm<T: Real>(
+    m: usize,
+    n: usize,
+    k: usize,
+    c: *mut T,
+    c_rs: usize,
+    a: MatRef<'_, T>,
+    b: *const T,
+    b_rs: usize,
+    b_cs: usize,
+    alpha: T,
+    beta: T,
+    parallelism: gemm::Parallelism,
+) {
+    // The crate computes `dst = alpha * dst + beta * lhs * rhs`: our beta is its alpha, and
+    // with `read_dst == false` it never reads C (NaNs included).
+    let read_dst = beta != T::ZERO;
+    // SAFETY: the caller's contract; the crate reads and writes nothing outside those elements
+    // and accepts exactly f32 and f64 here (`T: Real`).
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            c,
+            1,
+            c_rs as isize,
+            read_dst,
+            a.data.as_ptr(),
+            a.cs as isize,
+            a.rs as isize,
+            b,
+            b_cs as isize,
+            b_rs as isize,
+            beta,
+            alpha,
+            false,
+            false,
+            false,
+            parallelism,
+        );
+    }
 }
 
 /// `C *= beta` (`C = 0` when beta is zero, whatever C held).
@@ -177,61 +299,6 @@ fn scale_rows<T: Real>(c: MatMut<'_, T>, beta: T) {
             *x = if beta == T::ZERO { T::ZERO } else { *x * beta };
         }
     }
-}
-
-/// Each thread computes a block of C's rows in place.
-fn split_rows<T: Real>(
-    alpha: T,
-    a: MatRef<'_, T>,
-    b: MatRef<'_, T>,
-    beta: T,
-    c: MatMut<'_, T>,
-    threads: usize,
-) -> Result<()> {
-    let (m, n) = (c.rows, c.cols);
-    let rows_per = m.div_ceil(threads).max(MIN_ROWS_PER_THREAD);
-    let rs = c.rs;
-    c.data.par_chunks_mut(rows_per * rs).enumerate().try_for_each(|(i, chunk)| {
-        let start = i * rows_per;
-        let rows = rows_per.min(m.saturating_sub(start));
-        if rows == 0 {
-            return Ok(());
-        }
-        let c_block = MatMut { data: chunk, rows, cols: n, rs };
-        run_checked(alpha, a.rows_from(start, rows), b, beta, c_block)
-    })
-}
-
-/// Each thread computes a block of C's columns into its own buffer; the blocks are then
-/// merged into C (C's columns are not contiguous, so they cannot be lent to threads).
-fn split_cols<T: Real>(
-    alpha: T,
-    a: MatRef<'_, T>,
-    b: MatRef<'_, T>,
-    beta: T,
-    c: MatMut<'_, T>,
-    threads: usize,
-) -> Result<()> {
-    let (m, n) = (c.rows, c.cols);
-    let cols_per = n.div_ceil(threads).max(MIN_COLS_PER_THREAD);
-    let starts: Vec<usize> = (0..n).step_by(cols_per).collect();
-    let blocks: Vec<(usize, usize, Vec<T>)> = starts
-        .into_par_iter()
-        .map(|start| {
-            let cols = cols_per.min(n - start);
-            let mut local = vec![T::ZERO; m * cols];
-            run_checked(alpha, a, b.cols_from(start, cols), T::ZERO, MatMut::row_major(&mut local, m, cols))?;
-            Ok((start, cols, local))
-        })
-        .collect::<Result<_>>()?;
-    for (start, cols, local) in blocks {
-        for (row, src) in c.data.chunks_mut(c.rs).zip(local.chunks(cols)) {
-            for (y, &x) in row[start..start + cols].iter_mut().zip(src) {
-                *y = if beta == T::ZERO { x } else { x + beta * *y };
-            }
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -295,6 +362,24 @@ mod tests {
                     assert_close(&c32, &want, 1e-4, &format!("f32 {m}x{k}x{n}"));
                 }
             }
+        }
+    }
+
+    #[test]
+    fn row_and_column_blocks_on_many_threads_match_the_serial_product() {
+        let mut rng = Rng::new(9);
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(7).build().unwrap();
+        // Rows split (m >= n), columns split (n > m, C with padded rows), and too small to split.
+        for &(m, k, n, rs) in &[(203, 37, 45, 45), (21, 70, 389, 400), (3, 5, 7, 7)] {
+            let a = rng.vec_f64(m * k);
+            let b = rng.vec_f64(k * n);
+            let c0 = rng.vec_f64(m * rs);
+            let (am, bm) = (MatRef::row_major(&a[..], m, k), MatRef::row_major(&b[..], k, n).t().t());
+            let mut want = c0.clone();
+            gemm_serial(0.5, am, bm, 1.5, MatMut { data: &mut want, rows: m, cols: n, rs }).unwrap();
+            let mut got = c0.clone();
+            pool.install(|| gemm(0.5, am, bm, 1.5, MatMut { data: &mut got, rows: m, cols: n, rs })).unwrap();
+            assert_close(&got, &want, 1e-12, &format!("{m}x{k}x{n} on 7 threads"));
         }
     }
 

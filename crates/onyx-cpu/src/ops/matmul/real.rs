@@ -6,7 +6,6 @@ use std::ops::{Add, AddAssign, Div, Mul, MulAssign, Neg, Sub, SubAssign};
 
 use onyx_core::{DataType, Element, Error, Result, TensorView, Value};
 
-use super::gemm::{check_shapes, MatMut, MatRef};
 use crate::ops::util;
 
 /// A float type kernels compute in: f32 or f64.
@@ -47,13 +46,10 @@ pub(crate) trait Real:
     fn from_usize(n: usize) -> Self {
         Self::from_f64(n as f64)
     }
-    /// `C = alpha * A * B + beta * C` through `matrixmultiply`, single-threaded; checks the
-    /// operands first (shapes agree, every element inside its slice, C's rows disjoint).
-    fn matmul(alpha: Self, a: MatRef<'_, Self>, b: MatRef<'_, Self>, beta: Self, c: MatMut<'_, Self>) -> Result<()>;
 }
 
 macro_rules! real {
-    ($t:ty, $gemm:path) => {
+    ($t:ty) => {
         impl Real for $t {
             const ZERO: Self = 0.0;
             const ONE: Self = 1.0;
@@ -78,44 +74,11 @@ macro_rules! real {
             fn powf(self, p: Self) -> Self {
                 <$t>::powf(self, p)
             }
-            fn matmul(
-                alpha: Self,
-                a: MatRef<'_, Self>,
-                b: MatRef<'_, Self>,
-                beta: Self,
-                c: MatMut<'_, Self>,
-            ) -> Result<()> {
-                check_shapes(&a, &b, &c)?;
-                // SAFETY: `check_shapes` just verified that every element index `i * rs + j * cs`
-                // of A (m x k), B (k x n) and C (m x n) is inside its slice, that the strides fit
-                // `isize`, and that C's rows do not overlap (column stride 1, row stride >= n).
-                // C is borrowed mutably, so it aliases neither A nor B. matrixmultiply touches
-                // nothing else.
-                unsafe {
-                    $gemm(
-                        a.rows,
-                        a.cols,
-                        b.cols,
-                        alpha,
-                        a.data.as_ptr(),
-                        a.rs as isize,
-                        a.cs as isize,
-                        b.data.as_ptr(),
-                        b.rs as isize,
-                        b.cs as isize,
-                        beta,
-                        c.data.as_mut_ptr(),
-                        c.rs as isize,
-                        1,
-                    )
-                }
-                Ok(())
-            }
         }
     };
 }
-real!(f32, matrixmultiply::sgemm);
-real!(f64, matrixmultiply::dgemm);
+real!(f32);
+real!(f64);
 
 /// A vector of `n` copies of `value`, or an error (not an abort) when it cannot be allocated.
 pub(crate) fn filled<T: Clone>(n: usize, value: T) -> Result<Vec<T>> {
@@ -123,6 +86,14 @@ pub(crate) fn filled<T: Clone>(n: usize, value: T) -> Result<Vec<T>> {
     v.try_reserve_exact(n).map_err(|_| Error::InvalidArgument(format!("cannot allocate an output of {n} elements")))?;
     v.resize(n, value);
     Ok(v)
+}
+
+/// A vector of `n` zeros, or an error (not an abort) when it cannot be allocated. The memory
+/// comes zeroed from the allocator (fresh pages need no clearing pass), unlike [`filled`].
+pub(crate) fn zeroed<T: bytemuck::Zeroable>(n: usize) -> Result<Vec<T>> {
+    bytemuck::allocation::try_zeroed_slice_box(n)
+        .map(|b| b.into_vec())
+        .map_err(|_| Error::InvalidArgument(format!("cannot allocate an output of {n} elements")))
 }
 
 /// The type a float tensor of `dtype` is computed in: f64 for double, f32 for float, float16

@@ -1,9 +1,7 @@
 //! MatMul and Gemm. Two kernels do the work:
 //!
-//! - a tiled kernel: each workgroup of 16x16 threads computes a 64x64 tile of the output, 4x4
-//!   per thread, staging 64x16 tiles of both operands in workgroup memory. Its operand loads
-//!   and its output store are WGSL "hooks" the caller supplies, so the convolutions in
-//!   `conv.rs` reuse it as an implicit GEMM (gathering input windows on the fly);
+//! - the tiled kernel of `tiled.rs` (64x64 output tiles, split-K when there are few), with
+//!   hooks that read the operands through strides;
 //! - a GEMV kernel for products with a single row (M == 1, decoders) or a single column
 //!   (N == 1, matrix-vector): lanes of a workgroup split K and reduce in workgroup memory.
 //!
@@ -16,6 +14,13 @@ use onyx_core::ep::{NodeContext, ValueRef};
 use onyx_core::types::ValueType;
 use onyx_core::{DataType, Error, Location, Result, Value};
 
+pub(crate) mod epilogue;
+mod fused;
+pub(crate) mod tiled;
+
+pub(crate) use epilogue::Activation;
+pub(crate) use tiled::{dispatch_z, fill, Tiled, TiledSource, Walk, RESERVED};
+
 use super::{float_inputs, input_dtype, Registry};
 use crate::buffer::GpuBuffer;
 use crate::context::{GpuContext, Pipeline};
@@ -25,143 +30,14 @@ use crate::run::GpuRun;
 pub(crate) fn register(r: &mut Registry) {
     r.add("MatMul", supports_matmul, build_matmul);
     r.add("Gemm", supports_gemm, build_gemm);
+    r.add_in("com.microsoft", "FusedMatMul", fused::supports, fused::build);
 }
-
-/// Rows (and columns) of the output tile one workgroup of the tiled kernel computes.
-pub(crate) const TILE: usize = 64;
 
 /// Outputs per workgroup of the GEMV kernel when consecutive lanes walk N (and K lanes).
 const GEMV_N_WALK: (u32, u32) = (32, 8);
 
 /// Outputs per workgroup of the GEMV kernel when consecutive lanes walk K (and K lanes).
 const GEMV_K_WALK: (u32, u32) = (8, 32);
-
-/// Which tile dimension consecutive threads walk when the tiled kernel loads an operand: the
-/// one contiguous in memory, so that loads coalesce.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Walk {
-    /// Along K (A row-major, or B transposed).
-    K,
-    /// Along M for A, along N for B.
-    Outer,
-}
-
-impl Walk {
-    fn name(self) -> &'static str {
-        match self {
-            Walk::K => "k",
-            Walk::Outer => "o",
-        }
-    }
-}
-
-/// Replaces each `$NAME` of `template` by its value (longest names first is the caller's
-/// business: no name here is a prefix of another).
-pub(crate) fn fill(template: &str, values: &[(&str, &str)]) -> String {
-    let mut s = template.to_string();
-    for (name, value) in values {
-        s = s.replace(name, value);
-    }
-    s
-}
-
-/// The tiled GEMM kernel. The hooks (`$HOOKS`) declare the bindings (binding 0 being the
-/// params `p`, with p[0..4] = M, N, K, first z) and define:
-/// `setup(z)` (per-workgroup state for batch or group `z`), `struct Col` and `col(n)` (what the
-/// B loads need of output column `n`, computed once per thread before the K loop),
-/// `load_a(m, k)` and `load_b(col, k)` (called only in bounds) and `store(m, n, acc)`.
-const TILED: &str = r#"$ENABLE
-const BM: u32 = 64u;
-const BN: u32 = 64u;
-const BK: u32 = 16u;
-const THREADS: u32 = 256u;
-// Tiles are stored k-major with rows padded by 4 floats (fewer bank conflicts, vec4 reads).
-const ROW: u32 = 68u;
-const ROW4: u32 = 17u;
-var<workgroup> As: array<vec4<f32>, 272>;
-var<workgroup> Bs: array<vec4<f32>, 272>;
-$HOOKS
-fn store_row(m: u32, n: u32, v: vec4<f32>) {
-    if (m >= p[0]) { return; }
-    for (var j = 0u; j < 4u; j++) {
-        if (n + j < p[1]) { store(m, n + j, v[j]); }
-    }
-}
-@compute @workgroup_size(16, 16, 1)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) t: u32) {
-    let M = p[0];
-    let N = p[1];
-    let K = p[2];
-    setup(wid.z + p[3]);
-    let m0 = wid.y * BM;
-    let n0 = wid.x * BN;
-    let tx = t % 16u;
-    let ty = t / 16u;
-    $B_COLS
-    var acc0 = vec4<f32>(0.0);
-    var acc1 = vec4<f32>(0.0);
-    var acc2 = vec4<f32>(0.0);
-    var acc3 = vec4<f32>(0.0);
-    for (var k0 = 0u; k0 < K; k0 += BK) {
-        for (var i = 0u; i < 4u; i++) {
-            let idx = t + i * THREADS;
-            $A_IDX
-            let gm = m0 + am;
-            let gk = k0 + ak;
-            var v = 0.0;
-            if (gm < M && gk < K) { v = load_a(gm, gk); }
-            As[(ak * ROW + am) / 4u][am % 4u] = v;
-        }
-        for (var i = 0u; i < 4u; i++) {
-            let idx = t + i * THREADS;
-            $B_IDX
-            let gk = k0 + bk;
-            var v = 0.0;
-            if (n0 + bn < N && gk < K) { v = load_b(c, gk); }
-            Bs[(bk * ROW + bn) / 4u][bn % 4u] = v;
-        }
-        workgroupBarrier();
-        for (var k = 0u; k < BK; k++) {
-            let a = As[k * ROW4 + ty];
-            let b = Bs[k * ROW4 + tx];
-            acc0 += a.x * b;
-            acc1 += a.y * b;
-            acc2 += a.z * b;
-            acc3 += a.w * b;
-        }
-        workgroupBarrier();
-    }
-    let m = m0 + ty * 4u;
-    let n = n0 + tx * 4u;
-    store_row(m, n, acc0);
-    store_row(m + 1u, n, acc1);
-    store_row(m + 2u, n, acc2);
-    store_row(m + 3u, n, acc3);
-}
-"#;
-
-/// The tiled kernel's source for storage type `dtype`, with the caller's hooks and the load
-/// order of each operand.
-pub(crate) fn tiled_shader(dtype: DataType, hooks: &str, a: Walk, b: Walk) -> String {
-    let a_idx = match a {
-        Walk::K => "let ak = idx % BK; let am = idx / BK;",
-        Walk::Outer => "let am = idx % BM; let ak = idx / BM;",
-    };
-    // Walking N, each thread loads one column for the whole K loop; walking K, four.
-    let (b_cols, b_idx) = match b {
-        Walk::Outer => {
-            ("let bn_t = t % BN; let col_t = col(n0 + bn_t);", "let bn = bn_t; let bk = idx / BN; let c = col_t;")
-        }
-        Walk::K => (
-            "var cols: array<Col, 4>; for (var i = 0u; i < 4u; i++) { cols[i] = col(n0 + (t + i * THREADS) / BK); }",
-            "let bk = idx % BK; let bn = idx / BK; let c = cols[i];",
-        ),
-    };
-    fill(
-        TILED,
-        &[("$HOOKS", hooks), ("$ENABLE", enables(dtype)), ("$A_IDX", a_idx), ("$B_COLS", b_cols), ("$B_IDX", b_idx)],
-    )
-}
 
 /// WGSL: offsets of two operands' matrices for batch `z`, from the params at `at`: rank, the
 /// batch dims, then each operand's batch strides (0 where broadcast).
@@ -181,7 +57,8 @@ fn batch_offsets(z: u32, at: u32) -> vec2<u32> {
 "#;
 
 /// Hooks of the tiled kernel for a strided product `y = act(alpha * a @ b + beta * c)`.
-/// p: M, N, K, z0, a_m, a_k, b_k, b_n, c_m, c_n, alpha, beta, then the batch offsets (at 12).
+/// p: the tiled kernel's reserved params, a_m, a_k, b_k, b_n, c_m, c_n, alpha, beta, then the
+/// batch offsets (at 16).
 const GEMM_HOOKS: &str = r#"
 @group(0) @binding(0) var<storage, read> p: array<u32>;
 @group(0) @binding(1) var<storage, read> a: array<$TY>;
@@ -194,18 +71,18 @@ var<private> y_off: u32;
 var<private> s: vec4<u32>;
 struct Col { n: u32 }
 fn setup(z: u32) {
-    let o = batch_offsets(z, 12u);
+    let o = batch_offsets(z, 16u);
     a_off = o.x;
     b_off = o.y;
     y_off = z * p[0] * p[1];
-    s = vec4<u32>(p[4], p[5], p[6], p[7]);
+    s = vec4<u32>(p[8], p[9], p[10], p[11]);
 }
 fn col(n: u32) -> Col { return Col(n); }
 fn load_a(m: u32, k: u32) -> f32 { return f32(a[a_off + m * s.x + k * s.y]); }
 fn load_b(c: Col, k: u32) -> f32 { return f32(b[b_off + k * s.z + c.n * s.w]); }
 fn act(v: f32) -> f32 { return $ACT; }
 fn store(m: u32, n: u32, acc: f32) {
-    var v = bitcast<f32>(p[10]) * acc;
+    var v = bitcast<f32>(p[14]) * acc;
     $C_TERM
     y[y_off + m * p[1] + n] = $TY(act(v));
 }
@@ -278,18 +155,16 @@ fn c_parts(ty: &str, has_c: bool, beta: usize, c_index: &str) -> (String, String
     }
 }
 
-/// The tiled GEMM pipeline for `dtype`, load orders and C.
-fn tiled_pipeline(gpu: &GpuContext, dtype: DataType, a: Walk, b: Walk, has_c: bool) -> Result<Arc<Pipeline>> {
+/// The tiled GEMM kernel for `dtype`, load orders and C.
+fn tiled_pipeline(gpu: &GpuContext, dtype: DataType, a: Walk, b: Walk, has_c: bool) -> Result<Tiled> {
     let ty = storage_type(dtype)?;
-    let (binding, term, tag) = c_parts(ty, has_c, 11, "m * p[8] + n * p[9]");
+    let (binding, term, tag) = c_parts(ty, has_c, 15, "m * p[12] + n * p[13]");
     let key = format!("matmul/tiled/{ty}/{}{}/{tag}", a.name(), b.name());
-    gpu.pipeline(&key, || {
-        let hooks = fill(
-            GEMM_HOOKS,
-            &[("$C_BINDING", &binding), ("$C_TERM", &term), ("$BATCH", BATCH_OFFSETS), ("$ACT", "v"), ("$TY", ty)],
-        );
-        tiled_shader(dtype, &hooks, a, b)
-    })
+    let hooks = fill(
+        GEMM_HOOKS,
+        &[("$C_BINDING", &binding), ("$C_TERM", &term), ("$BATCH", BATCH_OFFSETS), ("$ACT", "v"), ("$TY", ty)],
+    );
+    Tiled::new(gpu, TiledSource { key, dtype, hooks, a, b, buffers: 3 + has_c as usize })
 }
 
 /// The GEMV pipeline for `dtype`, lane layout (`k_walk`: consecutive lanes walk K) and C.
@@ -325,7 +200,7 @@ fn gemv_pipeline(gpu: &GpuContext, dtype: DataType, k_walk: bool, has_c: bool) -
 /// The pipelines one MatMul or Gemm node may use, made when the node is built (shared between
 /// nodes through the context's cache).
 struct Pipelines {
-    tiled: Arc<Pipeline>,
+    tiled: Tiled,
     /// GEMV with lanes walking N.
     gemv_n: Arc<Pipeline>,
     /// GEMV with lanes walking K.
@@ -376,28 +251,6 @@ struct Operands<'a> {
 fn push_all(p: &mut Vec<u32>, values: &[usize], at: &Location) -> Result<()> {
     for &v in values {
         p.push(u32_of(v, at)?);
-    }
-    Ok(())
-}
-
-/// Dispatches `groups` workgroups (z = batches), in slices of at most the device's limit of
-/// workgroups along z; `params[z0]` is the first z of each slice.
-pub(crate) fn dispatch_z(
-    run: &mut GpuRun,
-    pipeline: &Pipeline,
-    params: &mut [u32],
-    z0: usize,
-    buffers: &[&GpuBuffer],
-    groups: [u32; 3],
-    at: &Location,
-) -> Result<()> {
-    let limit = run.context().device().limits().max_compute_workgroups_per_dimension.max(1);
-    let mut first = 0u32;
-    while first < groups[2] {
-        let count = (groups[2] - first).min(limit);
-        params[z0] = first;
-        run.dispatch(pipeline, params, buffers, [groups[0], groups[1], count]).map_err(|e| e.at(at))?;
-        first += count;
     }
     Ok(())
 }
@@ -454,9 +307,9 @@ impl Product {
         }
     }
 
-    fn record_tiled(&self, run: &mut GpuRun, pipeline: &Pipeline, ops: &Operands<'_>, at: &Location) -> Result<()> {
-        let mut p = vec![];
-        push_all(&mut p, &[self.m, self.n, self.k, 0, self.a.0, self.a.1, self.b.0, self.b.1], at)?;
+    fn record_tiled(&self, run: &mut GpuRun, tiled: &Tiled, ops: &Operands<'_>, at: &Location) -> Result<()> {
+        let mut p = vec![0; RESERVED];
+        push_all(&mut p, &[self.a.0, self.a.1, self.b.0, self.b.1], at)?;
         let (c_m, c_n) = self.c.unwrap_or((0, 0));
         push_all(&mut p, &[c_m, c_n], at)?;
         p.extend([self.alpha.to_bits(), self.beta.to_bits()]);
@@ -464,9 +317,7 @@ impl Product {
         let mut buffers = vec![ops.a, ops.b];
         buffers.extend(ops.c);
         buffers.push(ops.y);
-        let groups =
-            [u32_of(self.n.div_ceil(TILE), at)?, u32_of(self.m.div_ceil(TILE), at)?, u32_of(self.batches(), at)?];
-        dispatch_z(run, pipeline, &mut p, 3, &buffers, groups, at)
+        tiled.record(run, &mut p, &buffers, [self.m, self.n, self.k, self.batches()], at)
     }
 
     /// A GEMV: `outputs` results per batch from vector `x` (stride `x_k`) and matrix `w`
@@ -548,24 +399,50 @@ fn check_dtype(want: DataType, got: DataType, i: usize, at: &Location) -> Result
     }
 }
 
-/// MatMul: numpy-style matrix product.
+/// MatMul: numpy-style matrix product; with `alpha` and `trans`, com.microsoft FusedMatMul.
 struct MatMul {
     pipes: Pipelines,
+    alpha: f32,
+    /// Whether A and B are read transposed (last two dims swapped).
+    trans: [bool; 2],
     at: Location,
 }
 
-fn build_matmul(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<dyn GpuOp>> {
-    let pipes = Pipelines::new(gpu, node_dtype(ctx)?, Walk::K, Walk::Outer, false)?;
-    Ok(Box::new(MatMul { pipes, at: ctx.node.location() }))
+impl MatMul {
+    /// The op and its pipelines, whose load orders follow the transposes.
+    fn new(ctx: &NodeContext<'_>, gpu: &GpuContext, alpha: f32, trans: [bool; 2]) -> Result<MatMul> {
+        let a = if trans[0] { Walk::Outer } else { Walk::K };
+        let b = if trans[1] { Walk::K } else { Walk::Outer };
+        let pipes = Pipelines::new(gpu, node_dtype(ctx)?, a, b, false)?;
+        Ok(MatMul { pipes, alpha, trans, at: ctx.node.location() })
+    }
 }
 
-/// Plans `a @ b` with numpy semantics (1-D operands promoted, batch dims broadcast): the
-/// product and the output shape. A whose batches are consecutive times a B shared by all
-/// batches folds into one product of `batches * m` rows.
-fn plan_matmul(a: &[usize], b: &[usize], at: &Location) -> Result<(Product, Vec<usize>)> {
+fn build_matmul(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<dyn GpuOp>> {
+    Ok(Box::new(MatMul::new(ctx, gpu, 1.0, [false, false])?))
+}
+
+/// `shape` with its last two dims swapped when `transpose` (and it has two).
+fn swap_last(shape: &[usize], transpose: bool) -> Vec<usize> {
+    let mut s = shape.to_vec();
+    if transpose && s.len() >= 2 {
+        let r = s.len();
+        s.swap(r - 1, r - 2);
+    }
+    s
+}
+
+/// Plans `op(a) @ op(b)` with numpy semantics (1-D operands promoted, batch dims broadcast),
+/// where op swaps the last two dims of an operand of rank 2 or more whose `trans` flag is set
+/// (read in place through strides; 1-D operands are never transposed): the product and the
+/// output shape. A whose batches are consecutive times a B shared by all batches folds into
+/// one product of `batches * m` rows.
+fn plan_transposed(a: &[usize], b: &[usize], trans: [bool; 2], at: &Location) -> Result<(Product, Vec<usize>)> {
     if a.is_empty() || b.is_empty() {
         return Err(Error::node(at, format!("cannot multiply shapes {a:?} and {b:?}: scalars are not matrices")));
     }
+    let [ta, tb] = [trans[0] && a.len() >= 2, trans[1] && b.len() >= 2];
+    let (a, b) = (&swap_last(a, ta)[..], &swap_last(b, tb)[..]);
     let a2: Vec<usize> = if a.len() == 1 { vec![1, a[0]] } else { a.to_vec() };
     let b2: Vec<usize> = if b.len() == 1 { vec![b[0], 1] } else { b.to_vec() };
     let (ab, am) = a2.split_at(a2.len() - 2);
@@ -608,10 +485,12 @@ fn plan_matmul(a: &[usize], b: &[usize], at: &Location) -> Result<(Product, Vec<
             })
             .collect()
     };
-    let mut p = Product { m, n, k, a: (k, 1), b: (n, 1), alpha: 1.0, beta: 0.0, ..Default::default() };
+    let a_strides = if ta { (1, m) } else { (k, 1) };
+    let b_strides = if tb { (1, k) } else { (n, 1) };
+    let mut p = Product { m, n, k, a: a_strides, b: b_strides, alpha: 1.0, beta: 0.0, ..Default::default() };
     let b_shared = bb.iter().all(|&d| d == 1);
     let a_full = ab.len() == rank && ab == batch.as_slice();
-    if b_shared && a_full {
+    if b_shared && a_full && !ta {
         p.m = m * batch.iter().product::<usize>();
     } else {
         p.a_batch = batch_strides(ab, m * k);
@@ -628,7 +507,8 @@ impl GpuOp for MatMul {
         check_dtype(a.dtype(), b.dtype(), 1, &self.at)?;
         storage_type(a.dtype())
             .map_err(|_| Error::input(&self.at, 0, "a float or float16 tensor", a.dtype().name()))?;
-        let (product, out_shape) = plan_matmul(a.shape(), b.shape(), &self.at)?;
+        let (mut product, out_shape) = plan_transposed(a.shape(), b.shape(), self.trans, &self.at)?;
+        product.alpha = self.alpha;
         let y = run.alloc(a.dtype(), out_shape)?;
         product.record(run, &self.pipes, &Operands { a: a.buffer, b: b.buffer, c: None, y: y.gpu()? }, &self.at)?;
         Ok(vec![Value::Tensor(y)])
@@ -744,6 +624,16 @@ pub(crate) mod tests {
         mm(&[130, 7], &[7, 65], 4).check(1e-4, 1e-4);
         mm(&[5, 300], &[300, 3], 5).check(1e-4, 1e-4);
         mm(&[37, 53], &[53, 71], 6).constants(&[1]).check(1e-4, 1e-4);
+    }
+
+    #[test]
+    fn matmul_split_k_matches_the_cpu() {
+        // Few output tiles over a long K: slices summed by a second pass.
+        mm(&[37, 1000], &[1000, 71], 90).check(1e-4, 1e-4);
+        mm(&[3, 37, 700], &[700, 45], 91).check(1e-4, 1e-4);
+        mm(&[2, 3, 20, 333], &[3, 333, 9], 92).check(1e-4, 1e-4);
+        let attrs = vec![int("transA", 1), int("transB", 1), float("alpha", 0.5), float("beta", 2.0)];
+        gemm(&[777, 37], &[71, 777], Some(&[71]), 93).attrs(attrs).check(1e-4, 1e-4);
     }
 
     #[test]
@@ -888,6 +778,8 @@ pub(crate) mod tests {
         let at = onyx_core::Location::default();
         let matmul = MatMul {
             pipes: Pipelines::new(ctx, onyx_core::DataType::Float, Walk::K, Walk::Outer, false).unwrap(),
+            alpha: 1.0,
+            trans: [false, false],
             at: at.clone(),
         };
         for (m, k, n) in [

@@ -1,0 +1,158 @@
+//! Matrix-product fusions: MatMul+Add(bias) → Gemm, and Transpose(last two dims) feeding
+//! MatMul, or a scalar Mul/Div after it → FusedMatMul with transA/transB/alpha.
+
+use std::collections::HashMap;
+
+use super::view::View;
+use super::{Changes, Fusion, Rewrite};
+use crate::ir::{AttrValue, Attribute, Node, MS_DOMAIN};
+use crate::types::Dim;
+use crate::Result;
+
+/// MatMul(A, B) → Add(·, C) with A 2-D, B a constant matrix and C a bias of B's columns
+/// (`[]`, `[1]`, `[N]` or `[1, N]`): Gemm(A, B, C).
+pub(super) fn matmul_add_gemm(view: &View<'_>, fusion: &Fusion<'_>) -> Result<Changes> {
+    let mut changes = Changes::default();
+    for a in 0..view.graph.nodes.len() {
+        if view.op(a) != "Add" || view.node(a).inputs.len() != 2 {
+            continue;
+        }
+        let add = view.node(a);
+        for (mm_out, c) in [(&add.inputs[0], &add.inputs[1]), (&add.inputs[1], &add.inputs[0])] {
+            let Some(m) = view.produced_by(mm_out, "MatMul") else { continue };
+            if view.sole_reader(mm_out) != Some(a) || changes.claimed(m) {
+                continue;
+            }
+            let mm = view.node(m);
+            let (ma, mb) = (&mm.inputs[0], &mm.inputs[1]);
+            let Some(b) = view.constant(mb) else { continue };
+            let a_is_matrix = view.shape(ma).is_some_and(|s| s.len() == 2);
+            let n = match b.shape() {
+                [_, n] => *n,
+                _ => continue,
+            };
+            let bias_ok = match view.shape(c) {
+                Some([]) => true,
+                Some([d]) => *d == Dim::Fixed(n) || *d == Dim::Fixed(1),
+                Some([one, d]) => *one == Dim::Fixed(1) && (*d == Dim::Fixed(n) || *d == Dim::Fixed(1)),
+                _ => false,
+            };
+            let types_ok = view.is_float(ma) && view.dtype(ma) == view.dtype(c) && view.dtype(ma) == Some(b.dtype());
+            if !(a_is_matrix && bias_ok && types_ok && view.graph_opset() >= 7) {
+                continue;
+            }
+            let gemm = Node {
+                name: mm.name.clone(),
+                op_type: "Gemm".into(),
+                inputs: vec![ma.clone(), mb.clone(), c.clone()],
+                outputs: vec![add.outputs[0].clone()],
+                ..Default::default()
+            };
+            if fusion.allowed(view, m, &[m, a], &gemm, &HashMap::new())
+                && changes.add(Rewrite { remove: vec![m, a], node: Some(gemm), initializers: vec![] })
+            {
+                break;
+            }
+        }
+    }
+    Ok(changes)
+}
+
+/// True when Transpose node `t` swaps the last two dimensions and keeps the others.
+fn swaps_last_two(view: &View<'_>, t: usize) -> bool {
+    let node = view.node(t);
+    let rank = node.input(0).and_then(|x| view.shape(x)).map(<[Dim]>::len);
+    match node.get_ints("perm").ok().flatten() {
+        Some(p) => {
+            let r = p.len();
+            r >= 2
+                && rank.is_none_or(|k| k == r)
+                && p.iter().enumerate().all(|(i, &v)| {
+                    let want = if i + 2 == r {
+                        r - 1
+                    } else if i + 1 == r {
+                        r - 2
+                    } else {
+                        i
+                    };
+                    v == want as i64
+                })
+        }
+        None => rank == Some(2),
+    }
+}
+
+/// MatMul(Transpose(A)?, Transpose(B)?) [→ Mul/Div by a scalar constant] → FusedMatMul with
+/// the transposes as transA/transB and the scale as alpha (at least one of them present).
+pub(super) fn transpose_matmul(view: &View<'_>, fusion: &Fusion<'_>) -> Result<Changes> {
+    let mut changes = Changes::default();
+    for m in 0..view.graph.nodes.len() {
+        if view.op(m) != "MatMul" || changes.claimed(m) {
+            continue;
+        }
+        let mm = view.node(m);
+        let y = mm.outputs[0].as_str();
+        if mm.inputs.len() != 2 || y.is_empty() || !view.is_float(y) {
+            continue;
+        }
+        let mut pattern = vec![m];
+        let mut inputs = mm.inputs.clone();
+        let mut trans = [0i64; 2];
+        for i in 0..2 {
+            let operand = &mm.inputs[i];
+            let Some(t) = view.produced_by(operand, "Transpose") else { continue };
+            if view.sole_reader(operand) == Some(m) && swaps_last_two(view, t) && !changes.claimed(t) {
+                inputs[i] = view.node(t).inputs[0].clone();
+                trans[i] = 1;
+                pattern.push(t);
+            }
+        }
+        let mut out = y.to_string();
+        let mut alpha = 1.0f64;
+        if let Some((s, scale)) = scale_after(view, y) {
+            alpha = scale;
+            pattern.push(s);
+            out = view.node(s).outputs[0].clone();
+        }
+        if pattern.len() == 1 {
+            continue;
+        }
+        let attr = |name: &str, value| Attribute { name: name.into(), value };
+        let fused = Node {
+            name: mm.name.clone(),
+            op_type: "FusedMatMul".into(),
+            domain: MS_DOMAIN.into(),
+            inputs,
+            outputs: vec![out],
+            attributes: vec![
+                attr("alpha", AttrValue::Float(alpha as f32)),
+                attr("transA", AttrValue::Int(trans[0])),
+                attr("transB", AttrValue::Int(trans[1])),
+            ],
+            ..Default::default()
+        };
+        if fusion.allowed(view, m, &pattern, &fused, &HashMap::new()) {
+            changes.add(Rewrite { remove: pattern, node: Some(fused), initializers: vec![] });
+        }
+    }
+    Ok(changes)
+}
+
+/// The node scaling `y` by a scalar constant (`Mul(y, c)`, `Mul(c, y)` or `Div(y, c)`), its
+/// only reader, and the factor; only when the result keeps `y`'s shape.
+fn scale_after(view: &View<'_>, y: &str) -> Option<(usize, f64)> {
+    let s = view.sole_reader(y)?;
+    let node = view.node(s);
+    if node.inputs.len() != 2 || !view.same_type(&node.outputs[0], y) {
+        return None;
+    }
+    let factor = match view.op(s) {
+        "Mul" => {
+            let other = if node.inputs[0] == y { &node.inputs[1] } else { &node.inputs[0] };
+            view.scalar(other)?
+        }
+        "Div" if node.inputs[0] == y => 1.0 / view.scalar(&node.inputs[1])?,
+        _ => return None,
+    };
+    (factor.is_finite() && node.inputs[0] != node.inputs[1]).then_some((s, factor))
+}

@@ -1,0 +1,209 @@
+//! Normalization fusions: the decomposed ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div/Mul/Add
+//! pattern → LayerNormalization (opset 17 and later), and Add + LayerNormalization →
+//! SkipLayerNormalization.
+
+use std::collections::{BTreeSet, HashMap};
+
+use super::conv::only_first_output_used;
+use super::view::View;
+use super::{Changes, Fusion, Rewrite};
+use crate::ir::{AttrValue, Attribute, Node, MS_DOMAIN};
+use crate::types::Dim;
+use crate::Result;
+
+/// True when ReduceMean node `r` averages its input over the last axis only, keeping it.
+fn mean_over_last_axis(view: &View<'_>, r: usize) -> bool {
+    let node = view.node(r);
+    let Some(rank) = node.input(0).and_then(|x| view.shape(x)).map(<[Dim]>::len) else {
+        return false;
+    };
+    let axes: Option<Vec<i64>> = match node.get_ints("axes").ok().flatten() {
+        Some(a) => Some(a.to_vec()),
+        None => {
+            node.input(1).and_then(|a| view.constant(a)).and_then(|t| t.as_slice::<i64>().ok().map(<[i64]>::to_vec))
+        }
+    };
+    let last = rank as i64 - 1;
+    rank >= 1
+        && node.int_or("keepdims", 1).ok() == Some(1)
+        && matches!(axes.as_deref(), Some([a]) if *a == -1 || *a == last)
+}
+
+/// The 1-D `[H]` shape of a gamma or beta for `x`, checked.
+fn is_channel_vector(view: &View<'_>, v: &str, x: &str) -> bool {
+    let h = view.shape(x).and_then(|s| s.last()).and_then(Dim::fixed);
+    h.is_some_and(|h| view.shape(v) == Some(&[Dim::Fixed(h)][..])) && view.dtype(v) == view.dtype(x)
+}
+
+/// The only reader of `v` when it is a default-domain `op` node.
+fn next(view: &View<'_>, v: &str, op: &str) -> Option<usize> {
+    view.sole_reader(v).filter(|&n| view.op(n) == op)
+}
+
+/// Node `n`'s first output.
+fn out<'g>(view: &View<'g>, n: usize) -> &'g str {
+    view.node(n).outputs.first().map_or("", String::as_str)
+}
+
+/// The decomposed LayerNormalization over the last axis, as older exporters write it:
+/// `d = x - ReduceMean(x)`, `y = d / Sqrt(ReduceMean(d²) + eps) * gamma (+ beta)`.
+pub(super) fn layer_norm(view: &View<'_>, fusion: &Fusion<'_>) -> Result<Changes> {
+    let mut changes = Changes::default();
+    if view.graph_opset() < 17 {
+        return Ok(changes);
+    }
+    for r1 in 0..view.graph.nodes.len() {
+        if view.op(r1) != "ReduceMean" || !mean_over_last_axis(view, r1) {
+            continue;
+        }
+        let Some(found) = match_layer_norm(view, r1) else { continue };
+        let (pattern, x, gamma, beta, eps, y) = found;
+        let mut inputs = vec![x, gamma];
+        inputs.extend(beta);
+        let fused = Node {
+            name: view.node(r1).name.clone(),
+            op_type: "LayerNormalization".into(),
+            inputs,
+            outputs: vec![y],
+            attributes: vec![
+                Attribute { name: "axis".into(), value: AttrValue::Int(-1) },
+                Attribute { name: "epsilon".into(), value: AttrValue::Float(eps) },
+            ],
+            ..Default::default()
+        };
+        if !pattern.iter().any(|&n| changes.claimed(n)) && fusion.allowed(view, r1, &pattern, &fused, &HashMap::new()) {
+            changes.add(Rewrite { remove: pattern, node: Some(fused), initializers: vec![] });
+        }
+    }
+    Ok(changes)
+}
+
+/// What a matched decomposed LayerNormalization is made of: its nodes, x, gamma, beta,
+/// epsilon and the output.
+type LayerNormMatch = (Vec<usize>, String, String, Option<String>, f32, String);
+
+fn match_layer_norm(view: &View<'_>, r1: usize) -> Option<LayerNormMatch> {
+    let x = view.node(r1).inputs[0].clone();
+    if !view.is_float(&x) {
+        return None;
+    }
+    let mean = out(view, r1);
+    let sub = next(view, mean, "Sub")?;
+    if view.node(sub).inputs != [x.clone(), mean.to_string()] {
+        return None;
+    }
+    let d = out(view, sub);
+    // d is read by the square and by the division, nothing else.
+    let readers: BTreeSet<usize> = view.readers(d).iter().copied().collect();
+    if readers.len() != 2 || view.is_output(d) {
+        return None;
+    }
+    let square = *readers.iter().find(|&&n| {
+        let node = view.node(n);
+        match view.op(n) {
+            "Pow" => node.inputs.len() == 2 && node.inputs[0] == d && view.is_scalar(&node.inputs[1], 2.0),
+            "Mul" => node.inputs.len() == 2 && node.inputs[0] == d && node.inputs[1] == d,
+            _ => false,
+        }
+    })?;
+    let div = *readers.iter().find(|&&n| n != square)?;
+    let r2 = next(view, out(view, square), "ReduceMean").filter(|&r| mean_over_last_axis(view, r))?;
+    let add_eps = next(view, out(view, r2), "Add")?;
+    let eps_node = view.node(add_eps);
+    let eps_name = if eps_node.inputs[0] == out(view, r2) { eps_node.inputs.get(1)? } else { &eps_node.inputs[0] };
+    let eps = view.scalar(eps_name).filter(|e| *e > 0.0 && e.is_finite())?;
+    let sqrt = next(view, out(view, add_eps), "Sqrt")?;
+    if view.op(div) != "Div" || view.node(div).inputs != [d.to_string(), out(view, sqrt).to_string()] {
+        return None;
+    }
+    if view.sole_reader(out(view, sqrt)) != Some(div) {
+        return None;
+    }
+    let mul = next(view, out(view, div), "Mul")?;
+    let normed = out(view, div);
+    let mul_node = view.node(mul);
+    let gamma = if mul_node.inputs[0] == normed { mul_node.inputs.get(1)? } else { &mul_node.inputs[0] };
+    if gamma == normed || !is_channel_vector(view, gamma, &x) {
+        return None;
+    }
+    let mut pattern = vec![r1, sub, square, r2, add_eps, sqrt, div, mul];
+    let mut y = out(view, mul).to_string();
+    let mut beta = None;
+    if let Some(a) = next(view, &y, "Add") {
+        let add = view.node(a);
+        let b = if add.inputs[0] == y { add.inputs.get(1)? } else { &add.inputs[0] };
+        if *b != y && is_channel_vector(view, b, &x) {
+            beta = Some(b.clone());
+            pattern.push(a);
+            y = out(view, a).to_string();
+        }
+    }
+    Some((pattern, x, gamma.clone(), beta, eps as f32, y))
+}
+
+/// True when `skip` has `input`'s dims or broadcasts to them over leading dims only (the
+/// contract of SkipLayerNormalization's `skip`).
+fn skip_fits(skip: &[Dim], input: &[Dim]) -> bool {
+    let first = skip.iter().position(|d| *d != Dim::Fixed(1)).unwrap_or(skip.len());
+    !skip.is_empty()
+        && skip.len() <= input.len()
+        && skip.last() == input.last()
+        && input.ends_with(&skip[first..])
+        && !input.contains(&Dim::Unknown)
+}
+
+/// Add(a, b) → LayerNormalization(axis -1, gamma, beta) with only its first output used, one
+/// operand of the sum's shape and the other the same or broadcast over leading dims:
+/// SkipLayerNormalization(input, skip, gamma, beta).
+pub(super) fn skip_layer_norm(view: &View<'_>, fusion: &Fusion<'_>) -> Result<Changes> {
+    let mut changes = Changes::default();
+    for l in 0..view.graph.nodes.len() {
+        if view.op(l) != "LayerNormalization" {
+            continue;
+        }
+        let ln = view.node(l);
+        let Some(s) = ln.input(0) else { continue };
+        let Some(rank) = view.shape(s).map(<[Dim]>::len) else { continue };
+        let axis = ln.int_or("axis", -1).unwrap_or(0);
+        if !(axis == -1 || axis == rank as i64 - 1) || ln.int_or("stash_type", 1).ok() != Some(1) {
+            continue;
+        }
+        if !only_first_output_used(view, ln) || !view.is_float(s) {
+            continue;
+        }
+        let Some(a) = view.produced_by(s, "Add").filter(|_| view.sole_reader(s) == Some(l)) else { continue };
+        let add = view.node(a);
+        let [p, q] = add.inputs.as_slice() else { continue };
+        let fits = |input: &str, skip: &str| {
+            view.same_type(input, s)
+                && view.dtype(skip) == view.dtype(s)
+                && view.shape(skip).zip(view.shape(s)).is_some_and(|(k, i)| skip_fits(k, i))
+        };
+        let (input, skip) = if fits(p, q) {
+            (p, q)
+        } else if fits(q, p) {
+            (q, p)
+        } else {
+            continue;
+        };
+        let gamma = ln.input(1).filter(|g| is_channel_vector(view, g, s));
+        let beta_ok = ln.input(2).is_none_or(|b| is_channel_vector(view, b, s));
+        let (Some(gamma), true) = (gamma, beta_ok) else { continue };
+        let mut inputs = vec![input.clone(), skip.clone(), gamma.to_string()];
+        inputs.extend(ln.input(2).map(str::to_string));
+        let epsilon = ln.float_or("epsilon", 1e-5).unwrap_or(1e-5);
+        let fused = Node {
+            name: ln.name.clone(),
+            op_type: "SkipLayerNormalization".into(),
+            domain: MS_DOMAIN.into(),
+            inputs,
+            outputs: vec![ln.outputs[0].clone()],
+            attributes: vec![Attribute { name: "epsilon".into(), value: AttrValue::Float(epsilon) }],
+            ..Default::default()
+        };
+        if !changes.claimed(a) && fusion.allowed(view, l, &[a, l], &fused, &HashMap::new()) {
+            changes.add(Rewrite { remove: vec![a, l], node: Some(fused), initializers: vec![] });
+        }
+    }
+    Ok(changes)
+}

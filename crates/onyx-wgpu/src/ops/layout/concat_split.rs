@@ -1,0 +1,258 @@
+//! Concat and Split.
+
+use super::*;
+
+/// Concat's `fetch` for `n` inputs `x0..`: output element `e` is at row `o = e / p[3]`,
+/// position `r` in the row; input `k` holds positions `p[4 + k]..p[5 + k]` of every row.
+fn concat_code(n: usize) -> String {
+    let mut s = String::from("fn fetch(e: u32) -> E {\n    let o = e / p[3];\n    let r = e - o * p[3];\n");
+    for k in 0..n {
+        let read = format!("load_x{k}(o * (p[{b}u] - p[{a}u]) + r - p[{a}u])", a = 4 + k, b = 5 + k);
+        if k + 1 < n {
+            s += &format!("    if (r < p[{}u]) {{ return {read}; }}\n", 5 + k);
+        } else {
+            s += &format!("    return {read};\n");
+        }
+    }
+    s + "}\n"
+}
+
+/// Whether Concat's inputs are tensors of one movable dtype, few enough to bind at once.
+pub(super) fn supports_concat(ctx: &NodeContext<'_>, gpu: &GpuContext) -> bool {
+    let n = ctx.node.inputs.len();
+    let limit = gpu.device().limits().max_storage_buffers_per_shader_stage as usize;
+    let first = input_dtype(ctx, 0);
+    n >= 1 && n + 2 <= limit && movable(ctx, 0) && (0..n).all(|i| has_input(ctx, i) && input_dtype(ctx, i) == first)
+}
+
+/// Concat: one dispatch reading every input.
+struct Concat {
+    axis: i64,
+    size: u32,
+    units: Units,
+    at: Location,
+}
+
+pub(super) fn build_concat(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<dyn GpuOp>> {
+    let at = ctx.node.location();
+    let axis = ctx.node.get_int("axis")?.ok_or_else(|| Error::attribute(&at, "axis", "an int", "nothing"))?;
+    let size = known_size(ctx, 0)?;
+    let n = ctx.node.inputs.len();
+    let names: Vec<String> = (0..n).map(|k| format!("x{k}")).collect();
+    let inputs: Vec<(&str, u32)> = names.iter().map(|s| (s.as_str(), size)).collect();
+    let units = Units::new(size, |u| {
+        let inputs: Vec<(&str, u32)> = inputs.iter().map(|&(name, _)| (name, u)).collect();
+        gpu.pipeline(&format!("layout/concat/{u}/{n}"), || element_shader("", u, &inputs, &concat_code(n)))
+    })?;
+    Ok(Box::new(Concat { axis, size, units, at }))
+}
+
+impl GpuOp for Concat {
+    fn record(&self, run: &mut GpuRun, inputs: &[Option<ValueRef<'_>>]) -> Result<Vec<Value>> {
+        let xs = (0..inputs.len()).map(|i| gpu_input(run, inputs, i, &self.at)).collect::<Result<Vec<_>>>()?;
+        let first = xs.first().ok_or_else(|| Error::input(&self.at, 0, "at least one tensor", "no inputs"))?;
+        let rank = first.shape().len();
+        if rank == 0 {
+            return Err(Error::input(&self.at, 0, "a tensor of rank 1 or more", "a scalar"));
+        }
+        let axis = normalize_axis(self.axis, rank, &self.at)?;
+        let mut shape = first.shape().to_vec();
+        shape[axis] = 0;
+        for (i, x) in xs.iter().enumerate() {
+            let same = x.shape().len() == rank && (0..rank).all(|d| d == axis || x.shape()[d] == first.shape()[d]);
+            if x.dtype() != first.dtype() || !same {
+                return Err(Error::input(
+                    &self.at,
+                    i,
+                    format!("{}{:?} (any size along axis {axis})", first.dtype(), first.shape()),
+                    format!("{}{:?}", x.dtype(), x.shape()),
+                ));
+            }
+            shape[axis] += x.shape()[axis];
+        }
+        if xs.len() == 1 {
+            return Ok(vec![Value::Tensor(first.tensor.clone())]);
+        }
+        let inner: usize = shape[axis + 1..].iter().product();
+        // Every input's block along the axis moves as whole units.
+        let bytes = |d: usize| d * inner * self.size as usize;
+        // (An empty input binds 4 bytes: too few for a vec4 array.)
+        let fits = |u: u32| xs.iter().all(|x| bytes(x.shape()[axis]) % u as usize == 0 && (x.len() > 0 || u < 16));
+        let (unit, pipeline) = self.units.pick(fits);
+        let units_of = |d: usize| bytes(d) / unit as usize;
+        let mut params = vec![u32_of(units_of(shape[axis]), &self.at)?, 0];
+        let mut offset = 0;
+        for x in &xs {
+            offset += units_of(x.shape()[axis]);
+            params.push(u32_of(offset, &self.at)?);
+        }
+        let y = run.alloc(first.dtype(), shape)?;
+        let mut buffers: Vec<&GpuBuffer> = xs.iter().map(|x| x.buffer).collect();
+        buffers.push(y.gpu()?);
+        let n = y.len() * self.size as usize / unit as usize;
+        dispatch_elements(run, pipeline, Elements::new(unit, n), &params, &buffers, &self.at)?;
+        Ok(vec![Value::Tensor(y)])
+    }
+}
+
+/// Split: one strided copy per output.
+struct Split {
+    axis: i64,
+    split_attr: Option<Vec<i64>>,
+    num_outputs: Option<i64>,
+    split_input: bool,
+    uneven_ok: bool,
+    outputs: usize,
+    size: u32,
+    pipeline: Units,
+    at: Location,
+}
+
+pub(super) fn build_split(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<dyn GpuOp>> {
+    let node = ctx.node;
+    let at = node.location();
+    let v = ctx.since_version;
+    let num_outputs = if v >= 18 { node.get_int("num_outputs")? } else { None };
+    if let Some(n) = num_outputs {
+        if n < 1 || n as usize != node.outputs.len() {
+            return Err(Error::attribute(
+                &at,
+                "num_outputs",
+                format!("the number of outputs ({})", node.outputs.len()),
+                n.to_string(),
+            ));
+        }
+    }
+    let size = known_size(ctx, 0)?;
+    Ok(Box::new(Split {
+        axis: node.int_or("axis", 0)?,
+        split_attr: if v < 13 { node.get_ints("split")?.map(<[i64]>::to_vec) } else { None },
+        num_outputs,
+        split_input: v >= 13,
+        uneven_ok: v >= 18,
+        outputs: node.outputs.len(),
+        size,
+        pipeline: strided_units(gpu, size)?,
+        at,
+    }))
+}
+
+impl Split {
+    /// The size of every piece along an axis of `dim` elements.
+    fn sizes(&self, inputs: &[Option<ValueRef<'_>>], dim: usize) -> Result<Vec<usize>> {
+        let given = match (&self.split_attr, self.split_input) {
+            (Some(s), _) => Some(s.clone()),
+            (None, true) => host_ints(inputs, 1, &self.at)?,
+            (None, false) => None,
+        };
+        if let Some(sizes) = given.filter(|s| !s.is_empty()) {
+            let ok = sizes.len() == self.outputs
+                && sizes.iter().all(|&s| s >= 0)
+                && sizes.iter().try_fold(0i64, |a, &s| a.checked_add(s)) == Some(dim as i64);
+            if !ok {
+                return Err(Error::node(
+                    &self.at,
+                    format!(
+                        "split sizes {sizes:?} must be {} non-negative sizes summing to the axis' dim {dim}",
+                        self.outputs
+                    ),
+                ));
+            }
+            return Ok(sizes.iter().map(|&s| s as usize).collect());
+        }
+        let n = self.num_outputs.map_or(self.outputs, |n| n as usize);
+        if n == 0 {
+            return Err(Error::node(&self.at, "Split needs at least one output"));
+        }
+        let chunk = dim.div_ceil(n);
+        if chunk * n != dim && !self.uneven_ok {
+            return Err(Error::node(&self.at, format!("cannot split a dim of {dim} evenly into {n} outputs")));
+        }
+        let rest = dim.checked_sub(chunk * (n - 1)).ok_or_else(|| {
+            Error::node(
+                &self.at,
+                format!("cannot split a dim of {dim} into {n} pieces of {chunk} and a smaller last one"),
+            )
+        })?;
+        let mut sizes = vec![chunk; n - 1];
+        sizes.push(rest);
+        Ok(sizes)
+    }
+}
+
+impl GpuOp for Split {
+    fn record(&self, run: &mut GpuRun, inputs: &[Option<ValueRef<'_>>]) -> Result<Vec<Value>> {
+        let x = gpu_input(run, inputs, 0, &self.at)?;
+        if x.shape().is_empty() {
+            return Err(Error::input(&self.at, 0, "a tensor of rank 1 or more", "a scalar"));
+        }
+        let axis = normalize_axis(self.axis, x.shape().len(), &self.at)?;
+        let dim = x.shape()[axis];
+        let sizes = self.sizes(inputs, dim)?;
+        let outer: usize = x.shape()[..axis].iter().product();
+        let inner: usize = x.shape()[axis + 1..].iter().product();
+        let mut start = 0;
+        let mut outs = Vec::with_capacity(sizes.len());
+        for &size in &sizes {
+            let mut shape = x.shape().to_vec();
+            shape[axis] = size;
+            let y = run.alloc(x.dtype(), shape)?;
+            let view = Strided {
+                base: (start * inner) as i64,
+                dims: vec![outer, size * inner],
+                strides: vec![(dim * inner) as i64, 1],
+            };
+            view.record(run, &self.pipeline, self.size, x.buffer, y.gpu()?, &self.at)?;
+            outs.push(Value::Tensor(y));
+            start += size;
+        }
+        Ok(outs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::*;
+    use crate::testkit::*;
+
+    #[test]
+    fn concat_and_split_match_the_cpu() {
+        for (k, dtype) in DTYPES.into_iter().enumerate() {
+            let s = k as u64 * 10;
+            let (a, b, c) =
+                (random(dtype, &[2, 3, 5], s), random(dtype, &[2, 4, 5], s + 1), random(dtype, &[2, 1, 5], s + 2));
+            check_exact(&Case::new("Concat", vec![a.clone(), b.clone(), c.clone()]).attrs(vec![int("axis", 1)]));
+            let d = random(dtype, &[2, 3, 3], s + 3);
+            check_exact(&Case::new("Concat", vec![a.clone(), d]).attrs(vec![int("axis", -1)]));
+            let e = random(dtype, &[0, 3, 5], s + 4);
+            check_exact(&Case::new("Concat", vec![e, a.clone()]).attrs(vec![int("axis", 0)]));
+            check_exact(&Case::new("Concat", vec![a.clone()]).attrs(vec![int("axis", 0)]));
+            let x = random(dtype, &[3, 7, 5], s + 5);
+            check_exact(
+                &Case::new("Split", vec![x.clone(), i64s(&[2, 5])])
+                    .attrs(vec![int("axis", 1)])
+                    .constants(&[1])
+                    .outputs(2),
+            );
+            check_exact(
+                &Case::new("Split", vec![x.clone()])
+                    .attrs(vec![int("axis", -1), int("num_outputs", 2)])
+                    .opset(18)
+                    .outputs(2),
+            );
+            check_exact(
+                &Case::new("Split", vec![x.clone()])
+                    .attrs(vec![int("axis", 1), int("num_outputs", 3)])
+                    .opset(18)
+                    .outputs(3),
+            );
+            check_exact(&Case::new("Split", vec![x.clone()]).opset(11).outputs(3));
+            check_exact(
+                &Case::new("Split", vec![x.clone()])
+                    .opset(11)
+                    .attrs(vec![int("axis", 2), ints("split", &[1, 0, 4])])
+                    .outputs(3),
+            );
+        }
+    }
+}

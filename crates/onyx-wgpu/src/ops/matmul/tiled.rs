@@ -1,0 +1,388 @@
+//! The tiled GEMM kernel every matrix product and implicit-GEMM convolution runs on: each
+//! workgroup of 16x16 threads computes a 64x64 tile of the output, 4x4 per thread, staging
+//! 64x16 tiles of both operands in workgroup memory. Operand loads and the output store are
+//! WGSL "hooks" the caller supplies (a strided product in `mod.rs`, input windows gathered on
+//! the fly in `conv/`).
+//!
+//! Split-K: when the output has too few tiles to fill the GPU (late convolutions at batch 1,
+//! products of 128 rows), the K loop is cut into slices that run in parallel workgroups and
+//! write f32 partial tiles; a second dispatch sums the slices and applies the hook's store (the
+//! epilogue: bias, activation, residual) once per output.
+
+use std::sync::{Arc, OnceLock};
+
+use onyx_core::{DataType, Location, Result};
+
+use crate::buffer::GpuBuffer;
+use crate::context::{GpuContext, Pipeline};
+use crate::kernel::{enables, grid, u32_of, OnGpu};
+use crate::run::GpuRun;
+
+/// Rows (and columns) of the output tile one workgroup computes.
+pub(crate) const TILE: usize = 64;
+
+/// Params the tiled kernel reserves at the front: M, N, K, first z, K slices, K per slice,
+/// batches in the dispatch, unused. The hooks' own params start at this index.
+pub(crate) const RESERVED: usize = 8;
+
+/// Workgroups a product should have to keep the GPU busy; fewer output tiles than this split
+/// K (a few per streaming multiprocessor of a large GPU; more only adds partial traffic).
+const TARGET_WORKGROUPS: usize = 512;
+
+/// Fewest K elements per slice (4 steps of the K loop).
+const MIN_SLICE: usize = 64;
+
+/// Most K slices.
+const MAX_SLICES: usize = 64;
+
+/// Which tile dimension consecutive threads walk when the tiled kernel loads an operand: the
+/// one contiguous in memory, so that loads coalesce.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Walk {
+    /// Along K (A row-major, or B transposed).
+    K,
+    /// Along M for A, along N for B.
+    Outer,
+}
+
+impl Walk {
+    /// One letter for pipeline keys.
+    pub fn name(self) -> &'static str {
+        match self {
+            Walk::K => "k",
+            Walk::Outer => "o",
+        }
+    }
+}
+
+/// Replaces each `$NAME` of `template` by its value (longest names first is the caller's
+/// business: no name here is a prefix of another).
+pub(crate) fn fill(template: &str, values: &[(&str, &str)]) -> String {
+    let mut s = template.to_string();
+    for (name, value) in values {
+        s = s.replace(name, value);
+    }
+    s
+}
+
+/// The tiled kernel. The hooks (`$HOOKS`) declare the bindings (binding 0 being the params
+/// `p`, see [`RESERVED`]) and define: `setup(z)` (per-workgroup state for batch or group `z`),
+/// `struct Col` and `col(n)` (what the B loads need of output column `n`, computed once per
+/// thread before the K loop), `load_a(m, k)` and `load_b(col, k)` (called only in bounds) and
+/// `store(m, n, acc)`. `$SLICE` picks the K range and `$STORE` writes the accumulators.
+const TILED: &str = r#"$ENABLE
+const BM: u32 = 64u;
+const BN: u32 = 64u;
+const BK: u32 = 16u;
+const THREADS: u32 = 256u;
+// Tiles are stored k-major with rows padded by 4 floats (fewer bank conflicts, vec4 reads).
+const ROW: u32 = 68u;
+const ROW4: u32 = 17u;
+var<workgroup> As: array<vec4<f32>, 272>;
+var<workgroup> Bs: array<vec4<f32>, 272>;
+$HOOKS
+$PART
+fn store_row(m: u32, n: u32, v: vec4<f32>) {
+    if (m >= p[0]) { return; }
+    for (var j = 0u; j < 4u; j++) {
+        if (n + j < p[1]) { store(m, n + j, v[j]); }
+    }
+}
+@compute @workgroup_size(16, 16, 1)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+    let M = p[0];
+    let N = p[1];
+    $SLICE
+    setup(z + p[3]);
+    let m0 = wid.y * BM;
+    let n0 = wid.x * BN;
+    let tx = t % 16u;
+    let ty = t / 16u;
+    $B_COLS
+    var acc0 = vec4<f32>(0.0);
+    var acc1 = vec4<f32>(0.0);
+    var acc2 = vec4<f32>(0.0);
+    var acc3 = vec4<f32>(0.0);
+    // The operands of the next K step are loaded into registers while this step computes.
+    var ra0 = 0.0; var ra1 = 0.0; var ra2 = 0.0; var ra3 = 0.0;
+    var rb0 = 0.0; var rb1 = 0.0; var rb2 = 0.0; var rb3 = 0.0;
+    $LOAD(kbeg)
+    for (var k0 = kbeg; k0 < kend; k0 += BK) {
+        $STAGE
+        workgroupBarrier();
+        let kn = k0 + BK;
+        if (kn < kend) {
+            $LOAD(kn)
+        }
+        for (var k = 0u; k < BK; k++) {
+            let a = As[k * ROW4 + ty];
+            let b = Bs[k * ROW4 + tx];
+            acc0 += a.x * b;
+            acc1 += a.y * b;
+            acc2 += a.z * b;
+            acc3 += a.w * b;
+        }
+        workgroupBarrier();
+    }
+    let m = m0 + ty * 4u;
+    let n = n0 + tx * 4u;
+    $STORE(m, n, acc0);
+    $STORE(m + 1u, n, acc1);
+    $STORE(m + 2u, n, acc2);
+    $STORE(m + 3u, n, acc3);
+}
+"#;
+
+/// The K range of a workgroup without split-K.
+const WHOLE_K: &str = "let z = wid.z; let kbeg = 0u; let kend = p[2];";
+
+/// The K range of a workgroup of split-K: z counts (batch, slice) pairs.
+const SLICE_K: &str =
+    "let z = wid.z / p[4]; let kbeg = (wid.z % p[4]) * p[5]; let kend = min(p[2], kbeg + p[5]);\n    \
+                       // Never true: keeps the store's bindings in the layout both split-K shaders share.\n    \
+                       if (p[4] == 0u) { store(0u, 0u, 0.0); }";
+
+/// The partial tiles of split-K, at binding `$BINDING`, and the store of one row into them.
+const PART: &str = r#"
+@group(0) @binding($BINDING) var<storage, read_write> part: array<f32>;
+fn part_row(m: u32, n: u32, v: vec4<f32>) {
+    let M = p[0];
+    let N = p[1];
+    if (m >= M) { return; }
+    let wid_z = part_z;
+    for (var j = 0u; j < 4u; j++) {
+        if (n + j < N) { part[(wid_z * M + m) * N + n + j] = v[j]; }
+    }
+}
+"#;
+
+/// Split-K's second pass: one thread per output sums its slices and stores through the hooks.
+const REDUCE: &str = r#"
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let MN = p[0] * p[1];
+    let slices = p[4];
+    let i = gid.x + gid.y * nwg.x * 256u;
+    if (i >= MN * p[6]) { return; }
+    let z = i / MN;
+    let mn = i - z * MN;
+    var acc = 0.0;
+    for (var s = 0u; s < slices; s++) { acc += part[(z * slices + s) * MN + mn]; }
+    setup(z + p[3]);
+    store(mn / p[1], mn % p[1], acc);
+    // Never true: keeps the operands' bindings in the layout both split-K shaders share.
+    if (slices == 0u) { part[0] = load_a(0u, 0u) + load_b(col(0u), 0u); }
+}
+"#;
+
+/// What one generated shader of a [`Tiled`] kernel does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// The whole K loop, stored through the hooks.
+    Whole,
+    /// One K slice per workgroup, into the partial tiles.
+    Slice,
+    /// The sum of the slices, stored through the hooks.
+    Reduce,
+}
+
+/// A tiled kernel's description: everything its shaders are generated from.
+#[derive(Clone, Debug)]
+pub(crate) struct TiledSource {
+    /// Pipeline key prefix (the hooks' variant).
+    pub key: String,
+    pub dtype: DataType,
+    /// The hooks, with their bindings.
+    pub hooks: String,
+    /// Load order of A and B.
+    pub a: Walk,
+    pub b: Walk,
+    /// Bindings the hooks declare after the params (the partial tiles come next).
+    pub buffers: usize,
+}
+
+impl TiledSource {
+    fn shader(&self, mode: Mode) -> String {
+        let a_idx = match self.a {
+            Walk::K => "let ak = idx % BK; let am = idx / BK;",
+            Walk::Outer => "let am = idx % BM; let ak = idx / BM;",
+        };
+        // Walking N, each thread loads one column for the whole K loop; walking K, four.
+        let (b_cols, b_idx) = match self.b {
+            Walk::Outer => {
+                ("let bn_t = t % BN; let col_t = col(n0 + bn_t);", "let bn = bn_t; let bk = idx / BN; let c = col_t;")
+            }
+            Walk::K => (
+                "var cols: array<Col, 4>; for (var i = 0u; i < 4u; i++) { cols[i] = col(n0 + (t + i * THREADS) / BK); }",
+                "let bk = idx % BK; let bn = idx / BK; let c = cols[i];",
+            ),
+        };
+        let load = |k: &str| {
+            (0..4)
+                .map(|i| {
+                    let b_idx = b_idx.replace("cols[i]", &format!("cols[{i}]"));
+                    format!(
+                        "{{ let idx = t + {i}u * THREADS; {a_idx} let gm = m0 + am; let gk = {k} + ak; ra{i} = 0.0; \
+                         if (gm < M && gk < kend) {{ ra{i} = load_a(gm, gk); }} }}\n        \
+                         {{ let idx = t + {i}u * THREADS; {b_idx} let gk = {k} + bk; rb{i} = 0.0; \
+                         if (n0 + bn < N && gk < kend) {{ rb{i} = load_b(c, gk); }} }}\n        "
+                    )
+                })
+                .collect::<String>()
+        };
+        let stage: String = (0..4)
+            .map(|i| {
+                let b_idx = b_idx.replace("cols[i]", &format!("cols[{i}]"));
+                format!(
+                    "{{ let idx = t + {i}u * THREADS; {a_idx} As[(ak * ROW + am) / 4u][am % 4u] = ra{i}; }}\n        \
+                     {{ let idx = t + {i}u * THREADS; {b_idx} Bs[(bk * ROW + bn) / 4u][bn % 4u] = rb{i}; }}\n        "
+                )
+            })
+            .collect();
+        let (load_first, load_next) = (load("kbeg"), load("kn"));
+        let part = fill(PART, &[("$BINDING", &(self.buffers + 1).to_string())]);
+        let enable = enables(self.dtype);
+        match mode {
+            Mode::Whole => fill(
+                TILED,
+                &[
+                    ("$HOOKS", &self.hooks),
+                    ("$PART", ""),
+                    ("$ENABLE", enable),
+                    ("$SLICE", WHOLE_K),
+                    ("$STORE", "store_row"),
+                    ("$LOAD(kbeg)", &load_first),
+                    ("$LOAD(kn)", &load_next),
+                    ("$STAGE", &stage),
+                    ("$B_COLS", b_cols),
+                ],
+            ),
+            Mode::Slice => fill(
+                TILED,
+                &[
+                    ("$HOOKS", &self.hooks),
+                    ("$PART", &format!("var<private> part_z: u32;\n{part}")),
+                    ("$ENABLE", enable),
+                    ("$SLICE", &format!("{SLICE_K}\n    part_z = wid.z;")),
+                    ("$STORE", "part_row"),
+                    ("$LOAD(kbeg)", &load_first),
+                    ("$LOAD(kn)", &load_next),
+                    ("$STAGE", &stage),
+                    ("$B_COLS", b_cols),
+                ],
+            ),
+            Mode::Reduce => format!("{enable}{}\n{}\n{REDUCE}", self.hooks, part.replace("part_z", "0u")),
+        }
+    }
+}
+
+/// The pipelines of one tiled kernel: the plain one (made with the node) and split-K's two
+/// (made on first use).
+pub(crate) struct Tiled {
+    source: TiledSource,
+    whole: Arc<Pipeline>,
+    split: OnceLock<[Arc<Pipeline>; 2]>,
+}
+
+impl Tiled {
+    /// Compiles (or reuses) the plain pipeline of `source`.
+    pub fn new(gpu: &GpuContext, source: TiledSource) -> Result<Tiled> {
+        let whole = gpu.pipeline(&source.key, || source.shader(Mode::Whole))?;
+        Ok(Tiled { source, whole, split: OnceLock::new() })
+    }
+
+    fn split_pipelines(&self, gpu: &GpuContext) -> Result<&[Arc<Pipeline>; 2]> {
+        if let Some(p) = self.split.get() {
+            return Ok(p);
+        }
+        let s = &self.source;
+        let slice = gpu.pipeline(&format!("{}/slice", s.key), || s.shader(Mode::Slice))?;
+        let reduce = gpu.pipeline(&format!("{}/reduce", s.key), || s.shader(Mode::Reduce))?;
+        Ok(self.split.get_or_init(|| [slice, reduce]))
+    }
+
+    /// Records the product: `params` are the hooks' params after [`RESERVED`] zeros, `buffers`
+    /// the hooks' bindings; `z` batches (or groups) of an `m x n` output over `k`.
+    pub fn record(
+        &self,
+        run: &mut GpuRun,
+        params: &mut [u32],
+        buffers: &[&GpuBuffer],
+        [m, n, k, z]: [usize; 4],
+        at: &Location,
+    ) -> Result<()> {
+        let tiles = [n.div_ceil(TILE), m.div_ceil(TILE)];
+        let slices = slices(tiles[0] * tiles[1] * z, k);
+        let limit = run.context().device().limits().max_compute_workgroups_per_dimension as usize;
+        params[0..3].copy_from_slice(&[u32_of(m, at)?, u32_of(n, at)?, u32_of(k, at)?]);
+        if slices == 1 || z * slices > limit {
+            params[4] = 1;
+            let groups = [u32_of(tiles[0], at)?, u32_of(tiles[1], at)?, u32_of(z, at)?];
+            return dispatch_z(run, &self.whole, params, 3, buffers, groups, at);
+        }
+        let slice_len = k.div_ceil(slices).next_multiple_of(16);
+        let slices = k.div_ceil(slice_len);
+        let [slice, reduce] = self.split_pipelines(run.context())?;
+        let len =
+            slices.checked_mul(z * m * n).ok_or_else(|| onyx_core::Error::node(at, "split-K partials too large"))?;
+        let part = run.alloc(DataType::Float, vec![len])?;
+        params[3] = 0;
+        params[4] = u32_of(slices, at)?;
+        params[5] = u32_of(slice_len, at)?;
+        params[6] = u32_of(z, at)?;
+        let mut all: Vec<&GpuBuffer> = buffers.to_vec();
+        all.push(part.gpu()?);
+        let groups = [u32_of(tiles[0], at)?, u32_of(tiles[1], at)?, u32_of(z * slices, at)?];
+        run.dispatch(slice, params, &all, groups).map_err(|e| e.at(at))?;
+        run.dispatch(reduce, params, &all, grid(z * m * n)).map_err(|e| e.at(at))?;
+        drop(all);
+        run.release_tensor(part);
+        Ok(())
+    }
+}
+
+/// K slices for a product of `workgroups` output tiles (all batches) over `k`: enough to reach
+/// [`TARGET_WORKGROUPS`], each slice at least [`MIN_SLICE`] long.
+fn slices(workgroups: usize, k: usize) -> usize {
+    if workgroups == 0 || workgroups >= TARGET_WORKGROUPS {
+        return 1;
+    }
+    TARGET_WORKGROUPS.div_ceil(workgroups).min(k / MIN_SLICE).clamp(1, MAX_SLICES)
+}
+
+/// Dispatches `groups` workgroups (z = batches), in slices of at most the device's limit of
+/// workgroups along z; `params[z0]` is the first z of each slice.
+pub(crate) fn dispatch_z(
+    run: &mut GpuRun,
+    pipeline: &Pipeline,
+    params: &mut [u32],
+    z0: usize,
+    buffers: &[&GpuBuffer],
+    groups: [u32; 3],
+    at: &Location,
+) -> Result<()> {
+    let limit = run.context().device().limits().max_compute_workgroups_per_dimension.max(1);
+    let mut first = 0u32;
+    while first < groups[2] {
+        let count = (groups[2] - first).min(limit);
+        params[z0] = first;
+        run.dispatch(pipeline, params, buffers, [groups[0], groups[1], count]).map_err(|e| e.at(at))?;
+        first += count;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slices_fill_small_outputs_only() {
+        assert_eq!(slices(600, 4608), 1);
+        assert_eq!(slices(8, 4608), MAX_SLICES);
+        assert_eq!(slices(16, 2304), 32);
+        assert_eq!(slices(49, 576), 9);
+        assert_eq!(slices(100, 100), 1);
+        assert_eq!(slices(0, 1000), 1);
+    }
+}

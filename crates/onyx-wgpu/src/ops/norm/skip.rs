@@ -1,0 +1,189 @@
+//! com.microsoft SkipLayerNormalization(input, skip, gamma, beta?, bias?) -> (output, mean?,
+//! inv_std_var?, input_skip_bias_sum?): one dispatch sums `s = input + skip + bias` (skip
+//! broadcast over leading dims, bias along the last), then the LayerNormalization row kernel
+//! normalizes `s` over the last axis. The statistics outputs (1 and 2) are declined; output 3
+//! is `s` itself.
+
+use super::*;
+
+/// f32 (or f16) inputs of one type; the statistics outputs unread.
+pub(super) fn supports(ctx: &NodeContext<'_>, gpu: &GpuContext) -> bool {
+    let n = ctx.node.inputs.len();
+    let same = (1..n).filter(|&i| ctx.node.input(i).is_some()).all(|i| input_dtype(ctx, i) == input_dtype(ctx, 0));
+    (3..=5).contains(&n)
+        && !has_output(ctx, 1)
+        && !has_output(ctx, 2)
+        && ctx.node.float_or("epsilon", 1e-12).is_ok()
+        && same
+        && float_inputs(ctx, gpu, 0..n)
+}
+
+/// A SkipLayerNormalization node.
+struct SkipLayerNorm {
+    sum: Arc<Pipeline>,
+    norm: RowNorm,
+    epsilon: f32,
+    at: Location,
+}
+
+pub(super) fn build(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<dyn GpuOp>> {
+    let node = ctx.node;
+    let (dtype, ty) = param_type(ctx, 0)?;
+    let beta = node.input(3).is_some();
+    let mut types = vec![(dtype, ty), (dtype, ty)];
+    if beta {
+        types.push((dtype, ty));
+    }
+    let sum = gpu.pipeline(&format!("skipnorm/sum/{ty}"), || sum_shader(ty, enables(dtype)))?;
+    Ok(Box::new(SkipLayerNorm {
+        sum,
+        norm: RowNorm::new(gpu, &types, Form::Centered, beta, false)?,
+        epsilon: node.float_or("epsilon", 1e-12)?,
+        at: node.location(),
+    }))
+}
+
+/// `s[i] = x[i] + skip[i % p[1]] + bias[i % p[2]]` (no bias when `p[2]` is 0), summed in f32.
+fn sum_shader(ty: &str, enable: &str) -> String {
+    format!(
+        "{enable}{FLAT_INDEX}
+@group(0) @binding(0) var<storage, read> p: array<u32>;
+@group(0) @binding(1) var<storage, read> x: array<{ty}>;
+@group(0) @binding(2) var<storage, read> skip: array<{ty}>;
+@group(0) @binding(3) var<storage, read> bias: array<{ty}>;
+@group(0) @binding(4) var<storage, read_write> s: array<{ty}>;
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {{
+    let i = flat_index(gid, nwg);
+    if (i >= p[0]) {{ return; }}
+    var v = f32(x[i]) + f32(skip[i % p[1]]);
+    if (p[2] > 0u) {{ v += f32(bias[i % p[2]]); }}
+    s[i] = {ty}(v);
+}}
+"
+    )
+}
+
+impl SkipLayerNorm {
+    /// Input `i`, which must be a vector of the last dim `n`.
+    fn vector<'r>(&self, run: &GpuRun, inputs: &[Option<ValueRef<'r>>], i: usize, n: usize) -> Result<Option<GpuTensor<'r>>> {
+        let Some(v) = opt_gpu_input(run, inputs, i, &self.at)? else { return Ok(None) };
+        if v.shape() != [n] {
+            return Err(Error::input(&self.at, i, format!("a 1-D vector of the input's last dim [{n}]"), format!("shape {:?}", v.shape())));
+        }
+        Ok(Some(v))
+    }
+}
+
+/// Whether `skip` has `input`'s shape or broadcasts to it over leading dims only.
+fn skip_broadcasts(skip: &[usize], input: &[usize]) -> bool {
+    let first = skip.iter().position(|&d| d != 1).unwrap_or(skip.len());
+    !skip.is_empty() && skip.len() <= input.len() && skip.last() == input.last() && input.ends_with(&skip[first..])
+}
+
+impl GpuOp for SkipLayerNorm {
+    fn record(&self, run: &mut GpuRun, inputs: &[Option<ValueRef<'_>>]) -> Result<Vec<Value>> {
+        let x = gpu_input(run, inputs, 0, &self.at)?;
+        let skip = gpu_input(run, inputs, 1, &self.at)?;
+        let n = *x.shape().last().ok_or_else(|| Error::input(&self.at, 0, "a tensor of rank 1 or more", "a scalar"))?;
+        if !skip_broadcasts(skip.shape(), x.shape()) {
+            return Err(Error::input(
+                &self.at,
+                1,
+                format!("the input's shape {:?} or one broadcast over its leading dims", x.shape()),
+                format!("shape {:?}", skip.shape()),
+            ));
+        }
+        let gamma = self.vector(run, inputs, 2, n)?.ok_or_else(|| Error::input(&self.at, 2, "gamma", "nothing"))?;
+        let beta = self.vector(run, inputs, 3, n)?;
+        let bias = self.vector(run, inputs, 4, n)?;
+        let s = run.alloc(x.dtype(), x.shape().to_vec())?;
+        let params = [u32_of(x.len(), &self.at)?, u32_of(skip.len().max(1), &self.at)?, u32_of(bias.map_or(0, |b| b.len()), &self.at)?];
+        let b = bias.map_or(x.buffer, |b| b.buffer);
+        run.dispatch(&self.sum, &params, &[x.buffer, skip.buffer, b, s.gpu()?], grid(x.len()))?;
+        let map = ParamMap { div: 1, modulo: n };
+        let sum = GpuTensor { tensor: &s, buffer: s.gpu()? };
+        let mut stat_shape = x.shape().to_vec();
+        if let Some(last) = stat_shape.last_mut() {
+            *last = 1;
+        }
+        let beta = beta.map(|b| (b, map));
+        let mut out = self.norm.record(run, sum, n, (gamma, map), beta, self.epsilon, &stat_shape, &self.at)?;
+        // Outputs are positional: 1 and 2 are never named (see `supports`), so the values in
+        // their places are dropped unread; output 3 is the sum.
+        out.truncate(1);
+        out.extend([s.clone(), s.clone(), s].map(Value::Tensor));
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use onyx_core::ir::{Graph, Model, Node};
+    use onyx_core::types::{Dim, TensorType, ValueInfo, ValueType};
+    use onyx_core::{InputValue, Session, SessionOptions, Tensor, Value};
+
+    use crate::testkit::{assert_close, float, provider, rand, Case};
+
+    /// Runs SkipLayerNormalization with outputs 0 and 3 named (1 and 2 left out) on `provider`.
+    fn run_with_sum(inputs: &[Tensor], provider: Arc<dyn onyx_core::ep::ExecutionProvider>) -> Vec<Tensor> {
+        let mut graph = Graph::default();
+        let names: Vec<String> = (0..inputs.len()).map(|i| format!("x{i}")).collect();
+        for (name, t) in names.iter().zip(inputs) {
+            let shape = t.shape().iter().map(|&d| Dim::Fixed(d)).collect();
+            let ty = ValueType::Tensor(TensorType { dtype: t.dtype(), shape: Some(shape) });
+            graph.inputs.push(ValueInfo::new(name.clone(), ty));
+        }
+        let outputs = vec!["y".to_string(), String::new(), String::new(), "sum".to_string()];
+        graph.nodes.push(Node {
+            name: "n".into(),
+            op_type: "SkipLayerNormalization".into(),
+            domain: "com.microsoft".into(),
+            inputs: names.clone(),
+            outputs,
+            ..Default::default()
+        });
+        for o in ["y", "sum"] {
+            graph.outputs.push(ValueInfo::new(o.to_string(), ValueType::Unknown));
+        }
+        let mut model = Model { ir_version: 10, graph, ..Default::default() };
+        model.opsets.insert(String::new(), 21);
+        model.opsets.insert("com.microsoft".into(), 1);
+        let options = SessionOptions { providers: vec![provider], ..Default::default() };
+        let session = Session::new(model, options).unwrap();
+        let feeds: Vec<(String, InputValue<'_>)> = names.iter().zip(inputs).map(|(n, t)| (n.clone(), InputValue::Value(Value::Tensor(t.clone())))).collect();
+        session.run(feeds).unwrap().into_vec().into_iter().map(|(_, v)| v.as_tensor().unwrap().clone()).collect()
+    }
+
+    /// The normalized output and the sum output match the CPU EP's.
+    fn check_sum_output(inputs: &[Tensor]) {
+        let Some(gpu) = provider() else { return };
+        let want = run_with_sum(inputs, Arc::new(onyx_cpu::CpuProvider::new()));
+        let got = run_with_sum(inputs, gpu);
+        assert_eq!(got.len(), 2);
+        for (o, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_close(g, w, 1e-4, 1e-4, &format!("SkipLayerNormalization output {o}"));
+        }
+    }
+
+    #[test]
+    fn skip_layer_norm_matches_the_cpu_contrib_kernel() {
+        for (k, (shape, skip)) in [(&[2, 3, 67][..], &[2, 3, 67][..]), (&[3, 5, 257], &[5, 257]), (&[4, 1000], &[1, 1000])]
+            .into_iter()
+            .enumerate()
+        {
+            let n = *shape.last().unwrap();
+            let s = k as u64 * 10;
+            let (x, sk) = (rand(shape, -3.0, 3.0, s), rand(skip, -1.0, 1.0, s + 1));
+            let (gamma, beta, bias) = (rand(&[n], 0.5, 2.0, s + 2), rand(&[n], -1.0, 1.0, s + 3), rand(&[n], -1.0, 1.0, s + 4));
+            let eps = vec![float("epsilon", 1e-5)];
+            let ms = "com.microsoft";
+            Case::new("SkipLayerNormalization", vec![x.clone(), sk.clone(), gamma.clone()]).domain(ms).check(1e-4, 1e-4);
+            let all = vec![x.clone(), sk.clone(), gamma.clone(), beta.clone(), bias.clone()];
+            Case::new("SkipLayerNormalization", all.clone()).domain(ms).attrs(eps.clone()).check(1e-4, 1e-4);
+            check_sum_output(&all);
+        }
+    }
+}

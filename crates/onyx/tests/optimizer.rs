@@ -1,0 +1,523 @@
+//! The graph optimizer end to end: each pattern fires (node counts before and after) and the
+//! optimized session computes what the unoptimized one does on random data through the CPU
+//! EP; the must-not-fire cases leave the graph alone; and real models (tiny_cnn, the models
+//! `scripts/make_test_models.py` generates) give the same outputs at levels disable and all.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use onyx::ir::{AttrValue, Attribute, Graph, Model, Node};
+use onyx::types::{TensorType, ValueInfo, ValueType};
+use onyx::{npy, DataType, OptimizationLevel, SessionBuilder, Tensor};
+
+// ------------------------------------------------------------------------------------------
+// Building small models
+
+/// A graph under construction: float inputs with fixed shapes, initializers, nodes.
+struct G {
+    nodes: Vec<Node>,
+    inputs: Vec<(String, Vec<usize>)>,
+    inits: BTreeMap<String, Tensor>,
+    outputs: Vec<String>,
+    rng: fastrand::Rng,
+}
+
+impl G {
+    fn new(seed: u64) -> Self {
+        G {
+            nodes: vec![],
+            inputs: vec![],
+            inits: BTreeMap::new(),
+            outputs: vec![],
+            rng: fastrand::Rng::with_seed(seed),
+        }
+    }
+
+    fn input(&mut self, name: &str, shape: &[usize]) -> String {
+        self.inputs.push((name.into(), shape.to_vec()));
+        name.into()
+    }
+
+    fn random(&mut self, name: &str, shape: &[usize], lo: f32, hi: f32) -> String {
+        let n = shape.iter().product();
+        let v: Vec<f32> = (0..n).map(|_| lo + (hi - lo) * self.rng.f32()).collect();
+        self.inits.insert(name.into(), Tensor::from_vec(shape.to_vec(), v).unwrap());
+        name.into()
+    }
+
+    fn scalar(&mut self, name: &str, v: f32) -> String {
+        self.inits.insert(name.into(), Tensor::scalar(v));
+        name.into()
+    }
+
+    fn op(&mut self, op: &str, inputs: &[&str], attrs: Vec<Attribute>) -> String {
+        let out = format!("{}_{}", op.to_lowercase(), self.nodes.len());
+        self.nodes.push(Node {
+            name: format!("/{op}_{}", self.nodes.len()),
+            op_type: op.into(),
+            inputs: inputs.iter().map(|s| s.to_string()).collect(),
+            outputs: vec![out.clone()],
+            attributes: attrs,
+            ..Default::default()
+        });
+        out
+    }
+
+    fn output(&mut self, name: &str) {
+        self.outputs.push(name.into());
+    }
+
+    fn model(&self, opset: i64) -> Model {
+        let info = |(n, s): &(String, Vec<usize>)| {
+            ValueInfo::new(n.clone(), ValueType::Tensor(TensorType::fixed(DataType::Float, s)))
+        };
+        Model {
+            ir_version: 8,
+            opsets: BTreeMap::from([(String::new(), opset)]),
+            graph: Graph {
+                nodes: self.nodes.clone(),
+                inputs: self.inputs.iter().map(info).collect(),
+                outputs: self.outputs.iter().map(|o| ValueInfo::new(o.clone(), ValueType::Unknown)).collect(),
+                initializers: self.inits.clone(),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+}
+
+fn ints(name: &str, v: &[i64]) -> Attribute {
+    Attribute { name: name.into(), value: AttrValue::Ints(v.to_vec()) }
+}
+
+fn int(name: &str, v: i64) -> Attribute {
+    Attribute { name: name.into(), value: AttrValue::Int(v) }
+}
+
+fn float(name: &str, v: f32) -> Attribute {
+    Attribute { name: name.into(), value: AttrValue::Float(v) }
+}
+
+// ------------------------------------------------------------------------------------------
+// Running and comparing
+
+/// Ops of a model's graph, `domain:op` outside the default domain.
+fn ops(model: &Model) -> Vec<String> {
+    model
+        .graph
+        .nodes
+        .iter()
+        .map(|n| if n.domain.is_empty() { n.op_type.clone() } else { format!("{}:{}", n.domain, n.op_type) })
+        .collect()
+}
+
+fn as_f64(t: &Tensor) -> Vec<f64> {
+    match t.dtype() {
+        DataType::Float => t.as_slice::<f32>().unwrap().iter().map(|&x| x as f64).collect(),
+        DataType::Double => t.as_slice::<f64>().unwrap().to_vec(),
+        DataType::Int64 => t.as_slice::<i64>().unwrap().iter().map(|&x| x as f64).collect(),
+        DataType::Int32 => t.as_slice::<i32>().unwrap().iter().map(|&x| x as f64).collect(),
+        DataType::Bool | DataType::Uint8 => t.view().unwrap().bytes().unwrap().iter().map(|&x| x as f64).collect(),
+        other => panic!("no comparison for {other}"),
+    }
+}
+
+/// Runs `model` at `level` on `feeds`; returns the outputs by name and the optimized model.
+fn run(model: &Model, level: OptimizationLevel, feeds: &[(String, Tensor)]) -> (BTreeMap<String, Tensor>, Model) {
+    let session = SessionBuilder::new()
+        .with_optimization_level(level)
+        .commit_from_model(model.clone())
+        .unwrap_or_else(|e| panic!("session at level {level}: {e}"));
+    let outputs = session
+        .run(feeds.iter().map(|(n, t)| (n.clone(), t.clone())))
+        .unwrap_or_else(|e| panic!("run at {level}: {e}"));
+    let got = outputs.iter().map(|(n, v)| (n.to_string(), v.as_tensor().unwrap().clone())).collect();
+    (got, session.model().clone())
+}
+
+/// Asserts equal shapes and values within `tol` (relative to the output's largest magnitude).
+fn assert_same(want: &BTreeMap<String, Tensor>, got: &BTreeMap<String, Tensor>, tol: f64, what: &str) {
+    assert_eq!(want.keys().collect::<Vec<_>>(), got.keys().collect::<Vec<_>>(), "{what}: output names");
+    for (name, w) in want {
+        let g = &got[name];
+        assert_eq!((g.dtype(), g.shape()), (w.dtype(), w.shape()), "{what}: output {name}");
+        let (gv, wv) = (as_f64(g), as_f64(w));
+        let scale = wv.iter().fold(1e-6f64, |m, x| m.max(x.abs()));
+        for (i, (a, b)) in gv.iter().zip(&wv).enumerate() {
+            assert!(
+                (a - b).abs() <= tol * scale || (a.is_nan() && b.is_nan()),
+                "{what}: {name}[{i}]: got {a}, want {b}"
+            );
+        }
+    }
+}
+
+/// Random feeds for a built graph's inputs.
+fn feeds(g: &G, seed: u64) -> Vec<(String, Tensor)> {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    g.inputs
+        .iter()
+        .map(|(n, s)| {
+            let v: Vec<f32> = (0..s.iter().product()).map(|_| rng.f32() * 4.0 - 2.0).collect();
+            (n.clone(), Tensor::from_vec(s.clone(), v).unwrap())
+        })
+        .collect()
+}
+
+/// Runs `g` at levels disable and all, checks equal outputs; returns the ops after.
+fn check(g: &G, opset: i64, what: &str) -> Vec<String> {
+    let model = g.model(opset);
+    let feeds = feeds(g, 99);
+    let (want, plain) = run(&model, OptimizationLevel::Disable, &feeds);
+    assert_eq!(ops(&plain), ops(&model), "{what}: level disable changes nothing");
+    let (got, optimized) = run(&model, OptimizationLevel::All, &feeds);
+    assert_same(&want, &got, 1e-5, what);
+    ops(&optimized)
+}
+
+// ------------------------------------------------------------------------------------------
+// Basic level
+
+#[test]
+fn identity_dropout_dead_nodes_and_constants_go() {
+    let mut g = G::new(1);
+    let x = g.input("x", &[3, 5]);
+    let a = g.random("a", &[5], -1.0, 1.0);
+    let b = g.random("b", &[5], -1.0, 1.0);
+    let ab = g.op("Add", &[&a, &b], vec![]); // constant: folded
+    let i = g.op("Identity", &[&x], vec![]);
+    let d = g.op("Dropout", &[&i], vec![]);
+    let y = g.op("Mul", &[&d, &ab], vec![]);
+    let _dead = g.op("Sigmoid", &[&y], vec![]); // nobody reads it
+    let out = g.op("Identity", &[&y], vec![]); // a graph output: Mul writes it directly
+    g.output(&out);
+    assert_eq!(check(&g, 17, "basic clean-ups"), ["Mul"]);
+}
+
+#[test]
+fn constant_of_shape_over_16_mib_is_not_folded() {
+    let mut g = G::new(2);
+    let x = g.input("x", &[2]);
+    g.inits.insert("big".into(), Tensor::from_vec(vec![2], vec![2048i64, 4096]).unwrap());
+    g.inits.insert("small".into(), Tensor::from_vec(vec![1], vec![2i64]).unwrap());
+    let huge = g.op("ConstantOfShape", &["big"], vec![]);
+    let tiny = g.op("ConstantOfShape", &["small"], vec![]);
+    let s = g.op("ReduceSum", &[&huge], vec![int("keepdims", 0)]);
+    let t = g.op("Add", &[&x, &tiny], vec![]);
+    let y = g.op("Add", &[&t, &s], vec![]);
+    g.output(&y);
+    let after = check(&g, 17, "ConstantOfShape");
+    assert_eq!(after, ["ConstantOfShape", "ReduceSum", "Add", "Add"], "only the 8-byte constant is folded");
+}
+
+// ------------------------------------------------------------------------------------------
+// Convolutions
+
+/// Conv(x) → BatchNormalization → Relu, optionally with the Conv output also a graph output.
+fn conv_bn_relu(conv_out_visible: bool, bn_scale_is_input: bool) -> G {
+    let mut g = G::new(3);
+    let x = g.input("x", &[2, 3, 9, 7]);
+    let w = g.random("w", &[4, 3, 3, 3], -0.5, 0.5);
+    let b = g.random("b", &[4], -0.5, 0.5);
+    let c = g.op("Conv", &[&x, &w, &b], vec![ints("pads", &[1, 1, 1, 1]), ints("strides", &[2, 1])]);
+    let scale = if bn_scale_is_input { g.input("scale", &[4]) } else { g.random("scale", &[4], 0.5, 1.5) };
+    let bias = g.random("bias", &[4], -0.5, 0.5);
+    let mean = g.random("mean", &[4], -0.5, 0.5);
+    let var = g.random("var", &[4], 0.5, 1.5);
+    let bn = g.op("BatchNormalization", &[&c, &scale, &bias, &mean, &var], vec![float("epsilon", 1e-3)]);
+    let y = g.op("Relu", &[&bn], vec![]);
+    g.output(&y);
+    if conv_out_visible {
+        g.output(&c);
+    }
+    g
+}
+
+#[test]
+fn conv_batch_norm_relu_becomes_one_fused_conv() {
+    assert_eq!(check(&conv_bn_relu(false, false), 17, "Conv+BN+Relu"), ["com.microsoft:FusedConv"]);
+}
+
+#[test]
+fn conv_fusions_do_not_fire_on_visible_or_variable_values() {
+    let after = check(&conv_bn_relu(true, false), 17, "Conv output is a graph output");
+    assert_eq!(after, ["Conv", "BatchNormalization", "Relu"]);
+    let after = check(&conv_bn_relu(false, true), 17, "BN scale is an input");
+    assert_eq!(after, ["Conv", "BatchNormalization", "Relu"]);
+}
+
+#[test]
+fn conv_residual_and_activations_fuse() {
+    // (activation op, its attributes / bound inputs, expected activation)
+    for act in ["Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid"] {
+        let mut g = G::new(4);
+        let x = g.input("x", &[1, 4, 8, 6]);
+        let z = g.input("z", &[1, 5, 8, 6]);
+        let w = g.random("w", &[5, 4, 3, 3], -0.5, 0.5);
+        let c = g.op("Conv", &[&x, &w], vec![ints("pads", &[1, 1, 1, 1])]);
+        let s = g.op("Add", &[&z, &c], vec![]);
+        let y = match act {
+            "Clip" => {
+                let (lo, hi) = (g.scalar("lo", -0.5), g.scalar("hi", 0.75));
+                g.op("Clip", &[&s, &lo, &hi], vec![])
+            }
+            "LeakyRelu" => g.op(act, &[&s], vec![float("alpha", 0.2)]),
+            "HardSigmoid" => g.op(act, &[&s], vec![float("alpha", 0.3), float("beta", 0.4)]),
+            _ => g.op(act, &[&s], vec![]),
+        };
+        g.output(&y);
+        assert_eq!(check(&g, 17, act), ["com.microsoft:FusedConv"], "{act}");
+    }
+}
+
+#[test]
+fn conv_add_with_a_broadcast_operand_is_not_fused() {
+    let mut g = G::new(5);
+    let x = g.input("x", &[1, 4, 8, 6]);
+    let w = g.random("w", &[5, 4, 3, 3], -0.5, 0.5);
+    let bias = g.random("bias", &[5, 1, 1], -0.5, 0.5);
+    let c = g.op("Conv", &[&x, &w], vec![]);
+    let s = g.op("Add", &[&c, &bias], vec![]);
+    g.output(&s);
+    assert_eq!(check(&g, 17, "broadcast add"), ["Conv", "Add"]);
+}
+
+// ------------------------------------------------------------------------------------------
+// Matrix products
+
+#[test]
+fn matmul_add_becomes_gemm_only_for_2d_a() {
+    for (a_shape, want) in [(&[5, 7][..], vec!["Gemm"]), (&[2, 5, 7], vec!["MatMul", "Add"])] {
+        let mut g = G::new(6);
+        let a = g.input("a", a_shape);
+        let b = g.random("b", &[7, 3], -1.0, 1.0);
+        let c = g.random("c", &[3], -1.0, 1.0);
+        let m = g.op("MatMul", &[&a, &b], vec![]);
+        let y = g.op("Add", &[&c, &m], vec![]);
+        g.output(&y);
+        assert_eq!(check(&g, 17, "MatMul+Add"), want, "A {a_shape:?}");
+    }
+}
+
+#[test]
+fn transposes_and_scale_fold_into_fused_matmul() {
+    let mut g = G::new(7);
+    let a = g.input("a", &[2, 5, 4]);
+    let b = g.input("b", &[2, 3, 5]);
+    let at = g.op("Transpose", &[&a], vec![ints("perm", &[0, 2, 1])]);
+    let bt = g.op("Transpose", &[&b], vec![ints("perm", &[0, 2, 1])]);
+    let m = g.op("MatMul", &[&at, &bt], vec![]);
+    let k = g.scalar("k", 8.0);
+    let y = g.op("Div", &[&m, &k], vec![]);
+    g.output(&y);
+    assert_eq!(check(&g, 17, "Transpose+MatMul+Div"), ["com.microsoft:FusedMatMul"]);
+
+    // A transpose of other axes is not a transA.
+    let mut g = G::new(8);
+    let a = g.input("a", &[5, 2, 4]);
+    let b = g.input("b", &[4, 3]);
+    let at = g.op("Transpose", &[&a], vec![ints("perm", &[1, 0, 2])]);
+    let y = g.op("MatMul", &[&at, &b], vec![]);
+    g.output(&y);
+    assert_eq!(check(&g, 17, "batch transpose"), ["Transpose", "MatMul"]);
+}
+
+// ------------------------------------------------------------------------------------------
+// Gelu
+
+/// The exact Gelu pattern in one of its exporter forms, after an optional bias Add.
+fn gelu_graph(form: usize, half: f32, bias: bool) -> G {
+    let mut g = G::new(9);
+    let mut x = g.input("x", &[3, 16]);
+    if bias {
+        let b = g.random("bias", &[16], -1.0, 1.0);
+        x = g.op("Add", &[&b, &x], vec![]);
+    }
+    let scaled = if form == 1 {
+        let r = g.scalar("r", std::f32::consts::FRAC_1_SQRT_2);
+        g.op("Mul", &[&r, &x], vec![])
+    } else {
+        let s = g.scalar("s", std::f32::consts::SQRT_2);
+        g.op("Div", &[&x, &s], vec![])
+    };
+    let e = g.op("Erf", &[&scaled], vec![]);
+    let one = g.scalar("one", 1.0);
+    let p = g.op("Add", &[&one, &e], vec![]);
+    let h = g.scalar("half", half);
+    let y = match form {
+        0 | 1 => {
+            let m = g.op("Mul", &[&x, &p], vec![]);
+            g.op("Mul", &[&m, &h], vec![])
+        }
+        2 => {
+            let hx = g.op("Mul", &[&x, &h], vec![]);
+            g.op("Mul", &[&hx, &p], vec![])
+        }
+        _ => {
+            let hp = g.op("Mul", &[&h, &p], vec![]);
+            g.op("Mul", &[&hp, &x], vec![])
+        }
+    };
+    g.output(&y);
+    g
+}
+
+#[test]
+fn gelu_forms_fuse_and_bias_joins_them() {
+    for form in 0..4 {
+        assert_eq!(check(&gelu_graph(form, 0.5, false), 17, "gelu"), ["com.microsoft:Gelu"], "form {form}");
+        assert_eq!(check(&gelu_graph(form, 0.5, false), 20, "gelu"), ["Gelu"], "form {form} opset 20");
+        assert_eq!(check(&gelu_graph(form, 0.5, true), 17, "bias gelu"), ["com.microsoft:BiasGelu"], "form {form}");
+        let after = check(&gelu_graph(form, 0.6, false), 17, "not gelu");
+        assert!(after.contains(&"Erf".to_string()), "form {form} with 0.6 is no Gelu: {after:?}");
+    }
+}
+
+#[test]
+fn tanh_gelu_becomes_fast_gelu() {
+    for pow in [true, false] {
+        let mut g = G::new(10);
+        let x = g.input("x", &[4, 9]);
+        let cube = if pow {
+            let three = g.scalar("three", 3.0);
+            g.op("Pow", &[&x, &three], vec![])
+        } else {
+            let sq = g.op("Mul", &[&x, &x], vec![]);
+            g.op("Mul", &[&x, &sq], vec![])
+        };
+        let c = g.scalar("c", 0.044715);
+        let sc = g.op("Mul", &[&c, &cube], vec![]);
+        let inner = g.op("Add", &[&x, &sc], vec![]);
+        let k = g.scalar("k", 0.797_884_6);
+        let u = g.op("Mul", &[&inner, &k], vec![]);
+        let t = g.op("Tanh", &[&u], vec![]);
+        let one = g.scalar("one", 1.0);
+        let p = g.op("Add", &[&t, &one], vec![]);
+        let h = g.scalar("half", 0.5);
+        let hx = g.op("Mul", &[&h, &x], vec![]);
+        let y = g.op("Mul", &[&hx, &p], vec![]);
+        g.output(&y);
+        assert_eq!(check(&g, 17, "tanh gelu"), ["com.microsoft:FastGelu"], "pow {pow}");
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Layer normalization
+
+/// The decomposed LayerNormalization of `residual + x` over `axis`.
+fn layer_norm_graph(axis: i64, residual: bool) -> G {
+    let mut g = G::new(11);
+    let mut x = g.input("x", &[2, 5, 12]);
+    if residual {
+        let r = g.input("r", &[2, 5, 12]);
+        x = g.op("Add", &[&x, &r], vec![]);
+    }
+    let mean = g.op("ReduceMean", &[&x], vec![ints("axes", &[axis])]);
+    let d = g.op("Sub", &[&x, &mean], vec![]);
+    let two = g.scalar("two", 2.0);
+    let sq = g.op("Pow", &[&d, &two], vec![]);
+    let var = g.op("ReduceMean", &[&sq], vec![ints("axes", &[axis])]);
+    let eps = g.scalar("eps", 1e-5);
+    let ve = g.op("Add", &[&var, &eps], vec![]);
+    let std = g.op("Sqrt", &[&ve], vec![]);
+    let n = g.op("Div", &[&d, &std], vec![]);
+    let gamma = g.random("gamma", &[12], 0.5, 1.5);
+    let beta = g.random("beta", &[12], -0.5, 0.5);
+    let s = g.op("Mul", &[&n, &gamma], vec![]);
+    let y = g.op("Add", &[&beta, &s], vec![]);
+    g.output(&y);
+    g
+}
+
+#[test]
+fn decomposed_layer_norm_fuses_and_takes_the_residual() {
+    assert_eq!(check(&layer_norm_graph(-1, false), 17, "layer norm"), ["LayerNormalization"]);
+    assert_eq!(check(&layer_norm_graph(2, true), 17, "skip layer norm"), ["com.microsoft:SkipLayerNormalization"]);
+    assert_eq!(check(&layer_norm_graph(-1, false), 13, "opset 13").len(), 9, "no LayerNormalization before opset 17");
+    assert_eq!(check(&layer_norm_graph(1, false), 17, "axis 1").len(), 9, "not over the last axis");
+}
+
+// ------------------------------------------------------------------------------------------
+// Real models
+
+fn models_dir() -> Option<PathBuf> {
+    let dir = std::env::var_os("ONYX_TEST_MODELS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/testmodels"));
+    dir.join("manifest.json").exists().then_some(dir)
+}
+
+/// Runs a model file at levels disable and all on `feeds`; returns node counts before/after.
+fn compare_file(path: &Path, feeds: &[(String, Tensor)], tol: f64) -> (usize, usize, Vec<String>) {
+    let model = onyx::load_model(path).unwrap();
+    let (want, plain) = run(&model, OptimizationLevel::Disable, feeds);
+    let (got, optimized) = run(&model, OptimizationLevel::All, feeds);
+    assert_same(&want, &got, tol, &path.display().to_string());
+    (plain.graph.nodes.len(), optimized.graph.nodes.len(), ops(&optimized))
+}
+
+#[test]
+fn tiny_cnn_is_the_same_at_every_level() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/tiny_cnn/tiny_cnn.onnx");
+    let model = onyx::load_model(&path).unwrap();
+    let session = SessionBuilder::new().commit_from_model(model.clone()).unwrap();
+    let mut rng = fastrand::Rng::with_seed(12);
+    let feeds: Vec<(String, Tensor)> = session
+        .inputs()
+        .iter()
+        .map(|i| {
+            let shape: Vec<usize> =
+                i.ty.as_tensor().unwrap().shape.as_ref().unwrap().iter().map(|d| d.fixed().unwrap_or(1)).collect();
+            let v: Vec<f32> = (0..shape.iter().product()).map(|_| rng.f32() * 2.0 - 1.0).collect();
+            (i.name.clone(), Tensor::from_vec(shape, v).unwrap())
+        })
+        .collect();
+    let (before, after, ops) = compare_file(&path, &feeds, 1e-5);
+    println!("tiny_cnn: {before} nodes -> {after}: {ops:?}");
+    for level in [OptimizationLevel::Basic, OptimizationLevel::Extended] {
+        let (want, _) = run(&model, OptimizationLevel::Disable, &feeds);
+        let (got, _) = run(&model, level, &feeds);
+        assert_same(&want, &got, 1e-5, &format!("tiny_cnn at {level}"));
+    }
+}
+
+#[test]
+fn generated_models_are_the_same_optimized_and_smaller() {
+    let Some(dir) = models_dir() else {
+        eprintln!("no generated test models: run scripts/test.sh");
+        return;
+    };
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
+    let mut sizes = BTreeMap::new();
+    for case in manifest.as_array().unwrap() {
+        let name = case["name"].as_str().unwrap().to_string();
+        let mut feeds = vec![];
+        for (input, file) in case["inputs"].as_object().unwrap() {
+            feeds.push((input.clone(), npy::read(&dir.join(file.as_str().unwrap())).unwrap()));
+        }
+        let (before, after, ops) = compare_file(&dir.join(case["model"].as_str().unwrap()), &feeds, 1e-4);
+        println!("{name}: {before} nodes -> {after}");
+        sizes.insert(name, (before, after, ops));
+    }
+    let count = |name: &str, op: &str| sizes[name].2.iter().filter(|o| *o == op).count();
+    if sizes.contains_key("resnet18") {
+        let (before, after, _) = &sizes["resnet18"];
+        assert!(after < before, "resnet18: {before} -> {after}");
+        assert_eq!(count("resnet18", "BatchNormalization"), 0, "every BN folds into its Conv");
+        // Each main-path Conv fuses with its ReLU or residual Add; the three 1x1 downsample Convs
+        // stay plain: their output is the residual Z of the next FusedConv.
+        assert_eq!(count("resnet18", "Conv"), 3, "{:?}", sizes["resnet18"].2);
+    }
+    if sizes.contains_key("bert4") {
+        let (before, after, _) = &sizes["bert4"];
+        assert!(after < before, "bert4: {before} -> {after}");
+        assert_eq!(count("bert4", "Erf"), 0, "the Gelu patterns fuse");
+        assert_eq!(count("bert4", "com.microsoft:BiasGelu"), 4);
+        assert_eq!(count("bert4", "Sqrt"), 0, "the decomposed LayerNormalizations fuse");
+        assert!(count("bert4", "com.microsoft:SkipLayerNormalization") >= 8, "{:?}", sizes["bert4"].2);
+    }
+    if sizes.contains_key("mobilenet_block") {
+        assert_eq!(count("mobilenet_block", "Clip"), 0, "Conv+Clip fuse");
+    }
+}
