@@ -29,3 +29,10 @@ export ONYX_CONFORMANCE_REPORT=docs/conformance.md
 export ONYX_CONFORMANCE_PROVIDERS="${ONYX_CONFORMANCE_PROVIDERS:-cpu,wgpu}"
 
 cargo test --workspace --no-fail-fast
+
+# Fuzzing (docs/robustness.md): each libFuzzer target (loader, planning, runs) for a short fixed
+# time on its committed seed corpus, built on the stable toolchain. ONYX_FUZZ_SECONDS=0 skips.
+fuzz_seconds="${ONYX_FUZZ_SECONDS:-20}"
+if [ "$fuzz_seconds" -gt 0 ]; then
+    bash fuzz/run.sh "$fuzz_seconds"
+fi
