@@ -437,6 +437,37 @@ fn decomposed_layer_norm_fuses_and_takes_the_residual() {
     assert_eq!(check(&layer_norm_graph(1, false), 17, "axis 1").len(), 9, "not over the last axis");
 }
 
+/// MatMul(x, w) + bias → LayerNormalization of (that + residual): the end of a transformer
+/// sub-block. `bias_is_input` makes the bias a graph input; `sum_visible` makes the biased
+/// MatMul a graph output too.
+fn biased_skip_norm_graph(bias_is_input: bool, sum_visible: bool) -> G {
+    let mut g = G::new(12);
+    let x = g.input("x", &[2, 5, 12]);
+    let r = g.input("r", &[2, 5, 12]);
+    let w = g.random("w", &[12, 12], -0.5, 0.5);
+    let bias = if bias_is_input { g.input("bias", &[12]) } else { g.random("bias", &[12], -0.5, 0.5) };
+    let m = g.op("MatMul", &[&x, &w], vec![]);
+    let biased = g.op("Add", &[&bias, &m], vec![]);
+    let s = g.op("Add", &[&biased, &r], vec![]);
+    let gamma = g.random("gamma", &[12], 0.5, 1.5);
+    let beta = g.random("beta", &[12], -0.5, 0.5);
+    let y = g.op("LayerNormalization", &[&s, &gamma, &beta], vec![]);
+    g.output(&y);
+    if sum_visible {
+        g.output(&biased);
+    }
+    g
+}
+
+#[test]
+fn a_bias_add_folds_into_skip_layer_norm() {
+    let sln = "com.microsoft:SkipLayerNormalization";
+    assert_eq!(check(&biased_skip_norm_graph(false, false), 17, "biased"), ["MatMul", sln]);
+    // Must not fire: the bias is not a constant, or the biased sum is read elsewhere.
+    assert_eq!(check(&biased_skip_norm_graph(true, false), 17, "bias input"), ["MatMul", "Add", sln]);
+    assert_eq!(check(&biased_skip_norm_graph(false, true), 17, "visible sum"), ["MatMul", "Add", sln]);
+}
+
 // ------------------------------------------------------------------------------------------
 // Real models
 
@@ -516,6 +547,7 @@ fn generated_models_are_the_same_optimized_and_smaller() {
         assert_eq!(count("bert4", "com.microsoft:BiasGelu"), 4);
         assert_eq!(count("bert4", "Sqrt"), 0, "the decomposed LayerNormalizations fuse");
         assert!(count("bert4", "com.microsoft:SkipLayerNormalization") >= 8, "{:?}", sizes["bert4"].2);
+        assert!(count("bert4", "Add") <= 17, "bias Adds fold into SkipLayerNormalization: {:?}", sizes["bert4"].2);
     }
     if sizes.contains_key("mobilenet_block") {
         assert_eq!(count("mobilenet_block", "Clip"), 0, "Conv+Clip fuse");

@@ -94,18 +94,17 @@ fn resident_bytes() -> u64 {
     pages * 4096
 }
 
-#[test]
-#[ignore = "100,000 runs: run by hand, the figure is in docs/robustness.md"]
-fn resident_memory_stays_flat_over_100k_runs() {
-    let session = SessionBuilder::new().with_intra_threads(1).commit_from_file(model("digits")).unwrap();
+/// Runs `session` 10,000 times to warm up, then 100,000 times, sampling resident memory, and
+/// fails if it grew by more than 4 MiB.
+fn resident_memory_stays_flat(session: &Session) {
     let inputs: Vec<Tensor> = (0..4).map(|i| random(&[1 + i, 1, 8, 8], 400 + i as u64)).collect();
     for i in 0..10_000 {
-        run(&session, &inputs[i % inputs.len()]);
+        run(session, &inputs[i % inputs.len()]);
     }
     let start = resident_bytes();
     let mut samples = vec![];
     for i in 0..100_000 {
-        run(&session, &inputs[i % inputs.len()]);
+        run(session, &inputs[i % inputs.len()]);
         if i % 20_000 == 19_999 {
             samples.push(resident_bytes());
         }
@@ -119,4 +118,20 @@ fn resident_memory_stays_flat_over_100k_runs() {
         mib(end) - mib(start)
     );
     assert!(end < start + (4 << 20), "resident memory grew from {start} to {end} bytes");
+}
+
+#[test]
+#[ignore = "100,000 runs: run by hand, the figure is in docs/robustness.md"]
+fn resident_memory_stays_flat_over_100k_cpu_runs() {
+    resident_memory_stays_flat(&SessionBuilder::new().with_intra_threads(1).commit_from_file(model("digits")).unwrap());
+}
+
+#[cfg(feature = "wgpu")]
+#[test]
+#[ignore = "100,000 runs: run by hand, the figure is in docs/robustness.md"]
+fn resident_memory_stays_flat_over_100k_wgpu_runs() {
+    let Some(gpu) = gpu() else { return };
+    let session = SessionBuilder::new().with_providers([onyx::Provider::Custom(gpu)]).commit_from_file(model("digits")).unwrap();
+    assert!(session.assignments().iter().any(|a| a.provider == "wgpu"), "no node runs on wgpu");
+    resident_memory_stays_flat(&session);
 }

@@ -5,7 +5,8 @@
 //!   values inference already knows replaced by initializers;
 //! - extended ([`conv`], [`matmul`], [`gelu`], [`norm`]): Conv+BatchNormalization folding,
 //!   FusedConv, MatMul+Add → Gemm, Transpose+MatMul → FusedMatMul, Gelu / BiasGelu /
-//!   FastGelu, LayerNormalization and SkipLayerNormalization from their decomposed forms;
+//!   FastGelu, LayerNormalization and SkipLayerNormalization (with its bias) from their
+//!   decomposed forms;
 //! - all: extended (layout choices come later).
 //!
 //! No rewrite changes results or what a caller can see: an intermediate value that is a graph
@@ -116,6 +117,7 @@ const PASSES: &[Pass] = &[
     Pass { name: "bias_gelu", level: OptimizationLevel::Extended, run: gelu::bias_gelu },
     Pass { name: "layer_norm", level: OptimizationLevel::Extended, run: norm::layer_norm },
     Pass { name: "skip_layer_norm", level: OptimizationLevel::Extended, run: norm::skip_layer_norm },
+    Pass { name: "skip_layer_norm_bias", level: OptimizationLevel::Extended, run: norm::skip_layer_norm_bias },
 ];
 
 /// Rewrites `model`'s main graph at `level` for `providers` (in priority order, the CPU

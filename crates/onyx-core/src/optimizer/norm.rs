@@ -1,6 +1,7 @@
 //! Normalization fusions: the decomposed ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div/Mul/Add
-//! pattern → LayerNormalization (opset 17 and later), and Add + LayerNormalization →
-//! SkipLayerNormalization.
+//! pattern → LayerNormalization (opset 17 and later), Add + LayerNormalization →
+//! SkipLayerNormalization, and a bias Add before a SkipLayerNormalization folded into its `bias`
+//! input (the Add after a MatMul in every transformer block).
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -150,6 +151,46 @@ fn skip_fits(skip: &[Dim], input: &[Dim]) -> bool {
         && skip.last() == input.last()
         && input.ends_with(&skip[first..])
         && !input.contains(&Dim::Unknown)
+}
+
+/// Add(x, bias) → SkipLayerNormalization(…) without a bias, where `bias` is a constant `[H]`
+/// vector and `x` has the sum's type (so no broadcast is lost), on the SkipLayerNormalization's
+/// input or skip: SkipLayerNormalization(x, skip, gamma, beta, bias).
+pub(super) fn skip_layer_norm_bias(view: &View<'_>, fusion: &Fusion<'_>) -> Result<Changes> {
+    let mut changes = Changes::default();
+    for l in 0..view.graph.nodes.len() {
+        let sln = view.node(l);
+        if sln.op_type != "SkipLayerNormalization" || sln.domain != MS_DOMAIN {
+            continue;
+        }
+        if sln.input(4).is_some_and(|b| !b.is_empty()) || sln.inputs.len() < 3 {
+            continue;
+        }
+        for slot in 0..2 {
+            let Some(sum) = sln.input(slot) else { continue };
+            let Some(a) = view.produced_by(sum, "Add").filter(|_| view.sole_reader(sum) == Some(l)) else {
+                continue;
+            };
+            let [p, q] = view.node(a).inputs.as_slice() else { continue };
+            let is_bias = |b: &str| view.constant(b).is_some() && is_channel_vector(view, b, sum);
+            let (x, bias) = if is_bias(q) && view.same_type(p, sum) {
+                (p, q)
+            } else if is_bias(p) && view.same_type(q, sum) {
+                (q, p)
+            } else {
+                continue;
+            };
+            let mut fused = sln.clone();
+            fused.inputs.resize(5, String::new());
+            fused.inputs[slot] = x.clone();
+            fused.inputs[4] = bias.clone();
+            if !changes.claimed(a) && !changes.claimed(l) && fusion.allowed(view, l, &[a, l], &fused, &HashMap::new()) {
+                changes.add(Rewrite { remove: vec![a, l], node: Some(fused), initializers: vec![] });
+                break;
+            }
+        }
+    }
+    Ok(changes)
 }
 
 /// Add(a, b) → LayerNormalization(axis -1, gamma, beta) with only its first output used, one
