@@ -163,6 +163,10 @@ def main():
                 row[f"onyx_{provider}"] = report["p50_ms"]
                 row[f"onyx_{provider}_create"] = report["session_create_ms"] + report["first_run_ms"]
                 row[f"onyx_{provider}_err"] = max(rel_err(o, r) for o, r in zip(outs, ref_out))
+                if provider == "wgpu":
+                    row["onyx_wgpu_session_ms"] = report["session_create_ms"]
+                    row["onyx_wgpu_first_ms"] = report["first_run_ms"]
+                    row["onyx_wgpu_host"] = report.get("wgpu", {})
             except Exception as e:  # noqa: BLE001
                 print(f"{name}: onyx {provider} failed: {e}", file=sys.stderr)
         rows.append(row)
@@ -191,7 +195,24 @@ def table(rows):
                      f"{fmt(r.get('onyx_wgpu_create'), 0)} | {fmt(r.get('ort_webgpu_create'), 0)} | "
                      f"{fmt(r.get('onyx_wgpu_err'), 7) if r.get('onyx_wgpu_err') is not None else '—'} | "
                      f"{fmt(r.get('onyx_cpu_err'), 7) if r.get('onyx_cpu_err') is not None else '—'} |")
-    return head + "\n".join(lines) + "\n"
+    return head + "\n".join(lines) + "\n" + host_table(rows)
+
+
+def host_table(rows):
+    """Onyx wgpu's host side per model: session creation, first run, pipelines, recording."""
+    head = ("\n| model | onyx wgpu session ms | first run ms | pipelines | compile ms (all threads) "
+            "| dispatches/run | host recording us/run | bind groups reused |\n"
+            "| --- | --- | --- | --- | --- | --- | --- | --- |\n")
+    lines = []
+    for r in rows:
+        h = r.get("onyx_wgpu_host") or {}
+        if not h:
+            continue
+        lines.append(f"| {r['model']} | {fmt(r.get('onyx_wgpu_session_ms'), 0)} | {fmt(r.get('onyx_wgpu_first_ms'), 0)} | "
+                     f"{h.get('session_pipelines', '—')} | {fmt(h.get('compile_ms'), 0)} | "
+                     f"{fmt(h.get('dispatches_per_run'), 0)} | {fmt(h.get('record_us_per_run'), 0)} | "
+                     f"{fmt(h.get('bind_groups_reused_percent'), 1)}% |")
+    return head + "\n".join(lines) + "\n" if lines else ""
 
 
 def section(text):

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use onyx::gpu::{GpuContext, SubmitProfile};
+use onyx::gpu::{GpuContext, HostStats, SubmitProfile};
 use onyx::{Error, Result};
 
 use crate::{run::gather_inputs, SessionArgs};
@@ -49,13 +49,17 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 /// Times session creation, the first run, and `runs` runs after `warmup` untimed ones.
 pub fn bench(model: &Path, inputs: &[String], options: Options, args: &SessionArgs) -> Result<()> {
     let Options { warmup, runs, json, profile } = options;
-    let gpu = if profile { Some(wgpu_context(args)?) } else { None };
+    let gpu = if profile && !crate::profile_cpu::is_cpu(args) { Some(wgpu_context(args)?) } else { None };
     if runs == 0 {
         return Err(onyx::Error::InvalidArgument("--runs: expected at least 1".into()));
     }
+    let shared = shared_gpu(args)?;
+    let stats = |gpu: &Option<Arc<GpuContext>>| gpu.as_ref().map(|g| g.host_stats()).unwrap_or_default();
+    let before = stats(&shared);
     let start = Instant::now();
     let session = args.builder()?.commit_from_file(model)?;
     let session_create_ms = start.elapsed().as_secs_f64() * 1e3;
+    let created = stats(&shared);
     let inputs = gather_inputs(&session, inputs)?;
     let start = Instant::now();
     session.run(inputs.clone())?;
@@ -63,6 +67,7 @@ pub fn bench(model: &Path, inputs: &[String], options: Options, args: &SessionAr
     for _ in 0..warmup {
         session.run(inputs.clone())?;
     }
+    let warm = stats(&shared);
     let bar = indicatif::ProgressBar::new(runs as u64);
     let mut times = Vec::with_capacity(runs);
     for _ in 0..runs {
@@ -72,6 +77,7 @@ pub fn bench(model: &Path, inputs: &[String], options: Options, args: &SessionAr
         bar.inc(1);
     }
     bar.finish_and_clear();
+    let host = shared.as_ref().map(|_| GpuHost { before, created, warm, after: stats(&shared), runs });
     times.sort_by(f64::total_cmp);
     let mean = times.iter().sum::<f64>() / times.len().max(1) as f64;
     let report = serde_json::json!({
@@ -101,6 +107,10 @@ pub fn bench(model: &Path, inputs: &[String], options: Options, args: &SessionAr
     );
     println!("peak host memory {:.1} MiB", peak_host_bytes() as f64 / (1 << 20) as f64);
     let mut report = report;
+    if let Some(host) = host {
+        host.print();
+        report["wgpu"] = host.json();
+    }
     if let Some(gpu) = gpu {
         gpu.take_profiles();
         gpu.set_profiling(true)?;
@@ -111,23 +121,73 @@ pub fn bench(model: &Path, inputs: &[String], options: Options, args: &SessionAr
         summary.print(percentile(&times, 50.0) * 1e3);
         report["profile"] = summary.json();
     }
+    crate::profile_cpu::maybe_profile(profile, args, &session, &inputs, percentile(&times, 50.0), &mut report)?;
     if json {
         println!("{report}");
     }
     Ok(())
 }
 
-/// The wgpu provider's GPU the session runs on, which must be able to time dispatches.
-fn wgpu_context(args: &SessionArgs) -> Result<Arc<GpuContext>> {
-    if !args.providers.iter().any(|p| p.eq_ignore_ascii_case("wgpu")) {
-        return Err(Error::InvalidArgument("--profile times GPU kernels: give --provider wgpu".into()));
+/// What the wgpu provider's host side cost: pipelines made while the session was created, and
+/// per timed run the dispatches, recording time and bind groups reused.
+struct GpuHost {
+    before: HostStats,
+    created: HostStats,
+    warm: HostStats,
+    after: HostStats,
+    runs: usize,
+}
+
+impl GpuHost {
+    fn per_run(&self) -> (f64, f64, f64) {
+        let runs = self.runs as f64;
+        let dispatches = (self.after.dispatches - self.warm.dispatches) as f64 / runs;
+        let record_us = (self.after.record_ms - self.warm.record_ms) * 1e3 / runs;
+        let reused = (self.after.bind_groups_reused - self.warm.bind_groups_reused) as f64;
+        let made = (self.after.bind_groups_made - self.warm.bind_groups_made) as f64;
+        (dispatches, record_us, 100.0 * reused / (reused + made).max(1.0))
     }
-    // The same options the session builder gives the provider, so the same shared device.
+
+    fn print(&self) {
+        let (dispatches, record_us, reused) = self.per_run();
+        println!(
+            "wgpu pipelines   {} for the session, {:.1} ms of compiling (background threads, summed; \
+             the first run waits for any not done)",
+            self.created.pipelines - self.before.pipelines,
+            self.warm.compile_ms - self.before.compile_ms
+        );
+        println!("wgpu per run     {dispatches:.0} dispatches, host recording {record_us:.0} us, bind groups reused {reused:.1}%");
+    }
+
+    fn json(&self) -> serde_json::Value {
+        let (dispatches, record_us, reused) = self.per_run();
+        serde_json::json!({
+            "session_pipelines": self.created.pipelines - self.before.pipelines,
+            "compile_ms": self.warm.compile_ms - self.before.compile_ms,
+            "dispatches_per_run": dispatches,
+            "record_us_per_run": record_us,
+            "bind_groups_reused_percent": reused,
+        })
+    }
+}
+
+/// The shared GPU context of the wgpu provider the session will use (the same options the
+/// session builder gives the provider, so the same device), or `None` without `--provider wgpu`.
+fn shared_gpu(args: &SessionArgs) -> Result<Option<Arc<GpuContext>>> {
+    if !args.providers.iter().any(|p| p.eq_ignore_ascii_case("wgpu")) {
+        return Ok(None);
+    }
     let mut options = onyx::gpu::WgpuOptions::default();
     for (key, value) in crate::parse_pairs(&args.provider_options, "--provider-option")? {
         options.set(&key, &value)?;
     }
-    let gpu = onyx::shared_wgpu(&options)?.context().clone();
+    Ok(Some(onyx::shared_wgpu(&options)?.context().clone()))
+}
+
+/// The wgpu provider's GPU the session runs on, which must be able to time dispatches.
+fn wgpu_context(args: &SessionArgs) -> Result<Arc<GpuContext>> {
+    let gpu = shared_gpu(args)?
+        .ok_or_else(|| Error::InvalidArgument("--profile times GPU kernels: give --provider wgpu".into()))?;
     if !gpu.can_profile() {
         return Err(Error::Unsupported(format!(
             "--profile: {} has no timestamp queries inside compute passes (TIMESTAMP_QUERY_INSIDE_PASSES), \

@@ -4,6 +4,7 @@ mod bench;
 mod devices;
 mod info;
 mod optimize;
+mod profile_cpu;
 mod random;
 mod run;
 mod summary;
@@ -64,7 +65,8 @@ enum Command {
         #[arg(long)]
         json: bool,
         /// After the timed runs, time every GPU dispatch of a few more runs and list the most
-        /// expensive kernels (wgpu; needs timestamp queries inside passes).
+        /// expensive kernels (wgpu; needs timestamp queries inside passes); with only the CPU
+        /// provider, time every node instead (host wall time per op type and per node).
         #[arg(long)]
         profile: bool,
         #[command(flatten)]

@@ -20,4 +20,4 @@ pub use dtype::DataType;
 pub use error::{Error, Location, Result};
 pub use tensor::{element_count, ByteSource, Element, HostBuffer, Tensor, TensorData, TensorView, ViewData};
 pub use value::{InputValue, Map, Optional, Sequence, Value};
-pub use session::{IoBinding, NodeAssignment, OptimizationLevel, OutputTarget, Outputs, Session, SessionOptions, FOLDED};
+pub use session::{IoBinding, NodeAssignment, NodeTime, OptimizationLevel, OutputTarget, Outputs, Session, SessionOptions, FOLDED};

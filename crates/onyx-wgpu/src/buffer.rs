@@ -2,7 +2,8 @@
 //! two host copies (upload, download).
 
 use std::any::Any;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, PoisonError, Weak};
 
 use onyx_core::device::DeviceStorage;
 use onyx_core::{element_count, DataType, Device, Error, HostBuffer, Result, Tensor, TensorData, TensorView};
@@ -20,12 +21,42 @@ pub struct GpuBuffer {
     offset: u64,
     byte_len: usize,
     device: Device,
-    /// Whether the buffer came from a run's pool and may go back to it once released.
-    pooled: bool,
+    /// Whether (and when) the buffer goes back to the pool once its tensor is done with.
+    reuse: Reuse,
+    /// Set when a run took the buffer back ([`GpuContext::reclaim`]): dropping it then does
+    /// nothing more.
+    reclaimed: AtomicBool,
+}
+
+/// What becomes of a tensor's buffer once the tensor is done with.
+#[derive(Debug)]
+enum Reuse {
+    /// Freed when dropped: the application's buffers and those of [`GpuContext::alloc`].
+    Never,
+    /// Back to the pool when a run releases the tensor, freed when it is dropped: uploads (a
+    /// session's weights free their memory with the session).
+    OnRelease,
+    /// Back to the pool when released or dropped: the tensors runs allocate, outputs included,
+    /// so that the next run finds the same buffers.
+    Always(Weak<GpuContext>),
+}
+
+impl Drop for GpuBuffer {
+    fn drop(&mut self) {
+        if let Reuse::Always(home) = &self.reuse {
+            if !*self.reclaimed.get_mut() {
+                if let Some(ctx) = home.upgrade() {
+                    ctx.dropped(self.buffer.clone());
+                }
+            }
+        }
+    }
 }
 
 impl GpuBuffer {
-    /// The wgpu buffer holding the elements.
+    /// The wgpu buffer holding the elements. A buffer Onyx allocated for a run's output goes
+    /// back to Onyx's pool when the last handle of its tensor is dropped: keep the tensor
+    /// while you use the buffer.
     pub fn buffer(&self) -> &wgpu::Buffer {
         &self.buffer
     }
@@ -33,15 +64,6 @@ impl GpuBuffer {
     /// Byte offset of the first element in [`GpuBuffer::buffer`].
     pub fn offset(&self) -> u64 {
         self.offset
-    }
-
-    /// The range shaders bind: the elements, padded to whole 32-bit words.
-    pub(crate) fn binding(&self) -> wgpu::BufferBinding<'_> {
-        wgpu::BufferBinding {
-            buffer: &self.buffer,
-            offset: self.offset,
-            size: wgpu::BufferSize::new(padded(self.byte_len)),
-        }
     }
 }
 
@@ -116,40 +138,83 @@ impl GpuContext {
     }
 
     fn tensor(&self, dtype: DataType, shape: Vec<usize>, buffer: wgpu::Buffer, offset: u64, len: usize) -> Result<Tensor> {
-        let storage = GpuBuffer { buffer, offset, byte_len: len, device: self.onyx_device(), pooled: false };
+        self.tensor_in(dtype, shape, buffer, offset, len, Reuse::Never)
+    }
+
+    fn tensor_in(
+        &self,
+        dtype: DataType,
+        shape: Vec<usize>,
+        buffer: wgpu::Buffer,
+        offset: u64,
+        len: usize,
+        reuse: Reuse,
+    ) -> Result<Tensor> {
+        let storage =
+            GpuBuffer { buffer, offset, byte_len: len, device: self.onyx_device(), reuse, reclaimed: AtomicBool::new(false) };
         Tensor::from_device(dtype, shape, Arc::new(storage))
     }
 
-    /// A tensor in a pooled buffer (`buffer` from [`GpuContext::pooled_buffer`]).
-    pub(crate) fn pooled_tensor(&self, dtype: DataType, shape: Vec<usize>, buffer: wgpu::Buffer) -> Result<Tensor> {
+    /// A tensor in a pooled buffer (`buffer` from [`GpuContext::pooled_buffer`]), which returns
+    /// to the pool when released or dropped.
+    pub(crate) fn pooled_tensor(self: &Arc<Self>, dtype: DataType, shape: Vec<usize>, buffer: wgpu::Buffer) -> Result<Tensor> {
         let len = byte_len(dtype, &shape)?;
-        let storage = GpuBuffer { buffer, offset: 0, byte_len: len, device: self.onyx_device(), pooled: true };
-        Tensor::from_device(dtype, shape, Arc::new(storage))
+        self.tensor_in(dtype, shape, buffer, 0, len, Reuse::Always(Arc::downgrade(self)))
     }
 
     /// An idle buffer of `class` bytes (a [`size_class`]) from the pool, or a new one.
     pub(crate) fn pooled_buffer(&self, class: u64) -> Result<wgpu::Buffer> {
-        if let Some(b) = self.pool.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get_mut(&class).and_then(Vec::pop) {
+        if let Some(b) = self.idle_buffer(class) {
             return Ok(b);
         }
         self.check_size(class)?;
         Ok(self.device.create_buffer(&wgpu::BufferDescriptor { label: None, size: class, usage: TENSOR_USAGE, mapped_at_creation: false }))
     }
 
+    /// An idle buffer of exactly `size` bytes from the pool, if there is one.
+    fn idle_buffer(&self, size: u64) -> Option<wgpu::Buffer> {
+        self.pool.lock().unwrap_or_else(PoisonError::into_inner).get_mut(&size).and_then(Vec::pop)
+    }
+
     /// Returns buffers to the pool: only buffers whose last use has been submitted, so that
-    /// whatever later takes them is ordered after that use on the queue.
+    /// whatever later takes them is ordered after that use on the queue. Each size's idle
+    /// buffers are kept in one fixed order (wgpu's resource order), so that runs making the same
+    /// requests from the same idle buffers get the same buffers (and reuse their bind groups).
     pub(crate) fn recycle(&self, buffers: impl IntoIterator<Item = wgpu::Buffer>) {
-        let mut pool = self.pool.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut buffers = buffers.into_iter().peekable();
+        if buffers.peek().is_none() {
+            return;
+        }
+        let mut pool = self.pool.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut touched = vec![];
         for b in buffers {
+            touched.push(b.size());
             pool.entry(b.size()).or_default().push(b);
         }
+        touched.sort_unstable();
+        touched.dedup();
+        for size in touched {
+            if let Some(stack) = pool.get_mut(&size) {
+                stack.sort_unstable();
+            }
+        }
+    }
+
+    /// The buffer of a dropped tensor that returns to the pool once no open run can name it.
+    fn dropped(&self, buffer: wgpu::Buffer) {
+        let ready = self.recycler.dropped(buffer);
+        self.recycle(ready);
     }
 
     /// Copies a host tensor into a new buffer of this GPU.
     pub fn upload(&self, view: TensorView<'_>) -> Result<Tensor> {
         let bytes = view.bytes()?;
         self.check_size(padded(bytes.len()))?;
-        self.uploads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.uploads.fetch_add(1, Ordering::Relaxed);
+        if let Some(buffer) = self.idle_buffer(padded(bytes.len())) {
+            self.write_padded(&buffer, bytes)?;
+            return self.tensor_in(view.dtype(), view.shape().to_vec(), buffer, 0, bytes.len(), Reuse::OnRelease);
+        }
         let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: None,
             size: padded(bytes.len()),
@@ -163,7 +228,22 @@ impl GpuContext {
             mapped.slice(..bytes.len()).copy_from_slice(bytes);
         }
         buffer.unmap();
-        self.tensor(view.dtype(), view.shape().to_vec(), buffer, 0, bytes.len())
+        self.tensor_in(view.dtype(), view.shape().to_vec(), buffer, 0, bytes.len(), Reuse::OnRelease)
+    }
+
+    /// Writes `bytes` to the start of an idle pooled `buffer` through the queue (ordered after
+    /// the submitted work that used it last, before the next submission), zero-padded to a
+    /// whole word.
+    fn write_padded(&self, buffer: &wgpu::Buffer, bytes: &[u8]) -> Result<()> {
+        let Some(size) = wgpu::BufferSize::new(padded(bytes.len())) else { return Ok(()) };
+        let mut view = self
+            .queue
+            .write_buffer_with(buffer, 0, size)
+            .ok_or_else(|| self.device_error("wgpu: cannot stage an upload".to_string()))?;
+        let tail = size.get() as usize - bytes.len();
+        view.slice(..bytes.len()).copy_from_slice(bytes);
+        view.slice(bytes.len()..).copy_from_slice(&[0u8; 4][..tail]);
+        Ok(())
     }
 
     /// Wraps `len` bytes of the application's `buffer` from `offset` as a tensor, without a
@@ -199,7 +279,7 @@ impl GpuContext {
     /// must have been submitted.
     pub fn download(&self, tensor: &Tensor) -> Result<Tensor> {
         let src = self.own_buffer(tensor)?;
-        self.downloads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.downloads.fetch_add(1, Ordering::Relaxed);
         let size = padded(src.byte_len);
         let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("onyx download"),
@@ -233,10 +313,14 @@ impl GpuContext {
     }
 
     /// The tensor's buffer, if it is a pooled buffer of this GPU that nothing else references
-    /// (`storage` is the tensor's only handle).
+    /// (`storage` is the tensor's only handle); the tensor's drop then leaves the buffer alone.
     pub(crate) fn reclaim(&self, storage: &Arc<dyn DeviceStorage>) -> Option<wgpu::Buffer> {
         let b = storage.as_any().downcast_ref::<GpuBuffer>()?;
-        (Arc::strong_count(storage) == 1 && b.pooled && b.device == self.onyx_device()).then(|| b.buffer.clone())
+        let reusable = !matches!(b.reuse, Reuse::Never) && b.device == self.onyx_device();
+        if Arc::strong_count(storage) != 1 || !reusable || b.reclaimed.swap(true, Ordering::Relaxed) {
+            return None;
+        }
+        Some(b.buffer.clone())
     }
 
     /// The buffer of a tensor that lives on this GPU, or an error naming where it lives.

@@ -7,16 +7,13 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use onyx_core::{Device, Error, Result};
 
+use crate::bind_cache::BindCache;
+use crate::compile::Compiler;
 use crate::options::WgpuOptions;
 use crate::profile::SubmitProfile;
+use crate::recycle::Recycler;
 
-/// A compute pipeline and the layout of its one bind group.
-pub(crate) struct Pipeline {
-    pub pipeline: wgpu::ComputePipeline,
-    pub layout: wgpu::BindGroupLayout,
-    /// The shader variant's key (names the kernel in profiles).
-    pub key: String,
-}
+pub(crate) use crate::compile::Pipeline;
 
 /// A device and queue with everything the EP shares between sessions and runs on them.
 pub struct GpuContext {
@@ -24,11 +21,21 @@ pub struct GpuContext {
     pub(crate) queue: wgpu::Queue,
     pub(crate) info: wgpu::AdapterInfo,
     id: u32,
+    /// Pipelines by key, and by shader source (variants with equal sources share one).
     pipelines: Mutex<HashMap<String, Arc<Pipeline>>>,
+    sources: Mutex<HashMap<String, Arc<Pipeline>>>,
+    /// Compiles pipelines in the background.
+    compiler: Compiler,
     /// Idle tensor buffers by size class, reused by later runs.
     pub(crate) pool: Mutex<HashMap<u64, Vec<wgpu::Buffer>>>,
     /// Idle parameter buffers of runs.
     pub(crate) param_buffers: Mutex<Vec<wgpu::Buffer>>,
+    /// Bind groups by what they bind, reused from run to run.
+    pub(crate) bind_groups: BindCache,
+    /// Open runs, and the buffers of dropped tensors waiting for them before the pool.
+    pub(crate) recycler: Recycler,
+    /// What runs and pipeline compilations cost so far.
+    pub(crate) stats: Stats,
     /// Host-to-device and device-to-host copies made so far.
     pub(crate) uploads: AtomicU64,
     pub(crate) downloads: AtomicU64,
@@ -40,6 +47,36 @@ pub struct GpuContext {
     pub(crate) lost: Arc<Mutex<Option<String>>>,
     /// The first error the device reported outside an error scope since the last check.
     error: Arc<Mutex<Option<String>>>,
+}
+
+/// Counters of host work, for `onyx bench`.
+#[derive(Default)]
+pub(crate) struct Stats {
+    /// Runs submitted (a run flushed several times counts once per submission).
+    pub submissions: AtomicU64,
+    /// Host nanoseconds from a submission's first recorded command to its submit.
+    pub record_ns: AtomicU64,
+    /// Dispatches recorded.
+    pub dispatches: AtomicU64,
+}
+
+/// What this context's runs and pipelines cost the host so far (see [`GpuContext::host_stats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct HostStats {
+    /// Submissions made by runs.
+    pub submissions: u64,
+    /// Dispatches recorded.
+    pub dispatches: u64,
+    /// Host milliseconds spent recording submissions (first command to submit).
+    pub record_ms: f64,
+    /// Bind groups reused from earlier dispatches.
+    pub bind_groups_reused: u64,
+    /// Bind groups made.
+    pub bind_groups_made: u64,
+    /// Pipelines made.
+    pub pipelines: usize,
+    /// Host milliseconds spent making them (summed over the compiler threads).
+    pub compile_ms: f64,
 }
 
 /// Features Onyx uses when the adapter has them.
@@ -135,8 +172,13 @@ impl GpuContext {
             info,
             id,
             pipelines: Mutex::new(HashMap::new()),
+            sources: Mutex::new(HashMap::new()),
+            compiler: Compiler::default(),
             pool: Mutex::new(HashMap::new()),
             param_buffers: Mutex::new(vec![]),
+            bind_groups: BindCache::default(),
+            recycler: Recycler::default(),
+            stats: Stats::default(),
             uploads: AtomicU64::new(0),
             downloads: AtomicU64::new(0),
             profiling: AtomicBool::new(false),
@@ -183,29 +225,25 @@ impl GpuContext {
     }
 
     /// The pipeline of `key`, compiled from `source()` the first time it is asked for. Nodes
-    /// sharing a shader variant share one pipeline.
+    /// sharing a shader variant share one pipeline, and so do variants with the same source.
+    /// The compilation runs in the background (see `compile.rs`): a shader that does not
+    /// compile is an error when a run first dispatches it.
     pub(crate) fn pipeline(&self, key: &str, source: impl FnOnce() -> String) -> Result<Arc<Pipeline>> {
         if let Some(p) = self.pipelines.lock().unwrap_or_else(PoisonError::into_inner).get(key) {
             return Ok(p.clone());
         }
-        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
-            label: Some(key),
-            source: wgpu::ShaderSource::Wgsl(source().into()),
-        });
-        let pipeline = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-            label: Some(key),
-            layout: None,
-            module: &module,
-            entry_point: Some("main"),
-            compilation_options: Default::default(),
-            cache: None,
-        });
-        if let Some(e) = pollster::block_on(scope.pop()) {
-            return Err(Error::Device(format!("wgpu: shader '{key}' does not compile: {e}")));
-        }
-        let layout = pipeline.get_bind_group_layout(0);
-        let p = Arc::new(Pipeline { pipeline, layout, key: key.to_string() });
+        let source = source();
+        let p = {
+            let mut sources = self.sources.lock().unwrap_or_else(PoisonError::into_inner);
+            match sources.get(&source) {
+                Some(p) => p.clone(),
+                None => {
+                    let p = self.compiler.request(&self.device, key, source.clone());
+                    sources.insert(source, p.clone());
+                    p
+                }
+            }
+        };
         self.pipelines.lock().unwrap_or_else(PoisonError::into_inner).insert(key.to_string(), p.clone());
         Ok(p)
     }
@@ -216,9 +254,31 @@ impl GpuContext {
         (self.uploads.load(Ordering::Relaxed), self.downloads.load(Ordering::Relaxed))
     }
 
+    /// What runs and pipelines on this GPU cost the host so far.
+    pub fn host_stats(&self) -> HostStats {
+        let (reused, made) = self.bind_groups.counts();
+        let ms = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64 / 1e6;
+        HostStats {
+            submissions: self.stats.submissions.load(Ordering::Relaxed),
+            dispatches: self.stats.dispatches.load(Ordering::Relaxed),
+            record_ms: ms(&self.stats.record_ns),
+            bind_groups_reused: reused,
+            bind_groups_made: made,
+            pipelines: self.pipeline_count(),
+            compile_ms: self.compiler.ms(),
+        }
+    }
+
+    /// Drops the bind groups kept for reuse (and the buffers only they hold). Onyx also drops
+    /// those no run used for a while; call this to free an application buffer at once after
+    /// dropping its tensors.
+    pub fn clear_bind_groups(&self) {
+        self.bind_groups.clear();
+    }
+
     /// Number of distinct pipelines made so far.
     pub fn pipeline_count(&self) -> usize {
-        self.pipelines.lock().unwrap_or_else(PoisonError::into_inner).len()
+        self.sources.lock().unwrap_or_else(PoisonError::into_inner).len()
     }
 }
 

@@ -5,7 +5,9 @@
 //! once (see [`GpuRun`]); tensors stay in GPU buffers between nodes, and an application's
 //! buffers can be wrapped as tensors without a copy ([`GpuContext::wrap_buffer`]).
 
+mod bind_cache;
 mod buffer;
+mod compile;
 mod context;
 mod kernel;
 mod ops;
@@ -14,13 +16,14 @@ mod options;
 mod ownership;
 mod profile;
 mod provider;
+mod recycle;
 mod run;
 
 #[cfg(test)]
 mod testkit;
 
 pub use buffer::{gpu_buffer, GpuBuffer};
-pub use context::{adapters, GpuContext};
+pub use context::{adapters, GpuContext, HostStats};
 pub use options::{vendor, WgpuOptions};
 pub use profile::{DispatchTime, SubmitProfile};
 pub use provider::{describe_adapters, WgpuProvider};

@@ -3,11 +3,14 @@
 
 use std::any::Any;
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
+use std::time::Instant;
 
 use onyx_core::ep::RunState;
 use onyx_core::{DataType, Error, Result, Tensor, TensorData, Value};
 
+use crate::bind_cache::BindKey;
 use crate::buffer::{padded, size_class, GpuBuffer};
 use crate::context::{GpuContext, Pipeline};
 use crate::profile::Profiler;
@@ -29,17 +32,39 @@ pub struct GpuRun {
     pass: Option<wgpu::ComputePass<'static>>,
     chunks: Vec<ParamChunk>,
     dispatches: usize,
+    /// Dispatches of earlier submissions of this run (counted in the context's stats).
+    submitted: usize,
     /// Buffers of tensors this run released, by size class: reused by later nodes of the run.
     free: HashMap<u64, Vec<wgpu::Buffer>>,
     /// Timestamps around the dispatches, when the context profiles.
     profiler: Option<Box<Profiler>>,
+    /// This run's number with the context's recycler.
+    id: u64,
+    /// The bind group being looked up (kept to reuse its allocation).
+    key: BindKey,
+    /// When the first command of the submission being recorded was recorded.
+    started: Option<Instant>,
 }
 
 impl GpuRun {
     /// An empty recording on `ctx`'s device.
     pub fn new(ctx: Arc<GpuContext>) -> GpuRun {
         let profiler = Profiler::for_run(&ctx).map(Box::new);
-        GpuRun { ctx, encoder: None, pass: None, chunks: vec![], dispatches: 0, free: HashMap::new(), profiler }
+        let (id, ready) = ctx.recycler.begin();
+        ctx.recycle(ready);
+        GpuRun {
+            ctx,
+            encoder: None,
+            pass: None,
+            chunks: vec![],
+            dispatches: 0,
+            submitted: 0,
+            free: HashMap::new(),
+            profiler,
+            id,
+            key: BindKey::default(),
+            started: None,
+        }
     }
 
     /// The GPU this run records for.
@@ -81,27 +106,20 @@ impl GpuRun {
         if groups.contains(&0) {
             return Ok(());
         }
+        let compiled = pipeline.compiled()?;
         let (chunk, offset) = self.push_params(params)?;
-        let params_binding = wgpu::BufferBinding {
-            buffer: &self.chunks[chunk].buffer,
-            offset,
-            size: wgpu::BufferSize::new(4 * params.len().max(1) as u64),
-        };
-        let mut entries =
-            vec![wgpu::BindGroupEntry { binding: 0, resource: wgpu::BindingResource::Buffer(params_binding) }];
-        for (i, b) in buffers.iter().enumerate() {
-            entries.push(wgpu::BindGroupEntry {
-                binding: i as u32 + 1,
-                resource: wgpu::BindingResource::Buffer(b.binding()),
-            });
+        self.key.reset(&compiled.layout);
+        self.key.push(&self.chunks[chunk].buffer, offset, 4 * params.len().max(1) as u64);
+        for b in buffers {
+            self.key.push(b.buffer(), b.offset(), padded(onyx_core::device::DeviceStorage::byte_len(*b)));
         }
-        let bind_group = self.ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: None,
-            layout: &pipeline.layout,
-            entries: &entries,
-        });
+        let bind_group = self
+            .ctx
+            .bind_groups
+            .get(&self.ctx.device, &self.key)
+            .ok_or_else(|| Error::Device("wgpu: a bind group without a layout".into()))?;
         let pass = self.pass()?;
-        pass.set_pipeline(&pipeline.pipeline);
+        pass.set_pipeline(&compiled.pipeline);
         pass.set_bind_group(0, &bind_group, &[]);
         pass.dispatch_workgroups(groups[0], groups[1], groups[2]);
         if let (Some(profiler), Some(pass)) = (self.profiler.as_mut(), self.pass.as_mut()) {
@@ -166,11 +184,17 @@ impl GpuRun {
         Ok((index, offset as u64))
     }
 
+    /// The command encoder of the submission being recorded (made by the first command).
+    fn encoder(&mut self) -> &mut wgpu::CommandEncoder {
+        self.started.get_or_insert_with(Instant::now);
+        self.encoder.get_or_insert_with(|| {
+            self.ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("onyx run") })
+        })
+    }
+
     fn pass(&mut self) -> Result<&mut wgpu::ComputePass<'static>> {
         if self.pass.is_none() {
-            let encoder = self.encoder.get_or_insert_with(|| {
-                self.ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("onyx run") })
-            });
+            let encoder = self.encoder();
             let mut pass = encoder
                 .begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("onyx"), timestamp_writes: None })
                 .forget_lifetime();
@@ -186,16 +210,27 @@ impl GpuRun {
     /// another).
     pub(crate) fn copy(&mut self, src: &GpuBuffer, dst: &GpuBuffer, bytes: u64) {
         self.pass = None;
-        let encoder = self.encoder.get_or_insert_with(|| {
-            self.ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("onyx run") })
-        });
-        encoder.copy_buffer_to_buffer(
+        self.encoder().copy_buffer_to_buffer(
             src.buffer(),
             src.offset(),
             dst.buffer(),
             dst.offset(),
             bytes.next_multiple_of(4),
         );
+    }
+}
+
+impl Drop for GpuRun {
+    /// Ends the run: work it recorded and did not submit is dropped unsubmitted (an abandoned
+    /// run), so its buffers and parameter chunks are idle either way.
+    fn drop(&mut self) {
+        self.pass = None;
+        self.encoder = None;
+        let chunks = self.chunks.drain(..).map(|c| c.buffer).rev();
+        self.ctx.param_buffers.lock().unwrap_or_else(PoisonError::into_inner).extend(chunks);
+        self.ctx.recycle(self.free.drain().flat_map(|(_, v)| v));
+        let ready = self.ctx.recycler.end(self.id);
+        self.ctx.recycle(ready);
     }
 }
 
@@ -214,12 +249,20 @@ impl RunState for GpuRun {
         let readback = self.profiler.as_ref().and_then(|p| p.resolve(&self.ctx.device, &mut encoder));
         let record_us = self.profiler.as_ref().map_or(0.0, |p| p.record_us());
         let index = self.ctx.queue.submit([encoder.finish()]);
+        let stats = &self.ctx.stats;
+        stats.submissions.fetch_add(1, Ordering::Relaxed);
+        stats.dispatches.fetch_add((self.dispatches - self.submitted) as u64, Ordering::Relaxed);
+        self.submitted = self.dispatches;
+        let record_ns = self.started.take().map_or(0, |s| s.elapsed().as_nanos() as u64);
+        stats.record_ns.fetch_add(record_ns, Ordering::Relaxed);
+        self.ctx.bind_groups.run_submitted();
         if let Some(profiler) = self.profiler.as_mut() {
             profiler.finish(&self.ctx, readback.map(|b| (b, index)), record_us)?;
         }
         // Everything this run released is now used only by submitted work: later submissions
-        // are ordered after it, so any run may take these buffers from here on.
-        self.ctx.param_buffers.lock().unwrap_or_else(PoisonError::into_inner).extend(params);
+        // are ordered after it, so any run may take these buffers from here on. The chunks go
+        // back so that the next run takes them in the same order (and reuses bind groups).
+        self.ctx.param_buffers.lock().unwrap_or_else(PoisonError::into_inner).extend(params.into_iter().rev());
         self.ctx.recycle(self.free.drain().flat_map(|(_, v)| v));
         self.ctx.check_fault()
     }
@@ -238,5 +281,103 @@ impl RunState for GpuRun {
 
     fn as_any_mut(&mut self) -> &mut dyn Any {
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use onyx_core::ir::{Graph, Model, Node};
+    use onyx_core::types::{Dim, TensorType, ValueInfo, ValueType};
+    use onyx_core::{DataType, IoBinding, Session, SessionOptions, Tensor, Value};
+
+    use crate::testkit::{assert_close, rand};
+    use crate::{WgpuOptions, WgpuProvider};
+
+    /// y = sigmoid((relu(x) + w) * x) + relu(x), over an awkward shape.
+    fn chain() -> Model {
+        let mut graph = Graph::default();
+        let shape = vec![Dim::Fixed(3), Dim::Fixed(37)];
+        graph.inputs.push(ValueInfo::new("x", ValueType::Tensor(TensorType { dtype: DataType::Float, shape: Some(shape) })));
+        graph.initializers.insert("w".into(), rand(&[37], -1.0, 1.0, 7));
+        let node = |op: &str, inputs: &[&str], output: &str| Node {
+            name: output.into(),
+            op_type: op.into(),
+            inputs: inputs.iter().map(|s| s.to_string()).collect(),
+            outputs: vec![output.into()],
+            ..Default::default()
+        };
+        graph.nodes = vec![
+            node("Relu", &["x"], "a"),
+            node("Add", &["a", "w"], "b"),
+            node("Mul", &["b", "x"], "c"),
+            node("Sigmoid", &["c"], "d"),
+            node("Add", &["d", "a"], "y"),
+        ];
+        graph.outputs.push(ValueInfo::new("y", ValueType::Unknown));
+        let mut model = Model { ir_version: 10, graph, ..Default::default() };
+        model.opsets.insert(String::new(), 21);
+        model
+    }
+
+    fn sessions() -> Option<(Arc<WgpuProvider>, Session, Session)> {
+        crate::testkit::provider()?;
+        // A device of its own, so that other tests' runs leave its counters alone.
+        let gpu = Arc::new(WgpuProvider::new(&WgpuOptions::default()).ok()?);
+        let options = SessionOptions { providers: vec![gpu.clone()], ..Default::default() };
+        let on_gpu = Session::new(chain(), options).unwrap();
+        let options = SessionOptions { providers: vec![Arc::new(onyx_cpu::CpuProvider::new())], ..Default::default() };
+        Some((gpu, on_gpu, Session::new(chain(), options).unwrap()))
+    }
+
+    fn run(session: &Session, x: &Tensor) -> Tensor {
+        let outputs = session.run([("x", Value::Tensor(x.clone()))]).unwrap();
+        outputs.get("y").unwrap().as_tensor().unwrap().clone()
+    }
+
+    #[test]
+    fn runs_of_a_plan_reuse_their_bind_groups() {
+        let Some((gpu, session, cpu)) = sessions() else { return };
+        for seed in 0..3 {
+            run(&session, &rand(&[3, 37], -2.0, 2.0, seed));
+        }
+        let warm = gpu.context().host_stats();
+        for seed in 10..15 {
+            let x = rand(&[3, 37], -2.0, 2.0, seed);
+            assert_close(&run(&session, &x), &run(&cpu, &x), 1e-5, 1e-6, "chain");
+        }
+        let after = gpu.context().host_stats();
+        assert_eq!(after.bind_groups_made, warm.bind_groups_made, "a warm plan made new bind groups");
+        let dispatches = after.dispatches - warm.dispatches;
+        assert!(dispatches >= 5, "{dispatches} dispatches in 5 runs");
+        assert_eq!(after.bind_groups_reused - warm.bind_groups_reused, dispatches, "one reuse per dispatch");
+        assert!(gpu.context().bind_groups.len() as u64 >= dispatches / 5);
+        gpu.context().clear_bind_groups();
+        assert_eq!(gpu.context().bind_groups.len(), 0);
+        let x = rand(&[3, 37], -2.0, 2.0, 99);
+        assert_close(&run(&session, &x), &run(&cpu, &x), 1e-5, 1e-6, "chain after clearing");
+    }
+
+    #[test]
+    fn an_output_the_caller_keeps_on_the_device_is_not_reused() {
+        let Some((gpu, session, cpu)) = sessions() else { return };
+        let device_run = |x: &Tensor| {
+            let mut binding = IoBinding::new();
+            binding.bind_input("x", Value::Tensor(x.clone())).bind_output_to_device("y", gpu.context().onyx_device());
+            session.run_with_binding(binding).unwrap().get("y").unwrap().as_tensor().unwrap().clone()
+        };
+        let xs: Vec<Tensor> = (0..4).map(|s| rand(&[3, 37], -2.0, 2.0, 20 + s)).collect();
+        let kept: Vec<Tensor> = xs.iter().map(device_run).collect();
+        // Runs after the first three dropped nothing; more runs must not write into them.
+        for x in &xs {
+            drop(device_run(x));
+        }
+        for (x, y) in xs.iter().zip(&kept) {
+            assert_close(&gpu.context().download(y).unwrap(), &run(&cpu, x), 1e-5, 1e-6, "kept output");
+        }
+        drop(kept);
+        let x = rand(&[3, 37], -2.0, 2.0, 30);
+        assert_close(&run(&session, &x), &run(&cpu, &x), 1e-5, 1e-6, "after dropping the kept outputs");
     }
 }

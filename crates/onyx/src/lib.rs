@@ -24,7 +24,7 @@ mod provider;
 pub use builder::SessionBuilder;
 pub use onyx_core::ep::{self, ExecutionProvider};
 pub use onyx_core::{
-    element_count, ir, types, DataType, Device, Element, Error, HostBuffer, InputValue, IoBinding, Location, Map, NodeAssignment, FOLDED,
+    element_count, ir, types, DataType, Device, Element, Error, HostBuffer, InputValue, IoBinding, Location, Map, NodeAssignment, NodeTime, FOLDED,
     OptimizationLevel, OutputTarget, Optional, Outputs, Result, Sequence, Session, SessionOptions, Tensor, TensorData,
     TensorView, Value,
 };

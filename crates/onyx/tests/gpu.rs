@@ -249,3 +249,42 @@ fn a_lost_device_gives_errors_not_panics_or_hangs() {
     let e = gpu.context().upload(x.view().unwrap()).unwrap_err().to_string();
     assert!(e.contains("lost"), "{e}");
 }
+
+/// bert4 (4 encoder layers, `scripts/make_test_models.py`) with its batch and sequence fixed,
+/// so the optimizer fuses each attention block: the fused Attention nodes run on the GPU and
+/// the outputs match ONNX Runtime's.
+#[test]
+fn bert_with_fused_attention_on_the_gpu_matches_onnx_runtime() {
+    let Some(gpu) = gpu() else { return };
+    let dir = std::env::var_os("ONYX_TEST_MODELS")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/testmodels"))
+        .join("bert4");
+    if !dir.join("model.onnx").exists() {
+        eprintln!("no generated test models: run scripts/test.sh");
+        return;
+    }
+    let read = |f: &str| onyx::npy::read(&dir.join(f)).unwrap();
+    let ids = read("inputs/input_ids.npy");
+    let dims = ids.shape().to_vec();
+    let session = SessionBuilder::new()
+        .with_providers([Provider::Custom(gpu)])
+        .with_free_dimension_override_by_name("batch", dims[0])
+        .with_free_dimension_override_by_name("sequence", dims[1])
+        .commit_from_file(dir.join("model.onnx"))
+        .unwrap();
+    let on_gpu = session.assignments().iter().filter(|a| a.op == "Attention" && a.provider == "wgpu").count();
+    assert_eq!(on_gpu, 4, "{:?}", session.assignments());
+    let outputs = session.run([("input_ids", ids), ("attention_mask", read("inputs/attention_mask.npy"))]).unwrap();
+    for entry in std::fs::read_dir(dir.join("outputs")).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_stem().unwrap().to_str().unwrap().to_string();
+        let want = onyx::npy::read(&path).unwrap();
+        let got = outputs.get(&name).unwrap();
+        let want = want.as_slice::<f32>().unwrap();
+        let scale = want.iter().fold(1e-6f32, |m, x| m.max(x.abs()));
+        for (i, (g, w)) in floats(got).iter().zip(want).enumerate() {
+            assert!((g - w).abs() <= 1e-4 * scale, "{name}[{i}]: {g} vs {w}");
+        }
+    }
+}

@@ -45,6 +45,11 @@ impl G {
         name.into()
     }
 
+    fn int64s(&mut self, name: &str, v: &[i64]) -> String {
+        self.inits.insert(name.into(), Tensor::from_vec(vec![v.len()], v.to_vec()).unwrap());
+        name.into()
+    }
+
     fn scalar(&mut self, name: &str, v: f32) -> String {
         self.inits.insert(name.into(), Tensor::scalar(v));
         name.into()
@@ -469,6 +474,106 @@ fn a_bias_add_folds_into_skip_layer_norm() {
 }
 
 // ------------------------------------------------------------------------------------------
+// Attention
+
+/// How a test attention block is written.
+#[derive(Clone, Copy)]
+struct AttentionForm {
+    /// The scale as `Div` by √D (else `Mul` by 1/√D).
+    div: bool,
+    /// An additive `[B,1,1,T]` mask.
+    mask: bool,
+    /// The attention probabilities are also a graph output (the block must not fuse).
+    probs_visible: bool,
+    /// As torch's SDPA export writes it: q and kᵀ each scaled by √scale before the product,
+    /// kᵀ made by Reshape/Transpose/Reshape/Transpose/Reshape, NaN → 0 after the Softmax.
+    sdpa: bool,
+}
+
+/// One BERT-style self-attention block over x `[2, 7, 12]` with 3 heads of 4.
+fn attention_graph(form: AttentionForm) -> G {
+    let (b, s, n, d) = (2usize, 7usize, 3usize, 4usize);
+    let h = n * d;
+    let mut g = G::new(13);
+    let x = g.input("x", &[b, s, h]);
+    let split = g.int64s("split", &[b as i64, s as i64, n as i64, d as i64]);
+    let merge = g.int64s("merge", &[b as i64, s as i64, h as i64]);
+    let mut heads = vec![];
+    for (name, perm) in [("q", [0, 2, 1, 3]), ("k", [0, 2, 3, 1]), ("v", [0, 2, 1, 3])] {
+        let w = g.random(&format!("w{name}"), &[h, h], -0.5, 0.5);
+        let bias = g.random(&format!("b{name}"), &[h], -0.5, 0.5);
+        let m = g.op("MatMul", &[&x, &w], vec![]);
+        let p = g.op("Add", &[&m, &bias], vec![]);
+        let r = g.op("Reshape", &[&p, &split], vec![]);
+        if form.sdpa && name == "k" {
+            let t = g.op("Transpose", &[&r], vec![ints("perm", &[0, 2, 1, 3])]);
+            let flat = g.int64s("flat", &[(b * n) as i64, s as i64, d as i64]);
+            let f = g.op("Reshape", &[&t, &flat], vec![]);
+            let ft = g.op("Transpose", &[&f], vec![ints("perm", &[0, 2, 1])]);
+            let kt = g.int64s("kt", &[b as i64, n as i64, d as i64, s as i64]);
+            heads.push(g.op("Reshape", &[&ft, &kt], vec![]));
+        } else {
+            heads.push(g.op("Transpose", &[&r], vec![ints("perm", &perm)]));
+        }
+    }
+    if form.sdpa {
+        let c = g.scalar("root_scale", (1.0 / (d as f32).sqrt()).sqrt());
+        heads[0] = g.op("Mul", &[&heads[0], &c], vec![]);
+        heads[1] = g.op("Mul", &[&heads[1], &c], vec![]);
+    }
+    let scores = g.op("MatMul", &[&heads[0], &heads[1]], vec![]);
+    let scaled = if form.sdpa {
+        scores
+    } else if form.div {
+        let c = g.scalar("sqrt_d", (d as f32).sqrt());
+        g.op("Div", &[&scores, &c], vec![])
+    } else {
+        let c = g.scalar("inv_sqrt_d", 1.0 / (d as f32).sqrt());
+        g.op("Mul", &[&c, &scores], vec![])
+    };
+    let logits = if form.mask {
+        let mask = g.input("mask", &[b, 1, 1, s]);
+        g.op("Add", &[&scaled, &mask], vec![])
+    } else {
+        scaled
+    };
+    let mut probs = g.op("Softmax", &[&logits], vec![int("axis", -1)]);
+    if form.sdpa {
+        let nan = g.op("IsNaN", &[&probs], vec![]);
+        let zero = g.scalar("zero", 0.0);
+        probs = g.op("Where", &[&nan, &zero, &probs], vec![]);
+    }
+    let pv = g.op("MatMul", &[&probs, &heads[2]], vec![]);
+    let t = g.op("Transpose", &[&pv], vec![ints("perm", &[0, 2, 1, 3])]);
+    let y = g.op("Reshape", &[&t, &merge], vec![]);
+    g.output(&y);
+    if form.probs_visible {
+        g.output(&probs);
+    }
+    g
+}
+
+#[test]
+fn attention_blocks_become_one_attention_node() {
+    let plain = AttentionForm { div: true, mask: true, probs_visible: false, sdpa: false };
+    let attention = |ops: &[String], name: &str| ops.iter().filter(|o| *o == name).count();
+    let forms = [plain, AttentionForm { div: false, ..plain }, AttentionForm { mask: false, ..plain }, AttentionForm { sdpa: true, ..plain }];
+    for form in forms {
+        let ops = check(&attention_graph(form), 17, "attention");
+        assert_eq!(attention(&ops, "ai.onyx:Attention"), 1, "{ops:?}");
+        let left = ["Transpose", "Softmax", "Reshape", "IsNaN", "Where", "Mul", "Div"];
+        assert_eq!(ops.iter().filter(|o| left.contains(&o.as_str())).count(), 0, "{ops:?}");
+    }
+    // From opset 23 the standard op.
+    let ops = check(&attention_graph(plain), 23, "attention at opset 23");
+    assert_eq!(attention(&ops, "Attention"), 1, "{ops:?}");
+    // Must not fire: the probabilities are visible.
+    let ops = check(&attention_graph(AttentionForm { probs_visible: true, ..plain }), 17, "visible probs");
+    assert_eq!(attention(&ops, "ai.onyx:Attention"), 0, "{ops:?}");
+    assert!(ops.contains(&"Softmax".to_string()), "{ops:?}");
+}
+
+// ------------------------------------------------------------------------------------------
 // Real models
 
 fn models_dir() -> Option<PathBuf> {
@@ -548,8 +653,43 @@ fn generated_models_are_the_same_optimized_and_smaller() {
         assert_eq!(count("bert4", "Sqrt"), 0, "the decomposed LayerNormalizations fuse");
         assert!(count("bert4", "com.microsoft:SkipLayerNormalization") >= 8, "{:?}", sizes["bert4"].2);
         assert!(count("bert4", "Add") <= 17, "bias Adds fold into SkipLayerNormalization: {:?}", sizes["bert4"].2);
+        // With symbolic batch and sequence, Shape nodes read the attention blocks' inner
+        // values, so attention does not fuse here (see bert4_with_fixed_dims_fuses_attention).
+        assert_eq!(count("bert4", "ai.onyx:Attention"), 0, "{:?}", sizes["bert4"].2);
     }
     if sizes.contains_key("mobilenet_block") {
         assert_eq!(count("mobilenet_block", "Clip"), 0, "Conv+Clip fuse");
     }
+}
+
+#[test]
+fn bert4_with_fixed_dims_fuses_attention() {
+    let Some(dir) = models_dir() else {
+        eprintln!("no generated test models: run scripts/test.sh");
+        return;
+    };
+    let path = dir.join("bert4/model.onnx");
+    let model = onyx::load_model(&path).unwrap();
+    let feeds: Vec<(String, Tensor)> = ["input_ids", "attention_mask"]
+        .iter()
+        .map(|n| (n.to_string(), npy::read(&dir.join(format!("bert4/inputs/{n}.npy"))).unwrap()))
+        .collect();
+    let dims = feeds[0].1.shape().to_vec();
+    let session = |level| {
+        SessionBuilder::new()
+            .with_optimization_level(level)
+            .with_free_dimension_override_by_name("batch", dims[0])
+            .with_free_dimension_override_by_name("sequence", dims[1])
+            .commit_from_model(model.clone())
+            .unwrap()
+    };
+    let outputs = |s: &onyx::Session| -> BTreeMap<String, Tensor> {
+        let out = s.run(feeds.iter().map(|(n, t)| (n.clone(), t.clone()))).unwrap();
+        out.iter().map(|(n, v)| (n.to_string(), v.as_tensor().unwrap().clone())).collect()
+    };
+    let (plain, fused) = (session(OptimizationLevel::Disable), session(OptimizationLevel::All));
+    assert_same(&outputs(&plain), &outputs(&fused), 1e-4, "bert4 with fixed dims");
+    let ops = ops(fused.model());
+    assert_eq!(ops.iter().filter(|o| *o == "ai.onyx:Attention").count(), 4, "{ops:?}");
+    assert_eq!(ops.iter().filter(|o| *o == "Softmax" || *o == "Transpose").count(), 0, "{ops:?}");
 }

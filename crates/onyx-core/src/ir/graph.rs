@@ -11,6 +11,10 @@ use crate::{Result, Tensor};
 pub const DEFAULT_DOMAIN: &str = "";
 /// Microsoft's contrib operator domain, kept for later EPs.
 pub const MS_DOMAIN: &str = "com.microsoft";
+/// Onyx's own domain, for fused ops that neither ONNX (at the model's opset) nor ONNX Runtime's
+/// contrib ops express: each has the contract of the default-domain op of the same name at
+/// the newest opset (`Attention` as in opset 24).
+pub const ONYX_DOMAIN: &str = "ai.onyx";
 
 /// Opset version imported per domain (the default domain under `""`).
 pub type OpsetImports = BTreeMap<String, i64>;

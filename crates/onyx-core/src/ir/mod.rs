@@ -6,4 +6,4 @@ mod graph;
 
 pub use attribute::{AttrValue, Attribute};
 pub use check::{check_model, topo_sort, MAX_SUBGRAPH_DEPTH};
-pub use graph::{Graph, Model, Node, OpsetImports, DEFAULT_DOMAIN, MS_DOMAIN};
+pub use graph::{Graph, Model, Node, OpsetImports, DEFAULT_DOMAIN, MS_DOMAIN, ONYX_DOMAIN};

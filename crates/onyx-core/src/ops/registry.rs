@@ -2,11 +2,11 @@
 
 use super::onnx_ops::{MAX_OPSET, OPS};
 use crate::error::Location;
-use crate::ir::{Node, OpsetImports, MS_DOMAIN};
+use crate::ir::{Node, OpsetImports, MS_DOMAIN, ONYX_DOMAIN};
 use crate::{Error, Result};
 
 /// Domains whose operators Onyx does not know yet but keeps (for later EPs and contrib ops).
-const KEPT_DOMAINS: &[&str] = &[MS_DOMAIN];
+const KEPT_DOMAINS: &[&str] = &[MS_DOMAIN, ONYX_DOMAIN];
 
 fn max_opset(domain: &str) -> Option<i64> {
     MAX_OPSET.iter().find(|(d, _)| *d == domain).map(|(_, v)| *v)

@@ -140,7 +140,7 @@ pub(super) fn transpose_matmul(view: &View<'_>, fusion: &Fusion<'_>) -> Result<C
 
 /// The node scaling `y` by a scalar constant (`Mul(y, c)`, `Mul(c, y)` or `Div(y, c)`), its
 /// only reader, and the factor; only when the result keeps `y`'s shape.
-fn scale_after(view: &View<'_>, y: &str) -> Option<(usize, f64)> {
+pub(super) fn scale_after(view: &View<'_>, y: &str) -> Option<(usize, f64)> {
     let s = view.sole_reader(y)?;
     let node = view.node(s);
     if node.inputs.len() != 2 || !view.same_type(&node.outputs[0], y) {

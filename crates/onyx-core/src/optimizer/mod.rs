@@ -3,10 +3,10 @@
 //! - basic ([`cleanup`], [`fold`]): dead nodes and unread initializers removed, Identity and
 //!   inference-mode Dropout removed, constant folding (evaluated by the CPU provider), and
 //!   values inference already knows replaced by initializers;
-//! - extended ([`conv`], [`matmul`], [`gelu`], [`norm`]): Conv+BatchNormalization folding,
+//! - extended ([`conv`], [`matmul`], [`gelu`], [`norm`], [`attention`]): Conv+BatchNormalization folding,
 //!   FusedConv, MatMul+Add → Gemm, Transpose+MatMul → FusedMatMul, Gelu / BiasGelu /
 //!   FastGelu, LayerNormalization and SkipLayerNormalization (with its bias) from their
-//!   decomposed forms;
+//!   decomposed forms, multi-head attention blocks → Attention;
 //! - all: extended (layout choices come later).
 //!
 //! No rewrite changes results or what a caller can see: an intermediate value that is a graph
@@ -15,6 +15,7 @@
 //! the provider that takes the pattern's anchor node also takes the fused node (see
 //! [`Fusion::allowed`]). Subgraphs (If, Loop, Scan bodies) are left as they are.
 
+mod attention;
 mod cleanup;
 mod conv;
 mod fold;
@@ -30,7 +31,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::ep::ExecutionProvider;
-use crate::ir::{Graph, Model, Node, MS_DOMAIN};
+use crate::ir::{Graph, Model, Node, MS_DOMAIN, ONYX_DOMAIN};
 use crate::session::OptimizationLevel;
 use crate::{Result, Tensor};
 
@@ -118,6 +119,7 @@ const PASSES: &[Pass] = &[
     Pass { name: "layer_norm", level: OptimizationLevel::Extended, run: norm::layer_norm },
     Pass { name: "skip_layer_norm", level: OptimizationLevel::Extended, run: norm::skip_layer_norm },
     Pass { name: "skip_layer_norm_bias", level: OptimizationLevel::Extended, run: norm::skip_layer_norm_bias },
+    Pass { name: "attention", level: OptimizationLevel::Extended, run: attention::attention },
 ];
 
 /// Rewrites `model`'s main graph at `level` for `providers` (in priority order, the CPU
@@ -143,8 +145,10 @@ pub fn optimize(
                     changed = true;
                     *report.passes.entry(pass.name.to_string()).or_insert(0) += changes.count;
                     changes.apply(&mut model.graph);
-                    if model.graph.nodes.iter().any(|n| n.domain == MS_DOMAIN) {
-                        model.opsets.entry(MS_DOMAIN.to_string()).or_insert(1);
+                    for domain in [MS_DOMAIN, ONYX_DOMAIN] {
+                        if model.graph.nodes.iter().any(|n| n.domain == domain) {
+                            model.opsets.entry(domain.to_string()).or_insert(1);
+                        }
                     }
                 }
             }

@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use crate::ep::{ExecutionProvider, NodeContext, SubgraphRunner};
-use crate::ir::{Graph, Node, OpsetImports, MS_DOMAIN};
+use crate::ir::{Graph, Node, OpsetImports, MS_DOMAIN, ONYX_DOMAIN};
 use crate::ops::infer::{infer_graph, Inferred};
 use crate::ops::registry;
 use crate::types::{Dim, TensorType, ValueType};
@@ -35,6 +35,7 @@ impl<'g> View<'g> {
         let inputs: HashSet<&str> = graph.inputs.iter().map(|i| i.name.as_str()).collect();
         let mut opsets = opsets.clone();
         opsets.entry(MS_DOMAIN.to_string()).or_insert(1);
+        opsets.entry(ONYX_DOMAIN.to_string()).or_insert(1);
         let opsets_in = &opsets;
         let mut known = HashMap::new();
         if graph.initializers.keys().any(|k| inputs.contains(k.as_str())) {

@@ -102,13 +102,40 @@ impl<'p> RunStates<'p> {
     }
 }
 
+/// The wall time of one kernel step of a profiled run (see `Session::run_profiled`).
+#[derive(Clone, Debug)]
+pub struct NodeTime {
+    /// Node name (may be empty).
+    pub node: String,
+    /// Op type, e.g. `Conv`.
+    pub op: String,
+    /// Name of the provider that ran it.
+    pub provider: String,
+    /// Shapes of its tensor inputs, e.g. `[1,64,56,56] [64,64,3,3]`.
+    pub shapes: String,
+    /// Wall time of the kernel call in microseconds (device work it only records is not in it).
+    pub us: f64,
+}
+
+/// The shapes of a step's tensor inputs, for profiles.
+fn input_shapes(inputs: &[Option<ValueRef<'_>>]) -> String {
+    let shape = |v: &Option<ValueRef<'_>>| match v.as_ref().map(|v| v.tensor()) {
+        Some(Ok(t)) => format!("{:?}", t.shape()).replace(' ', ""),
+        Some(Err(_)) => "-".into(),
+        None => "_".into(),
+    };
+    inputs.iter().map(shape).collect::<Vec<_>>().join(" ")
+}
+
 /// Executes `plan` with `env` already holding its inputs (and outer values). Returns the outputs
 /// `wanted` asks for (indices into the plan's outputs, each with its target), in that order.
+/// With `profile`, the wall time of every kernel step is appended to it (no cost without).
 pub(crate) fn execute<'a>(
     plan: &Plan,
     providers: &Providers,
     mut env: Vec<Option<Slot<'a>>>,
     wanted: &[(usize, OutputTarget)],
+    mut profile: Option<&mut Vec<NodeTime>>,
 ) -> Result<Vec<Value>> {
     let _limits = super::limits::enter_run(providers.limits, plan.peak_bytes);
     let mut states = RunStates::new(providers);
@@ -123,10 +150,20 @@ pub(crate) fn execute<'a>(
                 step.inputs.iter().map(|s| s.and_then(|s| env[s].as_ref().map(Slot::as_ref))).collect();
             match &step.kind {
                 StepKind::Kernel { kernel, provider, at, wanted } => {
+                    let start = profile.is_some().then(std::time::Instant::now);
                     let outs = match states.get(*provider) {
                         Some(state) => kernel.run_in(state.as_mut(), &inputs, wanted),
                         None => kernel.run(&inputs, wanted),
                     };
+                    if let (Some(times), Some(start)) = (profile.as_deref_mut(), start) {
+                        times.push(NodeTime {
+                            us: start.elapsed().as_secs_f64() * 1e6,
+                            node: at.node.clone(),
+                            op: at.op.clone(),
+                            provider: providers.list[*provider].name().to_string(),
+                            shapes: input_shapes(&inputs),
+                        });
+                    }
                     let outs = outs.map_err(|e| e.at(at))?;
                     if let Some(i) = wanted.iter().enumerate().skip(outs.len()).find(|(_, w)| **w).map(|(i, _)| i) {
                         return Err(Error::node(at, format!("kernel produced no output {i}, which the graph reads")));
@@ -245,6 +282,6 @@ impl SubgraphRunner for SubgraphPlan {
             env[*slot] = Some(Slot::Ref(*value));
         }
         let wanted: Vec<(usize, OutputTarget)> = (0..self.plan.outputs.len()).map(|i| (i, OutputTarget::Host)).collect();
-        execute(&self.plan, &self.providers, env, &wanted)
+        execute(&self.plan, &self.providers, env, &wanted, None)
     }
 }

@@ -20,6 +20,7 @@ use crate::ep::ValueRef;
 
 pub use binding::{IoBinding, OutputTarget};
 use executor::{execute, new_env, Slot};
+pub use executor::NodeTime;
 pub use options::{OptimizationLevel, SessionOptions};
 pub use outputs::Outputs;
 pub use plan::{NodeAssignment, FOLDED};
@@ -45,12 +46,12 @@ impl Session {
     /// Compiles a checked model (see [`crate::ir::check_model`]) for the providers in `options`.
     pub fn new(mut model: Model, options: SessionOptions) -> Result<Session> {
         crate::ir::check_model(&mut model)?;
+        // Free-dimension overrides first, so that the optimizer sees (and folds) fixed shapes.
+        for input in model.graph.inputs.iter_mut() {
+            *input = validate::apply_free_dims(input, &options)?;
+        }
         crate::optimizer::optimize(&mut model, options.optimization_level, &options.provider_list())?;
-        let inputs: Vec<ValueInfo> = model
-            .graph
-            .runtime_inputs()
-            .map(|i| validate::apply_free_dims(i, &options))
-            .collect::<Result<_>>()?;
+        let inputs: Vec<ValueInfo> = model.graph.runtime_inputs().cloned().collect();
         let mut list = options.providers.clone();
         if let Some(f) = &options.fallback {
             if !list.iter().any(|p| p.name() == f.name()) {
@@ -138,7 +139,24 @@ impl Session {
         let given: Vec<(String, InputValue<'a>)> =
             inputs.into_iter().map(|(n, v)| (n.as_ref().to_string(), v.into())).collect();
         let wanted = (0..self.plan.outputs.len()).map(|i| (i, OutputTarget::Host)).collect();
-        self.execute(given, wanted)
+        self.execute(given, wanted, None)
+    }
+
+    /// [`Session::run`], also timing every kernel call (in execution order; host wall time,
+    /// so a device kernel counts only the time to record it). For profiles: each call pays
+    /// for reading the clock and naming the node.
+    pub fn run_profiled<'a, N, V, I>(&self, inputs: I) -> Result<(Outputs, Vec<NodeTime>)>
+    where
+        N: AsRef<str>,
+        V: Into<InputValue<'a>>,
+        I: IntoIterator<Item = (N, V)>,
+    {
+        let given: Vec<(String, InputValue<'a>)> =
+            inputs.into_iter().map(|(n, v)| (n.as_ref().to_string(), v.into())).collect();
+        let wanted = (0..self.plan.outputs.len()).map(|i| (i, OutputTarget::Host)).collect();
+        let mut times = Vec::new();
+        let outputs = self.execute(given, wanted, Some(&mut times))?;
+        Ok((outputs, times))
     }
 
     /// Runs the model with inputs on any device and each bound output left where the binding
@@ -158,10 +176,15 @@ impl Session {
             })?;
             wanted.push((i, target));
         }
-        self.execute(binding.inputs, wanted)
+        self.execute(binding.inputs, wanted, None)
     }
 
-    fn execute(&self, given: Vec<(String, InputValue<'_>)>, wanted: Vec<(usize, OutputTarget)>) -> Result<Outputs> {
+    fn execute(
+        &self,
+        given: Vec<(String, InputValue<'_>)>,
+        wanted: Vec<(usize, OutputTarget)>,
+        profile: Option<&mut Vec<NodeTime>>,
+    ) -> Result<Outputs> {
         validate::check_inputs(&self.model.graph, &self.inputs, &given)?;
         let plan = self.plan_for(&given)?;
         let mut env = new_env(&plan);
@@ -173,7 +196,7 @@ impl Session {
                 InputValue::View(v) => Slot::Ref(ValueRef::View(v)),
             });
         }
-        let values = self.pool.install(|| execute(&plan, &self.providers, env, &wanted))?;
+        let values = self.pool.install(|| execute(&plan, &self.providers, env, &wanted, profile))?;
         let names = wanted.iter().map(|(i, _)| self.plan.outputs[*i].0.clone());
         Ok(Outputs::new(names.zip(values).collect()))
     }

@@ -25,6 +25,8 @@ mod tests;
 /// Registers this family's kernels.
 pub fn register(r: &mut Registry) {
     r.add("Attention", build_attention);
+    // The optimizer's fused attention in models below opset 23: the same contract.
+    r.add_in(onyx_core::ir::ONYX_DOMAIN, "Attention", build_attention);
 }
 
 /// Where `qk_matmul_output` is taken.

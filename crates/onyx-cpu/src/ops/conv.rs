@@ -12,7 +12,8 @@ use onyx_core::ir::Node;
 use onyx_core::{DataType, Error, Location, Result, TensorView, Value};
 
 use self::geometry::{to_3d, WindowAttrs, MAX_ATTR, MAX_SPATIAL};
-use self::kernels::ConvShape;
+use self::kernels::{ConvShape, Epilogue};
+use crate::ops::contrib::Activation;
 use crate::ops::matmul::real::{compute_type, float_output, float_slice, Real};
 use crate::ops::util;
 use crate::Registry;
@@ -31,7 +32,7 @@ enum Kind {
 }
 
 /// A decoded Conv or ConvTranspose node.
-struct ConvOp {
+pub(crate) struct ConvOp {
     at: Location,
     kind: Kind,
     window: WindowAttrs,
@@ -185,22 +186,81 @@ impl ConvOp {
         shape
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn run_typed<T: Real>(
         &self,
         x: &TensorView<'_>,
         w: &TensorView<'_>,
         b: Option<&TensorView<'_>>,
+        z: Option<&TensorView<'_>>,
+        activation: Activation,
         s: &ConvShape,
     ) -> Result<Value> {
         let (xs, ws) = (float_slice::<T>(x)?, float_slice::<T>(w)?);
         let bs = b.map(float_slice::<T>).transpose()?;
+        let zs = z.map(float_slice::<T>).transpose()?;
         let y = match self.kind {
-            Kind::Conv => kernels::conv(&xs, &ws, bs.as_deref(), s),
-            Kind::Transpose => transpose::conv_transpose(&xs, &ws, bs.as_deref(), s),
+            Kind::Conv => {
+                let epi = Epilogue { bias: bs.as_deref(), residual: zs.as_deref(), activation };
+                kernels::conv_fused(&xs, &ws, s, &epi)
+            }
+            Kind::Transpose => transpose::conv_transpose(&xs, &ws, bs.as_deref(), s).map(|mut y| {
+                let epi = Epilogue { bias: None, residual: zs.as_deref(), activation };
+                let len = s.out_len().max(1);
+                for (i, plane) in y.chunks_mut(len).enumerate() {
+                    epi.apply(i % s.c_out.max(1), i * len, plane);
+                }
+                y
+            }),
         }
         .map_err(|e| e.at(&self.at))?;
         float_output(x.dtype(), self.out_shape(s, x.rank()), y)
     }
+
+    /// The convolution of inputs (X, W, B?), plus the residual `z` (input `z_index` of the
+    /// node, of the output's type and shape), then `activation`: all in one pass over the output.
+    pub(crate) fn run_with(
+        &self,
+        inputs: &[Option<ValueRef<'_>>],
+        z: Option<(usize, ValueRef<'_>)>,
+        activation: Activation,
+    ) -> Result<Value> {
+        let at = &self.at;
+        let x = util::input(inputs, 0, at)?;
+        let w = util::input(inputs, 1, at)?;
+        let b = util::opt_input(inputs, 2, at)?;
+        util::expect_dtype(&x, &[DataType::Float, DataType::Double, DataType::Float16, DataType::BFloat16], 0, at)?;
+        same_dtype(&x, &w, 1, at)?;
+        if let Some(b) = &b {
+            same_dtype(&x, b, 2, at)?;
+        }
+        let s = self.shape(x.shape(), w.shape(), b.as_ref().map(|b| b.shape()))?;
+        let z = match z {
+            Some((index, z)) => {
+                let z = z.tensor().map_err(|e| Error::input(at, index, "a host tensor", e.to_string()))?;
+                let out = self.out_shape(&s, x.rank());
+                if z.dtype() != x.dtype() || z.shape() != out.as_slice() {
+                    return Err(Error::input(
+                        at,
+                        index,
+                        format!("a residual of the output's type and shape, {}{out:?}", x.dtype()),
+                        format!("{}{:?}", z.dtype(), z.shape()),
+                    ));
+                }
+                Some(z)
+            }
+            None => None,
+        };
+        match compute_type(x.dtype()) {
+            Some(DataType::Double) => self.run_typed::<f64>(&x, &w, b.as_ref(), z.as_ref(), activation, &s),
+            _ => self.run_typed::<f32>(&x, &w, b.as_ref(), z.as_ref(), activation, &s),
+        }
+    }
+}
+
+/// Decodes the attributes of a node as a Conv (FusedConv's convolution part).
+pub(crate) fn conv_for(node: &Node) -> Result<ConvOp> {
+    conv_op(node, Kind::Conv)
 }
 
 fn same_dtype(x: &TensorView<'_>, v: &TensorView<'_>, index: usize, at: &Location) -> Result<()> {
@@ -212,21 +272,7 @@ fn same_dtype(x: &TensorView<'_>, v: &TensorView<'_>, index: usize, at: &Locatio
 
 impl Kernel for ConvOp {
     fn run(&self, inputs: &[Option<ValueRef<'_>>], _wanted: &[bool]) -> Result<Vec<Value>> {
-        let at = &self.at;
-        let x = util::input(inputs, 0, at)?;
-        let w = util::input(inputs, 1, at)?;
-        let b = util::opt_input(inputs, 2, at)?;
-        util::expect_dtype(&x, &[DataType::Float, DataType::Double, DataType::Float16, DataType::BFloat16], 0, at)?;
-        same_dtype(&x, &w, 1, at)?;
-        if let Some(b) = &b {
-            same_dtype(&x, b, 2, at)?;
-        }
-        let s = self.shape(x.shape(), w.shape(), b.as_ref().map(|b| b.shape()))?;
-        let y = match compute_type(x.dtype()) {
-            Some(DataType::Double) => self.run_typed::<f64>(&x, &w, b.as_ref(), &s)?,
-            _ => self.run_typed::<f32>(&x, &w, b.as_ref(), &s)?,
-        };
-        Ok(vec![y])
+        Ok(vec![self.run_with(inputs, None, Activation::None)?])
     }
 }
 

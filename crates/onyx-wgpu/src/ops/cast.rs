@@ -10,6 +10,7 @@
 //! "not zero" (NaN is true). f16 needs no `SHADER_F16`: it is converted bitwise.
 
 mod minifloat;
+mod packed;
 
 use std::sync::Arc;
 
@@ -226,7 +227,9 @@ fn supports_cast(ctx: &NodeContext<'_>, _gpu: &GpuContext) -> bool {
     match (input_dtype(ctx, 0), target(ctx)) {
         (Some(from), Some(to)) if from == to => elem_size(from).is_some(),
         (Some(from), Some(to)) => {
-            (castable(from) && castable(to)) || (minifloat::converts(from, to) && small_options(ctx).is_ok())
+            (castable(from) && castable(to))
+                || (minifloat::converts(from, to) && small_options(ctx).is_ok())
+                || packed::converts(from, to, castable)
         }
         _ => false,
     }
@@ -250,6 +253,8 @@ fn small_options(ctx: &NodeContext<'_>) -> Result<(bool, minifloat::RoundMode)> 
 struct Cast {
     to: DataType,
     size: u32,
+    /// Elements per output word when the target is a packed sub-byte type.
+    pack: Option<u32>,
     /// `None` when nothing is converted.
     pipeline: Option<Arc<Pipeline>>,
     at: Location,
@@ -260,6 +265,9 @@ fn build_cast(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<dyn Gp
     let from = known_dtype(ctx, 0)?;
     let to =
         target(ctx).ok_or_else(|| Error::attribute(&at, "to", "an ONNX data type code", "none the GPU casts to"))?;
+    if packed::converts(from, to, castable) {
+        return build_packed(gpu, from, to, at);
+    }
     let size = elem_size(to).ok_or_else(|| Error::Unsupported(format!("wgpu: {at} to {to}")))?;
     let pipeline = if from == to {
         None
@@ -274,7 +282,19 @@ fn build_cast(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<dyn Gp
         };
         Some(gpu.pipeline(&code.0, || element_shader("", size, &[("x", in_size)], &code.1))?)
     };
-    Ok(Box::new(Cast { to, size, pipeline, at }))
+    Ok(Box::new(Cast { to, size, pack: None, pipeline, at }))
+}
+
+/// A cast with a packed sub-byte type on one side (see [`packed`]).
+fn build_packed(gpu: &Arc<GpuContext>, from: DataType, to: DataType, at: Location) -> Result<Box<dyn GpuOp>> {
+    let unsupported = || Error::Unsupported(format!("wgpu: {at} from {from} to {to}"));
+    let pack = packed::per_word(to);
+    // Packed buffers are read and written as whole words.
+    let size = if pack.is_some() { 4 } else { elem_size(to).ok_or_else(unsupported)? };
+    let in_size = if packed::is_packed(from) { 4 } else { elem_size(from).ok_or_else(unsupported)? };
+    let key = format!("cast/packed/{}/{}", from.name(), to.name());
+    let pipeline = gpu.pipeline(&key, || element_shader("", size, &[("x", in_size)], &packed::code(from, to)))?;
+    Ok(Box::new(Cast { to, size, pack, pipeline: Some(pipeline), at }))
 }
 
 impl GpuOp for Cast {
@@ -284,7 +304,11 @@ impl GpuOp for Cast {
             return Ok(vec![Value::Tensor(x.tensor.clone())]);
         };
         let y = run.alloc(self.to, x.shape().to_vec())?;
-        dispatch_elements(run, pipeline, Elements::new(self.size, y.len()), &[], &[x.buffer, y.gpu()?], &self.at)?;
+        let (units, params) = match self.pack {
+            Some(per) => (y.len().div_ceil(per as usize), vec![crate::kernel::u32_of(y.len(), &self.at)?]),
+            None => (y.len(), vec![]),
+        };
+        dispatch_elements(run, pipeline, Elements::new(self.size, units), &params, &[x.buffer, y.gpu()?], &self.at)?;
         Ok(vec![Value::Tensor(y)])
     }
 }
@@ -644,6 +668,34 @@ mod tests {
                 check_exact(&Case::new("Cast", vec![from]).attrs(vec![int("to", base.onnx_code() as i64)]));
             }
         }
+    }
+
+    /// A tensor of a packed sub-byte type with random bits (odd lengths leave a spare nibble).
+    fn random_packed(dtype: DataType, n: usize, seed: u64) -> Tensor {
+        let mut rng = fastrand::Rng::with_seed(seed);
+        let bytes: Vec<u8> = (0..dtype.byte_len(n).unwrap()).map(|_| rng.u8(..)).collect();
+        Tensor::from_bytes(dtype, vec![n], onyx_core::HostBuffer::from_vec(bytes)).unwrap()
+    }
+
+    #[test]
+    fn packed_sub_byte_casts_match_the_cpu() {
+        const PACKED: [DataType; 5] =
+            [DataType::Int4, DataType::Uint4, DataType::Int2, DataType::Uint2, DataType::Float4E2M1];
+        for (i, p) in PACKED.into_iter().enumerate() {
+            for to in TYPES {
+                for n in [1, 7, 37, 1001] {
+                    let x = random_packed(p, n, 40 + i as u64 + n as u64);
+                    check_exact(&Case::new("Cast", vec![x]).attrs(vec![int("to", to.onnx_code() as i64)]));
+                }
+            }
+            for from in TYPES {
+                for x in [source(from, true), source(from, false), random(from, &[3, 37], 4)] {
+                    check_exact(&Case::new("Cast", vec![x]).attrs(vec![int("to", p.onnx_code() as i64)]));
+                }
+            }
+        }
+        let like = random_packed(DataType::Int4, 3, 1);
+        check_exact(&Case::new("CastLike", vec![source(DataType::Float, true), like]));
     }
 
     #[test]

@@ -11,6 +11,7 @@ use onyx_core::{DataType, Result};
 use crate::context::GpuContext;
 use crate::kernel::GpuOp;
 
+pub(crate) mod attention;
 pub(crate) mod cast;
 pub(crate) mod compare;
 pub(crate) mod contrib;
@@ -19,6 +20,8 @@ pub(crate) mod elementwise;
 pub(crate) mod gather;
 pub(crate) mod integer;
 pub(crate) mod layout;
+pub(crate) mod loss;
+pub(crate) mod mask;
 pub(crate) mod matmul;
 pub(crate) mod norm;
 pub(crate) mod pool;
@@ -52,6 +55,7 @@ impl Registry {
     /// Every operator the EP has.
     pub fn with_all_ops() -> Registry {
         let mut r = Registry::default();
+        attention::register(&mut r);
         cast::register(&mut r);
         compare::register(&mut r);
         contrib::register(&mut r);
@@ -60,6 +64,8 @@ impl Registry {
         gather::register(&mut r);
         integer::register(&mut r);
         layout::register(&mut r);
+        loss::register(&mut r);
+        mask::register(&mut r);
         matmul::register(&mut r);
         norm::register(&mut r);
         pool::register(&mut r);

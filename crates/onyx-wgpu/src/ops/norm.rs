@@ -28,6 +28,7 @@ mod skip;
 pub(crate) fn register(r: &mut Registry) {
     r.add("BatchNormalization", supports_batch_norm, build_batch_norm);
     r.add("LayerNormalization", supports_layer_norm, build_layer_norm);
+    r.add("RMSNormalization", supports_layer_norm, build_layer_norm);
     r.add("InstanceNormalization", supports_instance_norm, build_instance_norm);
     r.add("GroupNormalization", supports_group_norm, build_group_norm);
     r.add_in("com.microsoft", "SkipLayerNormalization", skip::supports, skip::build);
@@ -180,6 +181,8 @@ enum Form {
     Centered,
     /// `x * a + (bias - mean * a)` with `a = inv * scale` (Instance/GroupNormalization).
     Affine,
+    /// `x * inv * scale` with `inv = 1 / sqrt(mean(x²) + epsilon)` (RMSNormalization).
+    Rms,
 }
 
 /// Where a parameter's element for flat index `i` is: `(i / div) % modulo`.
@@ -282,6 +285,13 @@ fn row_norm_shader(types: &[&str], enable: &str, form: Form, bias: bool, stats: 
     let value = match form {
         Form::Centered => format!("(f32(x[at]) - mean) * inv * s + {shift}"),
         Form::Affine => format!("f32(x[at]) * (inv * s) + ({shift} - mean * (inv * s))"),
+        Form::Rms => "f32(x[at]) * inv * s".to_string(),
+    };
+    // RMS rows are not shifted: their statistic is the mean square itself.
+    let (load_x0, variance) = if form == Form::Rms {
+        ("", "a.y / count")
+    } else {
+        ("if (live && n > 0u) { x0 = f32(x[base]); }", "max(a.y / count - md * md, 0.0)")
     };
     let mut write_stats = String::new();
     if stats {
@@ -307,7 +317,7 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
     let n = p[1];
     let base = q * n;
     var x0 = 0.0;
-    if (live && n > 0u) {{ x0 = f32(x[base]); }}
+    {load_x0}
     var a = vec2<f32>(0.0, 0.0);
     if (live) {{
         for (var k = lane_slice(t); k < n; k += LS) {{
@@ -318,7 +328,7 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
     a = combine_slices(t, a);
     let count = f32(max(n, 1u));
     let md = a.x / count;
-    let variance = max(a.y / count - md * md, 0.0);
+    let variance = {variance};
     let mean = x0 + md;
     let inv = 1.0 / sqrt(variance + bitcast<f32>(p[2]));
     if (live) {{
@@ -407,8 +417,9 @@ fn build_layer_norm(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<
         types.push(param_type(ctx, 2)?);
     }
     let stats = has_output(ctx, 1) || has_output(ctx, 2);
+    let form = if node.op_type == "RMSNormalization" { Form::Rms } else { Form::Centered };
     Ok(Box::new(LayerNorm {
-        kernel: RowNorm::new(gpu, &types, Form::Centered, bias, stats)?,
+        kernel: RowNorm::new(gpu, &types, form, bias, stats)?,
         axis: node.int_or("axis", -1)?,
         epsilon: node.float_or("epsilon", 1e-5)?,
         at: node.location(),
@@ -583,6 +594,7 @@ mod tests {
                 .attrs(attrs.clone())
                 .opset(17)
                 .check(1e-4, 1e-5);
+            Case::new("RMSNormalization", vec![x.clone(), scale.clone()]).attrs(attrs.clone()).opset(23).check(1e-4, 1e-5);
             let stats = Case::new("LayerNormalization", vec![x, scale]).attrs(attrs).opset(17).outputs(3);
             stats.check(1e-4, 1e-5);
         }

@@ -149,6 +149,8 @@ fn lse_comb(a: vec2<f32>, b: vec2<f32>) -> vec2<f32> {
     return vec2<f32>(m, a.y * exp(a.x - m) + b.y * exp(b.x - m));
 }
 fn lse_add(a: vec2<f32>, v: f32) -> vec2<f32> {
+    // -inf adds nothing (and must not reach exp(-inf - -inf), which is NaN).
+    if (bitcast<u32>(v) == 0xff800000u) { return a; }
     if (v > a.x) { return vec2<f32>(v, a.y * exp(a.x - v) + 1.0); }
     if (is_nan(v)) { return vec2<f32>(v, a.y); }
     return vec2<f32>(a.x, a.y + exp(v - a.x));

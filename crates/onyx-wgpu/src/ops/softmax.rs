@@ -172,6 +172,44 @@ impl GpuOp for SoftmaxOp {
     }
 }
 
+/// Log-softmax over the middle axis of `[outer, n, inner]` rows, for ops that need it as a
+/// step (SoftmaxCrossEntropyLoss): the LogSoftmax pipelines of one dtype.
+pub(crate) struct RowLogSoftmax {
+    pipelines: Vec<Arc<Pipeline>>,
+}
+
+impl RowLogSoftmax {
+    /// The pipelines for `dtype` (f32, or f16 with SHADER_F16).
+    pub fn new(gpu: &GpuContext, dtype: onyx_core::DataType) -> Result<RowLogSoftmax> {
+        let ty = float_type(dtype)?;
+        let kind = Kind::LogSoftmax;
+        let pipelines = ALL_LANES
+            .iter()
+            .map(|&l| gpu.pipeline(&format!("softmax/{kind:?}/{ty}/{}", l.key()), || shader(kind, ty, enables(dtype), l)))
+            .collect::<Result<_>>()?;
+        Ok(RowLogSoftmax { pipelines })
+    }
+
+    /// Records `y = log_softmax(x)` along the middle axis of `[outer, n, inner]`.
+    pub fn record(
+        &self,
+        run: &mut GpuRun,
+        x: &crate::buffer::GpuBuffer,
+        y: &crate::buffer::GpuBuffer,
+        (outer, n, inner): (usize, usize, usize),
+        at: &Location,
+    ) -> Result<()> {
+        let rows = outer * inner;
+        if rows == 0 || n == 0 {
+            return Ok(());
+        }
+        let lanes = Lanes::choose(rows, n, inner == 1);
+        let params = [u32_of(rows, at)?, u32_of(n, at)?, u32_of(inner, at)?];
+        u32_of(rows * n, at)?;
+        run.dispatch(&self.pipelines[lanes.index()], &params, &[x, y], lanes.groups(rows))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use crate::testkit::{int, rand, t, Case};
@@ -223,6 +261,24 @@ mod tests {
         }
         let ties = t(&[2, 3], vec![1f32, 3.0, 3.0, -1.0, -1.0, -1.0]);
         Case::new("Hardmax", vec![ties]).check(0.0, 0.0);
+    }
+
+    /// Masked scores: rows whose leading (or any) elements are -inf, as attention masks make.
+    #[test]
+    fn negative_infinity_entries_add_nothing() {
+        let ninf = f32::NEG_INFINITY;
+        let mut v = vec![];
+        for r in 0..37 {
+            for k in 0..300 {
+                v.push(if k < r * 7 { ninf } else { (k as f32 * 0.37).sin() * 3.0 });
+            }
+        }
+        let x = t(&[37, 300], v);
+        for op in ["Softmax", "LogSoftmax"] {
+            Case::new(op, vec![x.clone()]).check(1e-4, 1e-5);
+            let short = t(&[2, 5], vec![ninf, ninf, 1.0, 2.0, ninf, ninf, 0.5, ninf, ninf, 3.0]);
+            Case::new(op, vec![short]).check(1e-5, 1e-6);
+        }
     }
 
     #[test]

@@ -34,7 +34,12 @@ const SKIPPED_NAMES: &[(&str, &str)] = &[
 
 /// Looser tolerances for single cases: (case name, rtol, atol, why). Empty until a case needs
 /// one; every entry must say why ONNX's default cannot hold for it.
-const LOOSER_TOLERANCES: &[(&str, f64, f64, &str)] = &[];
+const LOOSER_TOLERANCES: &[(&str, f64, f64, &str)] = &[
+    // The expected imaginary parts are exactly 0 but hold 1.9e-7 of float32 round-off (NumPy's
+    // float32 FFT on outputs up to 54 in magnitude); Onyx's DFT sums in f64 and gives ~1e-15.
+    ("test_dft_inverse", 1e-3, 1e-6, "float32 round-off in ONNX's expected zeros (|y| up to 54)"),
+    ("test_dft_inverse_opset19", 1e-3, 1e-6, "float32 round-off in ONNX's expected zeros (|y| up to 54)"),
+];
 
 /// How one case ended on one provider.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -5,6 +5,7 @@ use onyx_core::ir::Node;
 use onyx_core::{Error, Result};
 
 use crate::ops::elementwise::{exp_f32, tanh_f32};
+use crate::ops::matmul::real::Real;
 
 /// An activation with its parameters decoded.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -67,6 +68,42 @@ impl Activation {
                 ))
             }
         })
+    }
+
+    /// Applies the activation to every element of `xs` in place, exactly as [`Activation::f32`]
+    /// (f32) or [`Activation::f64`] (f64) would: the op is matched once, outside the loops, so
+    /// that the piecewise-linear ones vectorize (call it inside `util::simd`).
+    #[inline(always)]
+    pub fn apply<T: Real>(self, xs: &mut [T]) {
+        let wide = std::mem::size_of::<T>() == 8;
+        let k = |v: f32| T::from_f32(v);
+        match self {
+            Activation::None => {}
+            Activation::Relu => xs.iter_mut().for_each(|x| *x = if *x < T::ZERO { T::ZERO } else { *x }),
+            Activation::LeakyRelu { alpha } => {
+                let a = k(alpha);
+                xs.iter_mut().for_each(|x| *x = if *x < T::ZERO { a * *x } else { *x });
+            }
+            Activation::Clip { min, max } => {
+                let (lo, hi) = (k(min), k(max));
+                xs.iter_mut().for_each(|x| {
+                    let y = if *x < lo { lo } else { *x };
+                    *x = if y > hi { hi } else { y };
+                });
+            }
+            Activation::HardSigmoid { alpha, beta } => {
+                let (a, b) = (k(alpha), k(beta));
+                xs.iter_mut().for_each(|x| {
+                    let y = a * *x + b;
+                    let y = if y < T::ZERO { T::ZERO } else { y };
+                    *x = if y > T::ONE { T::ONE } else { y };
+                });
+            }
+            Activation::Tanh | Activation::Sigmoid if wide => {
+                xs.iter_mut().for_each(|x| *x = T::from_f64(self.f64(x.to_f64())))
+            }
+            Activation::Tanh | Activation::Sigmoid => xs.iter_mut().for_each(|x| *x = T::from_f32(self.f32(x.to_f32()))),
+        }
     }
 
     /// The activation of one f32 value.

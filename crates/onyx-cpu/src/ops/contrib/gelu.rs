@@ -49,6 +49,7 @@ const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;
 /// The cubic coefficient of the tanh approximation.
 const CUBIC: f64 = 0.044_715;
 
+#[inline(always)]
 fn gelu_f32(kind: Kind, x: f32) -> f32 {
     match kind {
         Kind::Exact => 0.5 * x * (1.0 + erf_f32(x * std::f32::consts::FRAC_1_SQRT_2)),
@@ -66,21 +67,39 @@ fn gelu_f64(kind: Kind, x: f64) -> f64 {
 /// Elements per parallel chunk.
 const CHUNK: usize = 1 << 14;
 
-/// `out[i] = f(x[i] + bias[i % bias.len()])`, in parallel chunks of whole bias rows.
+/// `out[i] = f(x[i] + bias[i % bias.len()])`, in parallel chunks of whole bias rows, each
+/// compiled for the CPU's SIMD level (`f` must be inlinable and branch-free to vectorize).
 fn apply<T: Copy + Send + Sync + std::ops::Add<Output = T>>(
     x: &[T],
     bias: Option<&[T]>,
-    f: impl Fn(T) -> T + Sync,
+    f: impl Fn(T) -> T + Sync + Copy,
 ) -> Vec<T> {
     let mut out = x.to_vec();
+    let parallel = out.len() >= 2 * CHUNK;
     match bias.filter(|b| !b.is_empty()) {
         Some(b) => {
             let chunk = (CHUNK / b.len()).max(1) * b.len();
-            out.par_chunks_mut(chunk).for_each(|o| {
-                o.iter_mut().zip(b.iter().cycle()).for_each(|(o, &b)| *o = f(*o + b));
-            });
+            let body = |o: &mut [T]| {
+                util::simd(|| {
+                    for row in o.chunks_exact_mut(b.len()) {
+                        row.iter_mut().zip(b).for_each(|(o, &b)| *o = f(*o + b));
+                    }
+                })
+            };
+            if parallel {
+                out.par_chunks_mut(chunk).for_each(body);
+            } else {
+                out.chunks_mut(chunk).for_each(body);
+            }
         }
-        None => out.par_chunks_mut(CHUNK).for_each(|o| o.iter_mut().for_each(|o| *o = f(*o))),
+        None => {
+            let body = |o: &mut [T]| util::simd(|| o.iter_mut().for_each(|o| *o = f(*o)));
+            if parallel {
+                out.par_chunks_mut(CHUNK).for_each(body);
+            } else {
+                out.chunks_mut(CHUNK).for_each(body);
+            }
+        }
     }
     out
 }
@@ -120,7 +139,13 @@ impl Kernel for GeluOp {
             float_output(x.dtype(), shape, apply(&float_slice::<f64>(&x)?, b.as_deref(), |v| gelu_f64(kind, v)))?
         } else {
             let b = bias.map(|(_, b)| float_slice::<f32>(&b)).transpose()?;
-            float_output(x.dtype(), shape, apply(&float_slice::<f32>(&x)?, b.as_deref(), |v| gelu_f32(kind, v)))?
+            let (xs, b) = (float_slice::<f32>(&x)?, b.as_deref());
+            // One monomorphic, branch-free function per kind, so the loops vectorize.
+            let y = match kind {
+                Kind::Exact => apply(&xs, b, |v| gelu_f32(Kind::Exact, v)),
+                Kind::Tanh => apply(&xs, b, |v| gelu_f32(Kind::Tanh, v)),
+            };
+            float_output(x.dtype(), shape, y)?
         };
         Ok(vec![y])
     }

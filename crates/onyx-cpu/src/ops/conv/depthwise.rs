@@ -7,7 +7,7 @@
 use rayon::prelude::*;
 
 use super::geometry::Axis;
-use super::kernels::ConvShape;
+use super::kernels::{ConvShape, Epilogue};
 use crate::ops::matmul::gemm::PARALLEL_WORK;
 use crate::ops::matmul::real::Real;
 use crate::ops::util;
@@ -100,7 +100,7 @@ fn row_taps<T: Real>(y: &mut [T], w_row: &[T], row: &[T], ax: &Axis, layout: Row
     }
 }
 
-/// One output plane `y_plane` (already holding its bias, or zero) from one input plane,
+/// Adds to the output plane `y_plane` the convolution of one input plane,
 /// with `scratch` reused for the laid-out rows.
 #[inline(always)]
 fn plane<T: Real>(x_plane: &[T], w: &[T], axes: &[Axis; 3], y_plane: &mut [T], scratch: &mut Vec<T>) {
@@ -146,9 +146,9 @@ impl<T: Real> util::SimdBody for Plane<'_, T> {
     }
 }
 
-/// Depthwise convolution of `x` by `w` into `y`, whose planes already hold the bias (or zero).
-/// Parallel over output planes.
-pub(crate) fn depthwise<T: Real>(x: &[T], w: &[T], s: &ConvShape, y: &mut [T]) {
+/// Depthwise convolution of `x` by `w` into `y` (zero on entry), each plane then finished by
+/// `epi` (bias, residual, activation) while in cache. Parallel over output planes.
+pub(crate) fn depthwise<T: Real>(x: &[T], w: &[T], s: &ConvShape, y: &mut [T], epi: &Epilogue<'_, T>) {
     let (in_len, out_len, k_len) = (s.in_len(), s.out_len(), s.k_len());
     if out_len == 0 || in_len == 0 {
         return;
@@ -158,7 +158,8 @@ pub(crate) fn depthwise<T: Real>(x: &[T], w: &[T], s: &ConvShape, y: &mut [T]) {
         let (n, m) = (i / s.c_out, i % s.c_out);
         let c = m / multiplier;
         let x_plane = &x[(n * s.c_in + c) * in_len..][..in_len];
-        util::simd_body(Plane { x: x_plane, w: &w[m * k_len..][..k_len], axes: &s.axes, y: y_plane, scratch });
+        util::simd_body(Plane { x: x_plane, w: &w[m * k_len..][..k_len], axes: &s.axes, y: &mut *y_plane, scratch });
+        epi.apply(m, i * out_len, y_plane);
     };
     if y.len().saturating_mul(k_len) >= PARALLEL_WORK {
         y.par_chunks_mut(out_len).enumerate().for_each_init(Vec::new, one);

@@ -294,16 +294,10 @@ impl WindowAttrs {
                 };
                 match target {
                     Some(out) => {
+                        // A negative total (output_shape past the full output) pads the end
+                        // with zeros, as ONNX's reference does (floor division).
                         let total = full - out as isize;
-                        if total < 0 {
-                            return Err(Error::attribute(
-                                at,
-                                "output_shape",
-                                format!("at most {full} on spatial axis {} (the full transposed output for input {input:?})", i + 2),
-                                format!("{out}"),
-                            ));
-                        }
-                        let small = total / 2;
+                        let small = total.div_euclid(2);
                         let (b, e) = if self.auto_pad == AutoPad::SameUpper { (small, total - small) } else { (total - small, small) };
                         a.pad_begin = b;
                         a.pad_end = e;

@@ -10,8 +10,10 @@ use onyx_core::{Error, Result};
 
 use super::depthwise::depthwise;
 use super::geometry::Axis;
-use crate::ops::matmul::gemm::{gemm, gemm_serial, MatMut, MatRef, PARALLEL_WORK};
+use crate::ops::contrib::Activation;
+use crate::ops::matmul::gemm::{gemm_post, MatMut, MatRef, RowPost, PARALLEL_WORK};
 use crate::ops::matmul::real::{zeroed, Real};
+use crate::ops::util;
 
 /// Most elements of an im2col buffer: larger products are done in tiles of output rows.
 const COL_TILE_ELEMS: usize = 1 << 20;
@@ -90,49 +92,98 @@ pub(crate) fn fill_bias<T: Real>(y: &mut [T], len: usize, bias: Option<&[T]>) {
     }
 }
 
-/// The output `[N, C_out, spatial...]` holding each channel's bias, or zero: the kernels
-/// accumulate into it, so it is written once before them (no separate zeroing pass).
-fn initial_output<T: Real>(s: &ConvShape, bias: Option<&[T]>) -> Result<Vec<T>> {
-    let n = s.out_elems()?;
-    let Some(bias) = bias else { return zeroed(n) };
-    let mut y = Vec::new();
-    y.try_reserve_exact(n)
-        .map_err(|_| Error::InvalidArgument(format!("cannot allocate an output of {n} elements")))?;
-    let len = s.out_len();
-    for _ in 0..s.batch {
-        for &b in bias {
-            y.extend(std::iter::repeat_n(b, len));
+/// What a convolution does to its output before handing it back, in the same pass as the
+/// products (while the values are in cache): add each channel's bias, then a residual of the
+/// output's shape, then an activation (FusedConv's epilogue).
+#[derive(Clone, Copy)]
+pub(crate) struct Epilogue<'a, T> {
+    /// One value per output channel.
+    pub bias: Option<&'a [T]>,
+    /// Added elementwise: the whole `[N, C_out, spatial...]` output's worth.
+    pub residual: Option<&'a [T]>,
+    /// Applied last.
+    pub activation: Activation,
+}
+
+impl<'a, T: Real> Epilogue<'a, T> {
+    /// Only a bias (a plain Conv).
+    pub fn bias(bias: Option<&'a [T]>) -> Self {
+        Epilogue { bias, residual: None, activation: Activation::None }
+    }
+
+    /// True when it changes nothing.
+    fn is_identity(&self) -> bool {
+        self.bias.is_none() && self.residual.is_none() && self.activation == Activation::None
+    }
+
+    /// Finishes `seg`, the output elements from flat index `offset` on, all of channel `ch`.
+    #[inline]
+    pub fn apply(&self, ch: usize, offset: usize, seg: &mut [T]) {
+        let b = self.bias.map_or(T::ZERO, |b| b[ch]);
+        let (residual, act, has_bias) = (self.residual, self.activation, self.bias.is_some());
+        util::simd(|| {
+            match residual {
+                Some(r) => {
+                    let r = &r[offset..][..seg.len()];
+                    for (y, &r) in seg.iter_mut().zip(r) {
+                        *y = *y + b + r;
+                    }
+                }
+                None if has_bias => seg.iter_mut().for_each(|y| *y += b),
+                None => {}
+            }
+            act.apply(seg);
+        })
+    }
+
+    /// Checks the residual's length against the output's.
+    fn check(&self, out_elems: usize) -> Result<()> {
+        match self.residual {
+            Some(r) if r.len() != out_elems => Err(Error::InvalidArgument(format!(
+                "convolution residual of {} elements for an output of {out_elems}",
+                r.len()
+            ))),
+            _ => Ok(()),
         }
     }
-    Ok(y)
 }
 
 /// Convolution of `x` (`[N, C_in, D, H, W]`) with `w` (`[C_out, C_in / group, kD, kH, kW]`) plus
 /// an optional bias, giving `[N, C_out, oD, oH, oW]`.
 pub(crate) fn conv<T: Real>(x: &[T], w: &[T], bias: Option<&[T]>, s: &ConvShape) -> Result<Vec<T>> {
-    s.check(x.len(), w.len(), bias.map(<[T]>::len))?;
-    let mut y = initial_output(s, bias)?;
+    conv_fused(x, w, s, &Epilogue::bias(bias))
+}
+
+/// [`conv`] followed by an [`Epilogue`] (bias, residual, activation), applied to each block of
+/// the output by the thread that computed it.
+pub(crate) fn conv_fused<T: Real>(x: &[T], w: &[T], s: &ConvShape, epi: &Epilogue<'_, T>) -> Result<Vec<T>> {
+    s.check(x.len(), w.len(), epi.bias.map(<[T]>::len))?;
+    let mut y = zeroed(s.out_elems()?)?;
+    epi.check(y.len())?;
     if y.is_empty() {
         return Ok(y);
     }
     if s.cg() == 1 && s.group > 1 {
-        depthwise(x, w, s, &mut y);
+        depthwise(x, w, s, &mut y, epi);
         return Ok(y);
     }
     let pointwise = s.axes.iter().all(|a| a.kernel == 1 && a.stride == 1 && a.pad_begin == 0 && a.output == a.input);
     let (items, item_len) = (s.batch * s.group, s.mg() * s.out_len());
     let work = y.len().saturating_mul(s.cg() * s.k_len());
     let outer_parallel = items >= rayon::current_num_threads() && work >= PARALLEL_WORK;
-    // C (already holding the bias) is read only when there is a bias.
-    let beta = if bias.is_some() { T::ONE } else { T::ZERO };
     let one = |scratch: &mut Vec<T>, (i, y_ng): (usize, &mut [T]), parallel: bool| -> Result<()> {
         let (n, g) = (i / s.group, i % s.group);
         let x_ng = &x[(n * s.c_in + g * s.cg()) * s.in_len()..][..s.cg() * s.in_len()];
         let w_g = &w[g * s.mg() * s.cg() * s.k_len()..][..s.mg() * s.cg() * s.k_len()];
+        // Row r of this item's output is channel g * mg + r, at flat offset i * item_len + r * out_len.
+        let post = |r: usize, col: usize, seg: &mut [T]| {
+            epi.apply(g * s.mg() + r, i * item_len + r * s.out_len() + col, seg);
+        };
+        let post: Option<RowPost<'_, T>> = if epi.is_identity() { None } else { Some(&post) };
         if pointwise {
-            pointwise_item(x_ng, w_g, beta, s, y_ng, parallel)
+            pointwise_item(x_ng, w_g, s, y_ng, parallel, post)
         } else {
-            im2col_item(x_ng, w_g, beta, s, y_ng, scratch, parallel)
+            im2col_item(x_ng, w_g, s, y_ng, scratch, parallel, post)
         }
     };
     if outer_parallel {
@@ -146,39 +197,32 @@ pub(crate) fn conv<T: Real>(x: &[T], w: &[T], bias: Option<&[T]>, s: &ConvShape)
     Ok(y)
 }
 
-fn gemm_maybe_parallel<T: Real>(
-    parallel: bool,
-    a: MatRef<'_, T>,
-    b: MatRef<'_, T>,
-    beta: T,
-    c: MatMut<'_, T>,
-) -> Result<()> {
-    if parallel {
-        gemm(T::ONE, a, b, beta, c)
-    } else {
-        gemm_serial(T::ONE, a, b, beta, c)
-    }
-}
-
 /// A 1x1 stride-1 unpadded convolution of one (image, group): the input already is the
-/// `[C_in/group, H*W]` matrix, so it is one GEMM (`beta`: one to add to C's bias, else zero).
-fn pointwise_item<T: Real>(x_ng: &[T], w_g: &[T], beta: T, s: &ConvShape, y_ng: &mut [T], parallel: bool) -> Result<()> {
+/// `[C_in/group, H*W]` matrix, so it is one GEMM, each row then finished by `post`.
+fn pointwise_item<T: Real>(
+    x_ng: &[T],
+    w_g: &[T],
+    s: &ConvShape,
+    y_ng: &mut [T],
+    parallel: bool,
+    post: Option<RowPost<'_, T>>,
+) -> Result<()> {
     let (mg, cg, len) = (s.mg(), s.cg(), s.out_len());
     let c = MatMut::row_major(y_ng, mg, len);
-    gemm_maybe_parallel(parallel, MatRef::row_major(w_g, mg, cg), MatRef::row_major(x_ng, cg, len), beta, c)
+    gemm_post(T::ONE, MatRef::row_major(w_g, mg, cg), MatRef::row_major(x_ng, cg, len), T::ZERO, c, parallel, post)
 }
 
 /// One (image, group) by im2col + GEMM, in tiles of output rows so the column buffer stays
-/// under [`COL_TILE_ELEMS`]; `scratch` is reused between calls (`beta` as for
-/// [`pointwise_item`]).
+/// under [`COL_TILE_ELEMS`]; `scratch` is reused between calls; each row segment is finished
+/// by `post` (columns counted from the item's first).
 fn im2col_item<T: Real>(
     x_ng: &[T],
     w_g: &[T],
-    beta: T,
     s: &ConvShape,
     y_ng: &mut [T],
     scratch: &mut Vec<T>,
     parallel: bool,
+    post: Option<RowPost<'_, T>>,
 ) -> Result<()> {
     let [az, ay, ax] = s.axes;
     let (mg, out_len, ow) = (s.mg(), s.out_len(), ax.output);
@@ -191,13 +235,11 @@ fn im2col_item<T: Real>(
         scratch.resize(krows * ncols, T::ZERO);
         im2col(x_ng, s, rows.clone(), scratch, parallel);
         let c = MatMut { data: &mut y_ng[r0 * ow..], rows: mg, cols: ncols, rs: out_len };
-        gemm_maybe_parallel(
-            parallel,
-            MatRef::row_major(w_g, mg, krows),
-            MatRef::row_major(scratch, krows, ncols),
-            beta,
-            c,
-        )?;
+        let col0 = r0 * ow;
+        let shifted = post.map(|p| move |r: usize, col: usize, seg: &mut [T]| p(r, col0 + col, seg));
+        let shifted = shifted.as_ref().map(|p| p as RowPost<'_, T>);
+        let (a, b) = (MatRef::row_major(w_g, mg, krows), MatRef::row_major(&scratch[..], krows, ncols));
+        gemm_post(T::ONE, a, b, T::ZERO, c, parallel, shifted)?;
     }
     Ok(())
 }

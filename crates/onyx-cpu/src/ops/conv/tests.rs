@@ -639,7 +639,7 @@ fn invalid_convolutions_are_errors_naming_the_shapes() {
         ("Conv", &[2, 5], &[3, 5], None, vec![], "input 0: expected a tensor of rank 3 to 5"),
         ("Conv", &[1, 1, 2, 2, 2, 2], &[1, 1, 1, 1, 1, 1], None, vec![], "4 spatial dimensions"),
         ("ConvTranspose", &[1, 4, 5, 5], &[3, 2, 3, 3], None, vec![], "input 1: expected W with 4 input channels (X [1, 4, 5, 5]) divisible by group 1, found shape [3, 2, 3, 3]"),
-        ("ConvTranspose", &[1, 1, 5], &[1, 1, 3], None, vec![("strides", ints(&[2])), ("output_shape", ints(&[13]))], "'output_shape': expected at most 11"),
+        ("ConvTranspose", &[1, 1, 5], &[1, 1, 3], None, vec![("strides", ints(&[2])), ("output_shape", ints(&[13, 13]))], "'output_shape': expected 1 values"),
         ("ConvTranspose", &[1, 1, 2], &[1, 1, 2], None, vec![("pads", ints(&[2, 2]))], "positive output size"),
         ("ConvTranspose", &[1, 1, 2], &[1, 1, 2], None, vec![("output_padding", ints(&[-1]))], "'output_padding': expected non-negative"),
     ];
@@ -670,4 +670,73 @@ fn invalid_convolutions_are_errors_naming_the_shapes() {
     let xi = Tensor::from_vec(vec![1, 1, 3], vec![1i32; 3]).unwrap();
     let err = run(kernel.as_ref(), &[Some(xi.clone()), Some(xi)], 1).unwrap_err();
     assert!(err.to_string().contains("input 0: expected one of float/double/float16/bfloat16, found int32"), "{err}");
+}
+
+/// The fused epilogue (bias, residual, activation) on every kernel path and thread split: each
+/// block of the output is finished by the thread that computed it, so the shapes are chosen to
+/// reach row and column splits of the GEMM, im2col tiles, batch/group parallelism and
+/// parallel depthwise planes, on a pool of 3 threads.
+#[test]
+fn fused_epilogue_matches_conv_plus_residual_and_activation_on_every_path() {
+    use crate::ops::contrib::Activation;
+    use kernels::{conv_fused, Epilogue};
+    let mut rng = Rng::new(97);
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(3).build().unwrap();
+    // (x, w, group, strides, pads (begin = end), out)
+    let cases: [(&[usize], &[usize], usize, usize, usize, &[usize]); 7] = [
+        (&[1, 16, 40, 41], &[37, 16, 1, 1], 1, 1, 0, &[40, 41]), // pointwise, columns split
+        (&[1, 8, 6, 6], &[300, 8, 3, 3], 1, 1, 1, &[6, 6]),      // im2col, rows split
+        (&[1, 6, 31, 27], &[19, 6, 3, 3], 1, 2, 1, &[16, 14]),   // im2col, stride 2, odd sizes
+        (&[1, 3, 200, 201], &[5, 3, 3, 3], 1, 1, 1, &[200, 201]), // several im2col tiles
+        (&[3, 8, 9, 10], &[6, 4, 3, 3], 2, 1, 1, &[9, 10]),      // batch x group items in parallel
+        (&[1, 24, 33, 35], &[48, 1, 3, 3], 24, 1, 1, &[33, 35]), // depthwise, multiplier 2
+        (&[2, 5, 3, 4], &[7, 5, 1, 1], 1, 1, 0, &[3, 4]),        // small: serial
+    ];
+    let acts = [
+        Activation::None,
+        Activation::Relu,
+        Activation::Clip { min: 0.0, max: 0.3 },
+        Activation::LeakyRelu { alpha: 0.1 },
+        Activation::Sigmoid,
+        Activation::HardSigmoid { alpha: 0.2, beta: 0.5 },
+    ];
+    for (xs, ws, group, stride, pad, out) in cases {
+        let (x, w, b) = (rng.vec_f64(xs.iter().product()), rng.vec_f64(ws.iter().product()), rng.vec_f64(ws[0]));
+        let axes = RefAxes { strides: &[stride; 2], dilations: &[1, 1], pads_begin: &[pad as isize; 2], out };
+        let plain = ref_conv(&x, xs, &w, ws, Some(&b[..]), group, &axes);
+        let z = rng.vec_f64(plain.len());
+        let node = node(
+            "Conv",
+            &["x", "w", "b"],
+            1,
+            vec![
+                ("group", AttrValue::Int(group as i64)),
+                ("strides", ints(&[stride as i64; 2])),
+                ("pads", ints(&[pad as i64; 4])),
+            ],
+        );
+        let op = conv_for(&node).unwrap();
+        let s = op.shape(xs, ws, Some(&[ws[0]])).unwrap();
+        let f32s = |v: &[f64]| v.iter().map(|&v| v as f32).collect::<Vec<f32>>();
+        let (x32, w32, b32, z32) = (f32s(&x), f32s(&w), f32s(&b), f32s(&z));
+        for act in acts {
+            for with_z in [false, true] {
+                let want: Vec<f64> = plain
+                    .iter()
+                    .zip(&z)
+                    .map(|(&y, &r)| act.f64(if with_z { y + r } else { y }))
+                    .collect();
+                let what = format!("x{xs:?} w{ws:?} group {group} {act:?} residual {with_z}");
+                let epi = Epilogue { bias: Some(&b[..]), residual: with_z.then_some(&z[..]), activation: act };
+                let got = pool.install(|| conv_fused(&x, &w, &s, &epi)).unwrap();
+                assert_close(&got, &want, 1e-12, &format!("{what} f64"));
+                let epi = Epilogue { bias: Some(&b32[..]), residual: with_z.then_some(&z32[..]), activation: act };
+                let got = pool.install(|| conv_fused(&x32, &w32, &s, &epi)).unwrap();
+                assert_close(&got, &want, 1e-4, &format!("{what} f32"));
+            }
+        }
+        // A residual of the wrong length is an error, not a panic.
+        let epi = Epilogue { bias: None, residual: Some(&z[1..]), activation: Activation::None };
+        assert!(conv_fused(&x, &w, &s, &epi).is_err());
+    }
 }

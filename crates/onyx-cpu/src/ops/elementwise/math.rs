@@ -41,7 +41,7 @@ const TANH_POLY: [f32; 5] = [-0.333_332_8, 0.133_314_43, -0.053_739_738, 0.020_6
 /// e^x in f32 within ~2 ulp of the correctly rounded result, subnormal results included.
 /// Cody–Waite reduction x = n·ln2 + r, a polynomial for e^r, and 2^n applied in two halves so
 /// that every intermediate scale is a normal number.
-#[inline]
+#[inline(always)]
 pub fn exp_f32(x: f32) -> f32 {
     // 1.5·2^23: adding it rounds to an integer (to nearest even) and leaves n in the low bits.
     const ROUNDER: f32 = 12_582_912.0;
@@ -62,7 +62,7 @@ pub fn exp_f32(x: f32) -> f32 {
 }
 
 /// tanh in f32 within ~2 ulp: a polynomial below 0.625, 1 − 2/(e^{2|x|} + 1) above.
-#[inline]
+#[inline(always)]
 pub fn tanh_f32(x: f32) -> f32 {
     let a = x.abs();
     let a2 = a * a;
@@ -74,14 +74,14 @@ pub fn tanh_f32(x: f32) -> f32 {
 }
 
 /// Horner evaluation of a polynomial with coefficients in increasing order.
-#[inline]
+#[inline(always)]
 fn poly(c: &[f32], x: f32) -> f32 {
     c.iter().rev().fold(0.0, |acc, &k| acc * x + k)
 }
 
 /// The error function in f32 (relative error within a few ulp). Both branches are computed
 /// and one selected, so that loops over it vectorize.
-#[inline]
+#[inline(always)]
 pub fn erf_f32(x: f32) -> f32 {
     let a = x.abs();
     let small = a * poly(&ERF_SMALL, a * a);

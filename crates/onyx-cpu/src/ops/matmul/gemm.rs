@@ -102,11 +102,30 @@ pub(crate) fn check_shapes<T>(a: &MatRef<'_, T>, b: &MatRef<'_, T>, c: &MatMut<'
     check_operand("C", c.data.len(), c.rows, c.cols, c.rs, 1)
 }
 
+/// What a product does to each finished row segment of C while it is still in cache:
+/// `post(row, first_column, segment)`, called once for every element of C, from the thread
+/// that computed it (an epilogue: bias, residual, activation).
+pub(crate) type RowPost<'a, T> = &'a (dyn Fn(usize, usize, &mut [T]) + Sync);
+
 /// `C = alpha * A * B + beta * C`, split across threads when large. With `beta == 0`, C's old
 /// contents are ignored (NaNs included). Errors when the shapes disagree or an operand does not
 /// fit its slice.
 pub(crate) fn gemm<T: Real>(alpha: T, a: MatRef<'_, T>, b: MatRef<'_, T>, beta: T, c: MatMut<'_, T>) -> Result<()> {
-    gemm_with(alpha, a, b, beta, c, true)
+    gemm_with(alpha, a, b, beta, c, true, None)
+}
+
+/// [`gemm`] (on many threads when `parallel` and large, else on this one) followed by `post` on
+/// every row segment of C, each applied by the thread that computed it.
+pub(crate) fn gemm_post<T: Real>(
+    alpha: T,
+    a: MatRef<'_, T>,
+    b: MatRef<'_, T>,
+    beta: T,
+    c: MatMut<'_, T>,
+    parallel: bool,
+    post: Option<RowPost<'_, T>>,
+) -> Result<()> {
+    gemm_with(alpha, a, b, beta, c, parallel, post)
 }
 
 /// [`gemm`] on the calling thread only: for callers that already run in parallel.
@@ -117,7 +136,7 @@ pub(crate) fn gemm_serial<T: Real>(
     beta: T,
     c: MatMut<'_, T>,
 ) -> Result<()> {
-    gemm_with(alpha, a, b, beta, c, false)
+    gemm_with(alpha, a, b, beta, c, false, None)
 }
 
 fn gemm_with<T: Real>(
@@ -127,6 +146,7 @@ fn gemm_with<T: Real>(
     beta: T,
     c: MatMut<'_, T>,
     parallel: bool,
+    post: Option<RowPost<'_, T>>,
 ) -> Result<()> {
     check_shapes(&a, &b, &c)?;
     let (m, k, n) = (a.rows, a.cols, b.cols);
@@ -134,7 +154,9 @@ fn gemm_with<T: Real>(
         return Ok(());
     }
     if k == 0 {
-        scale_rows(c, beta);
+        let mut c = c;
+        scale_rows(&mut c, beta);
+        apply_post(c, 0, post);
         return Ok(());
     }
     let threads = rayon::current_num_threads();
@@ -143,13 +165,21 @@ fn gemm_with<T: Real>(
     // own threading packs in lockstep across threads and scales worse.
     let blocks = (work / PARALLEL_WORK).clamp(1, threads);
     if !parallel || blocks < 2 {
-        run_checked(alpha, a, b, beta, c, gemm::Parallelism::None)
+        run_checked(alpha, a, b, beta, c, gemm::Parallelism::None, 0, post)
     } else if m >= n && m >= blocks * MIN_ROWS_PER_BLOCK {
-        split_rows(alpha, a, b, beta, c, blocks)
+        split_rows(alpha, a, b, beta, c, blocks, post)
     } else if n >= blocks * MIN_COLS_PER_BLOCK {
-        split_cols(alpha, a, b, beta, c, blocks)
+        split_cols(alpha, a, b, beta, c, blocks, post)
     } else {
-        run_checked(alpha, a, b, beta, c, gemm::Parallelism::Rayon(threads))
+        run_checked(alpha, a, b, beta, c, gemm::Parallelism::Rayon(threads), 0, post)
+    }
+}
+
+/// Calls `post` on every row of `c` (whose first row is row `row0` of the whole C).
+fn apply_post<T>(c: MatMut<'_, T>, row0: usize, post: Option<RowPost<'_, T>>) {
+    let Some(post) = post else { return };
+    for (i, row) in c.data.chunks_mut(c.rs.max(1)).take(c.rows).enumerate() {
+        post(row0 + i, 0, &mut row[..c.cols]);
     }
 }
 
@@ -159,7 +189,15 @@ const MIN_ROWS_PER_BLOCK: usize = 8;
 const MIN_COLS_PER_BLOCK: usize = 16;
 
 /// Each block of C's rows is computed on its own thread.
-fn split_rows<T: Real>(alpha: T, a: MatRef<'_, T>, b: MatRef<'_, T>, beta: T, c: MatMut<'_, T>, blocks: usize) -> Result<()> {
+fn split_rows<T: Real>(
+    alpha: T,
+    a: MatRef<'_, T>,
+    b: MatRef<'_, T>,
+    beta: T,
+    c: MatMut<'_, T>,
+    blocks: usize,
+    post: Option<RowPost<'_, T>>,
+) -> Result<()> {
     let (m, n, rs) = (c.rows, c.cols, c.rs);
     let per = m.div_ceil(blocks).next_multiple_of(MIN_ROWS_PER_BLOCK);
     c.data.par_chunks_mut(per * rs).enumerate().try_for_each(|(i, chunk)| {
@@ -169,7 +207,7 @@ fn split_rows<T: Real>(alpha: T, a: MatRef<'_, T>, b: MatRef<'_, T>, beta: T, c:
             return Ok(());
         }
         let a_rows = MatRef { data: a.data.get(start * a.rs..).unwrap_or_default(), rows, ..a };
-        run_checked(alpha, a_rows, b, beta, MatMut { data: chunk, rows, cols: n, rs }, gemm::Parallelism::None)
+        run_checked(alpha, a_rows, b, beta, MatMut { data: chunk, rows, cols: n, rs }, gemm::Parallelism::None, start, post)
     })
 }
 
@@ -184,7 +222,15 @@ unsafe impl<T: Send> Sync for SharedC<T> {}
 
 /// Each block of C's columns is computed on its own thread, in place (C's columns are not
 /// contiguous, so the blocks are reached through a shared pointer rather than slices).
-fn split_cols<T: Real>(alpha: T, a: MatRef<'_, T>, b: MatRef<'_, T>, beta: T, c: MatMut<'_, T>, blocks: usize) -> Result<()> {
+fn split_cols<T: Real>(
+    alpha: T,
+    a: MatRef<'_, T>,
+    b: MatRef<'_, T>,
+    beta: T,
+    c: MatMut<'_, T>,
+    blocks: usize,
+    post: Option<RowPost<'_, T>>,
+) -> Result<()> {
     check_shapes(&a, &b, &c)?;
     let (m, k, n, rs) = (a.rows, a.cols, c.cols, c.rs);
     let per = n.div_ceil(blocks).next_multiple_of(MIN_COLS_PER_BLOCK);
@@ -214,6 +260,14 @@ fn split_cols<T: Real>(alpha: T, a: MatRef<'_, T>, b: MatRef<'_, T>, beta: T, c:
                 gemm::Parallelism::None,
             )
         }
+        if let Some(post) = post {
+            for i in 0..m {
+                // SAFETY: row i's columns j0..j0 + cols are inside C (checked above) and belong
+                // to this block only; the block's product has finished writing them.
+                let seg = unsafe { std::slice::from_raw_parts_mut(c_ptr.0.add(i * rs + j0), cols) };
+                post(i, j0, seg);
+            }
+        }
     });
     Ok(())
 }
@@ -227,6 +281,8 @@ fn run_checked<T: Real>(
     beta: T,
     c: MatMut<'_, T>,
     parallelism: gemm::Parallelism,
+    row0: usize,
+    post: Option<RowPost<'_, T>>,
 ) -> Result<()> {
     check_shapes(&a, &b, &c)?;
     let (m, k, n) = (a.rows, a.cols, b.cols);
@@ -237,6 +293,7 @@ fn run_checked<T: Real>(
     unsafe {
         call_gemm(m, n, k, c.data.as_mut_ptr(), c.rs, a, b.data.as_ptr(), b.rs, b.cs, alpha, beta, parallelism);
     }
+    apply_post(c, row0, post);
     Ok(())
 }
 
@@ -293,8 +350,8 @@ unsafe fn call_gemm<T: Real>(
 }
 
 /// `C *= beta` (`C = 0` when beta is zero, whatever C held).
-fn scale_rows<T: Real>(c: MatMut<'_, T>, beta: T) {
-    for row in c.data.chunks_mut(c.rs).take(c.rows) {
+fn scale_rows<T: Real>(c: &mut MatMut<'_, T>, beta: T) {
+    for row in c.data.chunks_mut(c.rs.max(1)).take(c.rows) {
         for x in row.iter_mut().take(c.cols) {
             *x = if beta == T::ZERO { T::ZERO } else { *x * beta };
         }
@@ -380,6 +437,38 @@ mod tests {
             let mut got = c0.clone();
             pool.install(|| gemm(0.5, am, bm, 1.5, MatMut { data: &mut got, rows: m, cols: n, rs })).unwrap();
             assert_close(&got, &want, 1e-12, &format!("{m}x{k}x{n} on 7 threads"));
+        }
+    }
+
+    /// The epilogue sees every element of C once, after its product, with its row and column,
+    /// whichever way the product is split (serial, rows, columns; C with padded rows).
+    #[test]
+    fn post_visits_every_element_once_after_the_product() {
+        let mut rng = Rng::new(11);
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(3).build().unwrap();
+        for &(m, k, n, rs) in &[(203, 37, 45, 47), (21, 70, 389, 400), (3, 5, 7, 7), (40, 0, 33, 33)] {
+            let a = rng.vec_f64(m * k);
+            let b = rng.vec_f64(k * n);
+            let c0 = rng.vec_f64(m * rs);
+            let (am, bm) = (MatRef::row_major(&a[..], m, k), MatRef::row_major(&b[..], k, n));
+            let mut want = c0.clone();
+            gemm_serial(1.0, am, bm, 0.5, MatMut { data: &mut want, rows: m, cols: n, rs }).unwrap();
+            for i in 0..m {
+                for j in 0..n {
+                    want[i * rs + j] = want[i * rs + j] * 3.0 + (i * 1000 + j) as f64;
+                }
+            }
+            let post = |i: usize, j0: usize, seg: &mut [f64]| {
+                for (j, v) in seg.iter_mut().enumerate() {
+                    *v = *v * 3.0 + (i * 1000 + j0 + j) as f64;
+                }
+            };
+            for parallel in [false, true] {
+                let mut got = c0.clone();
+                let c = MatMut { data: &mut got, rows: m, cols: n, rs };
+                pool.install(|| gemm_post(1.0, am, bm, 0.5, c, parallel, Some(&post))).unwrap();
+                assert_close(&got, &want, 1e-12, &format!("{m}x{k}x{n} parallel={parallel}"));
+            }
         }
     }
 

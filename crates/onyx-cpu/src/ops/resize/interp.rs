@@ -89,8 +89,11 @@ impl Axis {
                 }
             }
             Coord::AlignCorners => {
-                if self.output > 1 {
-                    x * (input - 1.0) / (output - 1.0)
+                // ONNX's reference divides by the unrounded output length (scale * input), so a
+                // downsampling scale of 0.6 on 4 elements maps onto 2.4, not 2.
+                let exact = s * input;
+                if exact != 1.0 && self.output > 1 {
+                    x * (input - 1.0) / (exact - 1.0)
                 } else {
                     0.0
                 }

@@ -225,19 +225,11 @@ impl Window {
                 None => None,
             };
             if let Some(out) = target {
+                // A negative total (output_shape past the full output) pads the end with
+                // zeros, as ONNX's reference (and the CPU EP) does: floor division.
                 let total = full - out as isize;
-                if total < 0 {
-                    return Err(Error::attribute(
-                        at,
-                        "output_shape",
-                        format!(
-                            "at most {full} on spatial axis {} (the full transposed output for input {x:?})",
-                            i + 2
-                        ),
-                        format!("{out}"),
-                    ));
-                }
-                a.pad = if self.auto_pad == AutoPad::SameUpper { total / 2 } else { total - total / 2 };
+                let small = total.div_euclid(2);
+                a.pad = if self.auto_pad == AutoPad::SameUpper { small } else { total - small };
                 a.output = out;
             } else {
                 let (b, e) = if self.auto_pad == AutoPad::Valid { (0, 0) } else { pads[i] };

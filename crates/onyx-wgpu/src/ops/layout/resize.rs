@@ -76,7 +76,8 @@ impl ResizeAxis {
                 input / 2.0 * (1.0 - adjustment) + (x + 0.5) / s - 0.5
             }
             Coord::PytorchHalfPixel if self.output > 1 => (x + 0.5) / s - 0.5,
-            Coord::AlignCorners if self.output > 1 => x * (input - 1.0) / (output - 1.0),
+            // As ONNX's reference (and the CPU EP): the unrounded output length scale · input.
+            Coord::AlignCorners if self.output > 1 && s * input != 1.0 => x * (input - 1.0) / (s * input - 1.0),
             Coord::PytorchHalfPixel | Coord::AlignCorners => 0.0,
             Coord::Asymmetric => x / s,
             Coord::TfHalfPixelForNn => (x + 0.5) / s,

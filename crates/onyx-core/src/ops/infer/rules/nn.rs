@@ -6,6 +6,8 @@ use super::dims::{broadcast_shapes, fmt_dims, merge_dim};
 use crate::types::Dim;
 use crate::{DataType, Result};
 
+mod attention;
+
 /// The rule for `op`, if it is a neural-network op.
 pub fn rule(op: &str) -> Option<Rule> {
     Some(match op {
@@ -20,6 +22,7 @@ pub fn rule(op: &str) -> Option<Rule> {
         "LayerNormalization" => layer_norm,
         "Softmax" | "LogSoftmax" | "Hardmax" => softmax,
         "Dropout" => dropout,
+        "Attention" => attention::attention,
         _ => return None,
     })
 }

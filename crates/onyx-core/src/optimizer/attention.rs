@@ -1,0 +1,343 @@
+//! Multi-head attention as exporters spell it (BERT-style encoders):
+//!
+//! ```text
+//! Q/K/V [B,S,H] ─Reshape/Transpose─▶ q [B,N,S,D], kᵀ [B,N,D,T], v [B,N,T,D]
+//! scores = scale · q kᵀ   (MatMul with Div/Mul by a constant after it or on q and kᵀ before
+//!                          it, or FusedMatMul with alpha)
+//! probs  = Softmax(scores (+ mask), last axis)   (then NaN → 0, as torch's SDPA export does)
+//! Y      = Reshape(Transpose(probs v), [B,S,H])
+//! ```
+//!
+//! becomes one Attention node (opset 23's contract, 3-D inputs, `q_num_heads = kv_num_heads =
+//! N`, the scale explicit, the additive mask as `attn_mask`; a fully masked row gives zeros as
+//! the NaN → 0 step does): the default-domain op when the model imports opset 23 or later, else
+//! the same op in Onyx's domain ([`ONYX_DOMAIN`]). The Shape / Gather / Concat nodes that
+//! computed the Reshape shapes die with it (dead-node pass).
+
+use std::collections::HashMap;
+
+use super::matmul::scale_after;
+use super::view::View;
+use super::{Changes, Fusion, Rewrite};
+use crate::ir::{AttrValue, Attribute, Node, MS_DOMAIN, ONYX_DOMAIN};
+use crate::types::Dim;
+use crate::Result;
+
+/// The transpose that merges the heads back (`[B,N,S,D]` → `[B,S,N,D]`).
+const HEADS_LAST: [i64; 4] = [0, 2, 1, 3];
+
+/// Node `n`'s first output.
+fn out<'g>(view: &View<'g>, n: usize) -> &'g str {
+    view.node(n).outputs.first().map_or("", String::as_str)
+}
+
+/// Heads split off a rank-3 `[B,S,H]` value: `[B,N,S,D]` (or `[B,N,D,S]`, transposed, for
+/// Kᵀ), made by a chain of Reshape and Transpose nodes each read only by the next.
+struct Heads {
+    nodes: Vec<usize>,
+    /// The rank-3 value.
+    x: String,
+    heads: usize,
+    head_size: usize,
+}
+
+/// The chain of Reshape/Transpose nodes producing `v` down to the first value something else
+/// makes: (nodes, top first; that value).
+fn layout_chain<'g>(view: &View<'g>, v: &'g str) -> Option<(Vec<usize>, &'g str)> {
+    let mut nodes: Vec<usize> = vec![];
+    let mut cur = v;
+    while let Some(p) = view.producer(cur).filter(|&p| matches!(view.op(p), "Reshape" | "Transpose")) {
+        if nodes.len() == 8 || nodes.last().is_some_and(|&last| view.sole_reader(cur) != Some(last)) {
+            return None;
+        }
+        nodes.push(p);
+        cur = view.node(p).input(0)?;
+    }
+    Some((nodes, cur))
+}
+
+/// Fixed dims, or `None`.
+fn fixed(dims: &[Dim]) -> Option<Vec<usize>> {
+    dims.iter().map(Dim::fixed).collect()
+}
+
+/// Applies the chain (bottom first) to the element indices of its input of shape `input`: for
+/// each output element, the index of the input element it holds.
+fn evaluate_chain(view: &View<'_>, nodes: &[usize], input: &[usize]) -> Option<Vec<u32>> {
+    let count: usize = input.iter().product();
+    if count > 1 << 22 {
+        return None;
+    }
+    let mut data: Vec<u32> = (0..count as u32).collect();
+    let mut shape = input.to_vec();
+    for &n in nodes.iter().rev() {
+        let next = fixed(view.shape(out(view, n))?)?;
+        if view.op(n) == "Transpose" {
+            let perm: Vec<usize> = match view.node(n).get_ints("perm").ok()? {
+                Some(p) => p.iter().map(|&a| usize::try_from(a).ok()).collect::<Option<_>>()?,
+                None => (0..shape.len()).rev().collect(),
+            };
+            data = transpose(&data, &shape, &perm)?;
+        }
+        shape = next;
+    }
+    Some(data)
+}
+
+/// `data` of `shape` transposed by `perm`.
+fn transpose(data: &[u32], shape: &[usize], perm: &[usize]) -> Option<Vec<u32>> {
+    if perm.len() != shape.len() {
+        return None;
+    }
+    let mut strides = vec![1usize; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        strides[i] = strides[i + 1] * shape[i + 1];
+    }
+    let out_shape: Vec<usize> = perm.iter().map(|&p| shape.get(p).copied()).collect::<Option<_>>()?;
+    let mut result = Vec::with_capacity(data.len());
+    let mut index = vec![0usize; shape.len()];
+    for _ in 0..data.len() {
+        let src: usize = index.iter().zip(perm).map(|(&i, &p)| i * strides[p]).sum();
+        result.push(*data.get(src)?);
+        for a in (0..index.len()).rev() {
+            index[a] += 1;
+            if index[a] < out_shape[a] {
+                break;
+            }
+            index[a] = 0;
+        }
+    }
+    Some(result)
+}
+
+/// For `[B,S,H]` split into `n` heads of `d`: the element of x each element of the
+/// `[B,N,S,D]` (`transposed`: `[B,N,D,S]`) result holds.
+fn split_indices(b: usize, s: usize, n: usize, d: usize, transposed: bool) -> Vec<u32> {
+    let mut want = Vec::with_capacity(b * s * n * d);
+    let (outer, inner) = if transposed { (d, s) } else { (s, d) };
+    for bi in 0..b {
+        for ni in 0..n {
+            for o in 0..outer {
+                for i in 0..inner {
+                    let (si, di) = if transposed { (i, o) } else { (o, i) };
+                    want.push(((bi * s + si) * n * d + ni * d + di) as u32);
+                }
+            }
+        }
+    }
+    want
+}
+
+/// The heads of `v` (`transposed`: laid out `[B,N,D,S]`), when the chain below it splits the
+/// heads of a rank-3 value. With fixed shapes any chain is accepted that evaluates to the split
+/// on element indices; otherwise only Reshape to `[B,S,N,D]` + Transpose.
+fn split_heads(view: &View<'_>, v: &str, transposed: bool) -> Option<Heads> {
+    let (nodes, x) = layout_chain(view, v)?;
+    let [_, _, h] = view.shape(x)? else { return None };
+    let [_, n, a, b] = view.shape(v)? else { return None };
+    let (n, d) = (n.fixed()?, if transposed { a } else { b }.fixed()?);
+    if nodes.is_empty() || n * d != h.fixed()? || !view.is_float(x) || view.sole_reader(v).is_none() {
+        return None;
+    }
+    let heads = Heads { nodes: nodes.clone(), x: x.to_string(), heads: n, head_size: d };
+    if let (Some(input), Some(_)) = (fixed(view.shape(x)?), fixed(view.shape(v)?)) {
+        let got = evaluate_chain(view, &nodes, &input)?;
+        return (got == split_indices(input[0], input[1], n, d, transposed)).then_some(heads);
+    }
+    let perm: &[i64] = if transposed { &[0, 2, 3, 1] } else { &[0, 2, 1, 3] };
+    let [t, r] = nodes[..] else { return None };
+    let reshaped = view.shape(out(view, r))?;
+    let ok = view.op(t) == "Transpose"
+        && view.op(r) == "Reshape"
+        && view.node(t).get_ints("perm").ok().flatten() == Some(perm)
+        && reshaped.len() == 4
+        && reshaped[2] == Dim::Fixed(n)
+        && reshaped[3] == Dim::Fixed(d);
+    ok.then_some(heads)
+}
+
+/// `v`, or the other input of the Mul by a scalar constant that makes `v` (read once):
+/// (value, the Mul if any, factor).
+fn unscaled(view: &View<'_>, v: &str) -> (String, Vec<usize>, f64) {
+    if let Some(m) = view.produced_by(v, "Mul").filter(|_| view.sole_reader(v).is_some()) {
+        if let [a, b] = view.node(m).inputs.as_slice() {
+            for (x, c) in [(a, b), (b, a)] {
+                let factor = view.scalar(c).filter(|f| f.is_finite());
+                if let (Some(f), true) = (factor, view.sole_reader(x) == Some(m)) {
+                    return (x.clone(), vec![m], f);
+                }
+            }
+        }
+    }
+    (v.to_string(), vec![], 1.0)
+}
+
+/// The scaled product of `q` and `kᵀ` producing `scores`: (nodes, q operand, kᵀ operand, scale).
+fn scaled_product(view: &View<'_>, scores: &str) -> Option<(Vec<usize>, String, String, f64)> {
+    let p = view.producer(scores)?;
+    let node = view.node(p);
+    if node.domain == MS_DOMAIN && node.op_type == "FusedMatMul" {
+        let plain = ["transA", "transB", "transBatchA", "transBatchB"].iter().all(|a| node.int_or(a, 0).ok() == Some(0));
+        let alpha = node.float_or("alpha", 1.0).ok()? as f64;
+        return plain.then(|| (vec![p], node.inputs[0].clone(), node.inputs[1].clone(), alpha));
+    }
+    // MatMul, then a Mul/Div by a constant (or none).
+    let (m, mut scale) = match view.op(p) {
+        "MatMul" => (p, 1.0),
+        "Mul" | "Div" => {
+            let m = node.inputs.iter().find_map(|i| view.produced_by(i, "MatMul"))?;
+            let (s, scale) = scale_after(view, out(view, m))?;
+            (s == p).then_some((m, scale))?
+        }
+        _ => return None,
+    };
+    let mm = view.node(m);
+    let mut nodes = if m == p { vec![m] } else { vec![m, p] };
+    // Factors on the operands (torch's SDPA export scales q and kᵀ by √scale each).
+    let (q, qn, qf) = unscaled(view, &mm.inputs[0]);
+    let (k, kn, kf) = unscaled(view, &mm.inputs[1]);
+    nodes.extend(qn.into_iter().chain(kn));
+    scale *= qf * kf;
+    Some((nodes, q, k, scale))
+}
+
+/// Softmax over the last axis of a rank-4 value.
+fn is_last_axis_softmax(view: &View<'_>, s: usize) -> bool {
+    let node = view.node(s);
+    let axis = node.int_or("axis", -1).unwrap_or(0);
+    view.op(s) == "Softmax"
+        && view.graph_opset() >= 13
+        && node.input(0).and_then(|x| view.shape(x)).is_some_and(|sh| sh.len() == 4)
+        && (axis == -1 || axis == 3)
+}
+
+/// The attention probabilities after Softmax `s`: its output, or `Where(IsNaN(p), 0, p)` on it
+/// (read by nothing else): (value, the IsNaN and Where nodes).
+fn probabilities<'g>(view: &View<'g>, s: usize) -> Option<(&'g str, Vec<usize>)> {
+    let p = out(view, s);
+    if view.sole_reader(p).is_some() {
+        return Some((p, vec![]));
+    }
+    let [a, b] = view.readers(p) else { return None };
+    let (i, w) = if view.op(*a) == "IsNaN" { (*a, *b) } else { (*b, *a) };
+    let where_node = view.node(w);
+    let nan = out(view, i);
+    let ok = view.op(i) == "IsNaN"
+        && view.op(w) == "Where"
+        && !view.is_output(p)
+        && view.sole_reader(nan) == Some(w)
+        && where_node.inputs.len() == 3
+        && where_node.inputs[0] == nan
+        && view.is_scalar(&where_node.inputs[1], 0.0)
+        && where_node.inputs[2] == p;
+    ok.then(|| (out(view, w), vec![i, w]))
+}
+
+/// Finds every attention block and proposes its fused node.
+pub(super) fn attention(view: &View<'_>, fusion: &Fusion<'_>) -> Result<Changes> {
+    let mut changes = Changes::default();
+    for s in 0..view.graph.nodes.len() {
+        if !is_last_axis_softmax(view, s) {
+            continue;
+        }
+        if let Some((pattern, fused)) = match_block(view, s) {
+            if pattern.iter().all(|&n| !changes.claimed(n)) && fusion.allowed(view, s, &pattern, &fused, &HashMap::new()) {
+                changes.add(Rewrite { remove: pattern, node: Some(fused), initializers: vec![] });
+            }
+        }
+    }
+    Ok(changes)
+}
+
+/// The nodes of the block around Softmax `s` and the Attention node replacing them.
+fn match_block(view: &View<'_>, s: usize) -> Option<(Vec<usize>, Node)> {
+    let mut pattern = vec![s];
+    let logits = view.node(s).input(0)?;
+    view.sole_reader(logits)?;
+    // An additive mask: Add(scores, mask) in either order.
+    let (scores, mask) = match view.produced_by(logits, "Add") {
+        Some(a) => {
+            let [x, y] = view.node(a).inputs.as_slice() else { return None };
+            pattern.push(a);
+            match (scaled_product(view, x), scaled_product(view, y)) {
+                (Some(_), _) => (x.clone(), Some(y.clone())),
+                (None, Some(_)) => (y.clone(), Some(x.clone())),
+                _ => return None,
+            }
+        }
+        None => (logits.to_string(), None),
+    };
+    view.sole_reader(&scores)?;
+    let (product, q4, kt4, scale) = scaled_product(view, &scores)?;
+    pattern.extend(&product);
+    let q = split_heads(view, &q4, false)?;
+    let k = split_heads(view, &kt4, true)?;
+    let (probs, tail) = probabilities(view, s)?;
+    pattern.extend(tail);
+    let pv = view.sole_reader(probs).filter(|&m| view.op(m) == "MatMul" && view.node(m).inputs[0] == probs)?;
+    let v = split_heads(view, &view.node(pv).inputs[1], false)?;
+    // The heads merged back: Transpose, Reshape to [B,S,H].
+    let merged = view.sole_reader(out(view, pv)).filter(|&t| view.op(t) == "Transpose")?;
+    if view.node(merged).get_ints("perm").ok().flatten() != Some(&HEADS_LAST[..]) {
+        return None;
+    }
+    let back = view.sole_reader(out(view, merged)).filter(|&r| view.op(r) == "Reshape")?;
+    let y = out(view, back);
+    let (n, d) = (q.heads, q.head_size);
+    let q_shape = view.shape(&q.x)?;
+    let same_heads = k.heads == n && v.heads == n && k.head_size == d;
+    let y_ok = view.shape(y).is_some_and(|ys| ys.len() == 3 && ys[..2] == q_shape[..2] && ys[2] == Dim::Fixed(n * d));
+    if !same_heads || !y_ok || !view.same_type(&q.x, &k.x) || view.dtype(&v.x) != view.dtype(&q.x) {
+        return None;
+    }
+    if let Some(m) = &mask {
+        // attn_mask must broadcast to [B, N, S, T]: rank <= 4, the scores' dtype.
+        if view.dtype(m) != view.dtype(&q.x) || view.shape(m).is_none_or(|sh| sh.len() > 4) {
+            return None;
+        }
+    }
+    pattern.extend(q.nodes.iter().chain(&k.nodes).chain(&v.nodes).chain(&[pv, merged, back]));
+    let fused = attention_node(view, view.node(s).name.clone(), [q.x, k.x, v.x], mask, n, scale, y.to_string());
+    Some((pattern, fused))
+}
+
+/// The fused Attention node.
+fn attention_node(view: &View<'_>, name: String, qkv: [String; 3], mask: Option<String>, heads: usize, scale: f64, y: String) -> Node {
+    let attr = |name: &str, value| Attribute { name: name.into(), value };
+    let mut inputs = qkv.to_vec();
+    inputs.extend(mask);
+    Node {
+        name,
+        op_type: "Attention".into(),
+        domain: if view.graph_opset() >= 23 { String::new() } else { ONYX_DOMAIN.into() },
+        inputs,
+        outputs: vec![y],
+        attributes: vec![
+            attr("q_num_heads", AttrValue::Int(heads as i64)),
+            attr("kv_num_heads", AttrValue::Int(heads as i64)),
+            attr("scale", AttrValue::Float(scale as f32)),
+        ],
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transposes_move_elements() {
+        // [2,3] → [3,2].
+        assert_eq!(transpose(&[0, 1, 2, 3, 4, 5], &[2, 3], &[1, 0]).unwrap(), [0, 3, 1, 4, 2, 5]);
+    }
+
+    #[test]
+    fn split_indices_match_reshape_and_transpose() {
+        // x [1, S=3, H=4] with N=2, D=2: reshape [1,3,2,2], transpose [0,2,1,3].
+        let x: Vec<u32> = (0..12).collect();
+        let q = transpose(&x, &[1, 3, 2, 2], &[0, 2, 1, 3]).unwrap();
+        assert_eq!(split_indices(1, 3, 2, 2, false), q);
+        let kt = transpose(&x, &[1, 3, 2, 2], &[0, 2, 3, 1]).unwrap();
+        assert_eq!(split_indices(1, 3, 2, 2, true), kt);
+    }
+}

@@ -1,0 +1,524 @@
+//! Attention (opset 23 and 24) on f32 (and f16 with SHADER_F16), computed in f32, as the CPU
+//! EP computes it: 3-D or 4-D Q/K/V, grouped-query heads, a bool or additive mask broadcast to
+//! `[batch, q_heads, q_seq, <= total]`, causal masking, a KV cache (past/present), padded KV
+//! lengths (`nonpad_kv_seqlen`), a softcap, and `qk_matmul_output` at any of its four points.
+//! A query row whose every key is masked gets zero weights (a zero output row).
+//!
+//! Three dispatches: the present key and value (the past followed by the new keys, in the 4-D
+//! layout; they are outputs 1 and 2), then one workgroup per query row that computes the
+//! row's scores into an f32 scratch row, its softmax, and the weighted sum of values.
+
+use std::sync::Arc;
+
+use onyx_core::ep::{NodeContext, ValueRef};
+use onyx_core::{DataType, Error, Location, Result, Tensor, Value};
+
+use super::reduce::float_type;
+use super::{input_dtype, is_float_input, Registry};
+use crate::context::{GpuContext, Pipeline};
+use crate::kernel::{enables, gpu_input, grid, opt_gpu_input, strides, u32_of, GpuOp, GpuTensor, OnGpu, FLAT_INDEX};
+use crate::run::GpuRun;
+
+/// Registers Attention.
+pub(crate) fn register(r: &mut Registry) {
+    r.add("Attention", supports, build);
+    // The optimizer's fused attention in models below opset 23: the same contract.
+    r.add_in(onyx_core::ir::ONYX_DOMAIN, "Attention", supports, build);
+}
+
+/// Whether input `i` is present.
+fn has_input(ctx: &NodeContext<'_>, i: usize) -> bool {
+    ctx.node.inputs.get(i).is_some_and(|n| !n.is_empty())
+}
+
+/// Float Q/K/V (and past) of one type, a bool or same-type mask, int64 lengths, valid
+/// attributes.
+fn supports(ctx: &NodeContext<'_>, gpu: &GpuContext) -> bool {
+    let n = ctx.node;
+    let q = input_dtype(ctx, 0);
+    let same = [1, 2, 4, 5].iter().all(|&i| !has_input(ctx, i) || input_dtype(ctx, i) == q);
+    let mask_ok = !has_input(ctx, 3) || matches!(input_dtype(ctx, 3), Some(DataType::Bool)) || input_dtype(ctx, 3) == q;
+    let nonpad_ok = !has_input(ctx, 6) || input_dtype(ctx, 6) == Some(DataType::Int64);
+    let attrs_ok = n.int_or("qk_matmul_output_mode", 0).is_ok_and(|m| (0..4).contains(&m))
+        && n.float_or("softcap", 0.0).is_ok_and(|c| c >= 0.0 && c.is_finite())
+        && n.get_float("scale").is_ok_and(|s| s.is_none_or(f32::is_finite))
+        && n.int_or("is_causal", 0).is_ok_and(|c| c == 0 || c == 1)
+        && ["q_num_heads", "kv_num_heads"].iter().all(|a| n.get_int(a).is_ok_and(|h| h.is_none_or(|h| h > 0)));
+    is_float_input(ctx, gpu, 0) && same && mask_ok && nonpad_ok && attrs_ok && has_input(ctx, 4) == has_input(ctx, 5)
+}
+
+/// An Attention node with its attributes decoded and pipelines built.
+struct AttentionOp {
+    present: Arc<Pipeline>,
+    present_past: Arc<Pipeline>,
+    row: Arc<Pipeline>,
+    dtype: DataType,
+    q_heads: Option<usize>,
+    kv_heads: Option<usize>,
+    scale: Option<f32>,
+    softcap: f32,
+    causal: bool,
+    mode: u32,
+    /// 0: no mask, 1: bool, 2: additive.
+    mask: u32,
+    nonpad: bool,
+    outputs: usize,
+    at: Location,
+}
+
+fn build(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<dyn GpuOp>> {
+    let node = ctx.node;
+    let at = node.location();
+    let dtype = input_dtype(ctx, 0).ok_or_else(|| Error::input(&at, 0, "a float tensor", "an unknown type"))?;
+    let ty = float_type(dtype)?;
+    let en = enables(dtype);
+    let mask = match (has_input(ctx, 3), input_dtype(ctx, 3)) {
+        (false, _) => 0,
+        (true, Some(DataType::Bool)) => 1,
+        _ => 2,
+    };
+    let nonpad = has_input(ctx, 6);
+    let outputs = node.outputs.len().max(1);
+    let qk = outputs > 3 && !node.outputs[3].is_empty();
+    let present = gpu.pipeline(&format!("attention/present/{ty}/false"), || present_shader(ty, en, false))?;
+    let present_past = gpu.pipeline(&format!("attention/present/{ty}/true"), || present_shader(ty, en, true))?;
+    let row = gpu.pipeline(&format!("attention/row/{ty}/{mask}/{nonpad}/{qk}"), || row_shader(ty, en, mask, nonpad, qk))?;
+    let heads = |name: &str| -> Result<Option<usize>> { Ok(node.get_int(name)?.map(|h| h.max(1) as usize)) };
+    Ok(Box::new(AttentionOp {
+        present,
+        present_past,
+        row,
+        dtype,
+        q_heads: heads("q_num_heads")?,
+        kv_heads: heads("kv_num_heads")?,
+        scale: node.get_float("scale")?,
+        softcap: node.float_or("softcap", 0.0)?,
+        causal: node.int_or("is_causal", 0)? == 1,
+        mode: node.int_or("qk_matmul_output_mode", 0)? as u32,
+        mask,
+        nonpad,
+        outputs,
+        at,
+    }))
+}
+
+/// Present key or value `[b, heads, total, d]`: the past's rows, then the new ones (3-D
+/// `[b, seq, heads * d]` or 4-D). `p`: count, heads, total, d, past, new seq, 3-D flag.
+fn present_shader(ty: &str, enable: &str, past: bool) -> String {
+    let (bind, read_past) = if past {
+        (
+            format!("@group(0) @binding(2) var<storage, read> old: array<{ty}>;\n"),
+            "if (j < past) { y[e] = old[(bh * past + j) * d + c]; return; }",
+        )
+    } else {
+        (String::new(), "")
+    };
+    let out = if past { 3 } else { 2 };
+    format!(
+        "{enable}{FLAT_INDEX}
+@group(0) @binding(0) var<storage, read> p: array<u32>;
+@group(0) @binding(1) var<storage, read> x: array<{ty}>;
+{bind}@group(0) @binding({out}) var<storage, read_write> y: array<{ty}>;
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {{
+    let e = flat_index(gid, nwg);
+    if (e >= p[0]) {{ return; }}
+    let heads = p[1]; let total = p[2]; let d = p[3]; let past = p[4]; let seq = p[5];
+    let c = e % d;
+    let j = (e / d) % total;
+    let bh = e / (d * total);
+    {read_past}
+    let s = j - past;
+    let h = bh % heads;
+    let b = bh / heads;
+    if (p[6] == 1u) {{ y[e] = x[((b * seq + s) * heads + h) * d + c]; }} else {{ y[e] = x[(bh * seq + s) * d + c]; }}
+}}
+"
+    )
+}
+
+/// Parameter slots of the row shader.
+const P_ROWS: usize = 0;
+const P_QH: usize = 1;
+const P_KVH: usize = 2;
+const P_QS: usize = 3;
+const P_TOTAL: usize = 4;
+const P_PAST: usize = 5;
+const P_DH: usize = 6;
+const P_DV: usize = 7;
+const P_SCALE: usize = 8;
+const P_SOFTCAP: usize = 9;
+const P_CAUSAL: usize = 10;
+const P_3D: usize = 11;
+const P_MASK: usize = 12; // strides b, h, q, k, then the mask's key count
+const P_MODE: usize = 17;
+const P_LEN: usize = 18;
+
+/// The per-row shader (64 threads a query row).
+fn row_shader(ty: &str, enable: &str, mask: u32, nonpad: bool, qk: bool) -> String {
+    let mut binds = String::new();
+    let mut next = 4;
+    let mut bind = |decl: String| {
+        binds += &format!("@group(0) @binding({next}) {decl}\n");
+        next += 1;
+    };
+    match mask {
+        1 => bind("var<storage, read> m: array<u32>;".into()),
+        2 => bind(format!("var<storage, read> m: array<{ty}>;")),
+        _ => {}
+    }
+    if nonpad {
+        bind("var<storage, read> valid: array<u32>;".into());
+    }
+    bind("var<storage, read_write> sc: array<f32>;".into());
+    bind(format!("var<storage, read_write> y: array<{ty}>;"));
+    if qk {
+        bind(format!("var<storage, read_write> qk: array<{ty}>;"));
+    }
+    let mask_add = match mask {
+        1 => "if (((m[mi >> 2u] >> ((mi & 3u) * 8u)) & 0xffu) == 0u) { s = NEG_INF; }",
+        2 => "s += f32(m[mi]);",
+        _ => "",
+    };
+    let mask_code = if mask == 0 {
+        String::new()
+    } else {
+        format!(
+            "if (j < p[{len}]) {{ let mi = b * p[{P_MASK}] + h * p[{}] + i * p[{}] + j * p[{}]; {mask_add} }} else {{ s = NEG_INF; }}",
+            P_MASK + 1,
+            P_MASK + 2,
+            P_MASK + 3,
+            len = P_MASK + 4
+        )
+    };
+    let valid = if nonpad { "min(last, valid[2u * b])" } else { "last" };
+    let keep = |mode: u32, v: &str| if qk { format!("if (p[{P_MODE}] == {mode}u) {{ qk[base + j] = {ty}({v}); }}") } else { String::new() };
+    let (k0, k1, k2, k3) = (keep(0, "s"), keep(1, "s"), keep(2, "s"), keep(3, "w"));
+    format!(
+        "{enable}
+@group(0) @binding(0) var<storage, read> p: array<u32>;
+@group(0) @binding(1) var<storage, read> q: array<{ty}>;
+@group(0) @binding(2) var<storage, read> k: array<{ty}>;
+@group(0) @binding(3) var<storage, read> v: array<{ty}>;
+{binds}
+fn neg_inf() -> f32 {{ return bitcast<f32>(0xff800000u); }}
+var<workgroup> red: array<f32, 64>;
+fn reduce_max(t: u32, x: f32) -> f32 {{
+    red[t] = x;
+    workgroupBarrier();
+    for (var s = 32u; s > 0u; s >>= 1u) {{
+        if (t < s) {{ red[t] = max(red[t], red[t + s]); }}
+        workgroupBarrier();
+    }}
+    let r = red[0];
+    workgroupBarrier();
+    return r;
+}}
+fn reduce_sum(t: u32, x: f32) -> f32 {{
+    red[t] = x;
+    workgroupBarrier();
+    for (var s = 32u; s > 0u; s >>= 1u) {{
+        if (t < s) {{ red[t] = red[t] + red[t + s]; }}
+        workgroupBarrier();
+    }}
+    let r = red[0];
+    workgroupBarrier();
+    return r;
+}}
+@compute @workgroup_size(64)
+fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>) {{
+    let NEG_INF = neg_inf();
+    let r = wid.x + wid.y * nwg.x;
+    // Workgroups past the last row run with empty loops (barriers stay in uniform flow).
+    let live = r < p[{P_ROWS}];
+    let qh = p[{P_QH}]; let qs = p[{P_QS}]; let total = select(0u, p[{P_TOTAL}], live);
+    let dh = p[{P_DH}]; let dv = select(0u, p[{P_DV}], live);
+    let i = r % qs;
+    let h = (r / qs) % qh;
+    let b = r / (qs * qh);
+    let kvh = p[{P_KVH}];
+    let kh = h / (qh / kvh);
+    var qo = ((b * qh + h) * qs + i) * dh;
+    var yo = ((b * qh + h) * qs + i) * dv;
+    if (p[{P_3D}] == 1u) {{ qo = ((b * qs + i) * qh + h) * dh; yo = ((b * qs + i) * qh + h) * dv; }}
+    let kb = (b * kvh + kh) * total;
+    let base = r * total;
+    let scale = bitcast<f32>(p[{P_SCALE}]);
+    let cap = bitcast<f32>(p[{P_SOFTCAP}]);
+    var last = total;
+    if (p[{P_CAUSAL}] == 1u) {{ last = min(p[{P_PAST}] + i + 1u, total); }}
+    last = {valid};
+    var mx = NEG_INF;
+    for (var j = t; j < total; j += 64u) {{
+        var dot = 0.0;
+        for (var c = 0u; c < dh; c++) {{ dot += f32(q[qo + c]) * f32(k[(kb + j) * dh + c]); }}
+        var s = dot * scale;
+        {k0}
+        if (cap > 0.0) {{ s = cap * tanh(s / cap); }}
+        {k1}
+        {mask_code}
+        if (j >= last) {{ s = NEG_INF; }}
+        {k2}
+        sc[base + j] = s;
+        mx = max(mx, s);
+    }}
+    mx = reduce_max(t, mx);
+    var sum = 0.0;
+    for (var j = t; j < total; j += 64u) {{
+        var e = 0.0;
+        if (mx > NEG_INF) {{ e = exp(sc[base + j] - mx); }}
+        sc[base + j] = e;
+        sum += e;
+    }}
+    sum = reduce_sum(t, sum);
+    var inv = 0.0;
+    if (sum > 0.0) {{ inv = 1.0 / sum; }}
+    for (var j = t; j < total; j += 64u) {{
+        let w = sc[base + j] * inv;
+        sc[base + j] = w;
+        {k3}
+    }}
+    storageBarrier();
+    workgroupBarrier();
+    for (var c = t; c < dv; c += 64u) {{
+        var acc = 0.0;
+        for (var j = 0u; j < total; j++) {{ acc += sc[base + j] * f32(v[(kb + j) * dv + c]); }}
+        y[yo + c] = {ty}(acc);
+    }}
+}}
+"
+    )
+}
+
+/// Sizes of one call, in the 4-D layout.
+#[derive(Clone, Copy, Debug)]
+struct Dims {
+    batch: usize,
+    q_heads: usize,
+    kv_heads: usize,
+    q_seq: usize,
+    kv_seq: usize,
+    past: usize,
+    head: usize,
+    v_head: usize,
+    three_d: bool,
+}
+
+impl AttentionOp {
+    /// `(batch, heads, seq, size)` of a 3-D or 4-D operand.
+    fn split(&self, shape: &[usize], heads: Option<usize>, i: usize) -> Result<[usize; 4]> {
+        match (shape.len(), heads) {
+            (4, h) if h.is_none_or(|h| h == shape[1]) => Ok([shape[0], shape[1], shape[2], shape[3]]),
+            (3, Some(h)) if shape[2].is_multiple_of(h) => Ok([shape[0], h, shape[1], shape[2] / h]),
+            _ => Err(Error::input(
+                &self.at,
+                i,
+                "a 4-D tensor, or a 3-D one whose last dim divides into q_num_heads/kv_num_heads",
+                format!("{shape:?}"),
+            )),
+        }
+    }
+
+    fn dims(&self, q: &[usize], k: &[usize], v: &[usize], past: Option<(&[usize], &[usize])>) -> Result<Dims> {
+        if q.len() != k.len() || q.len() != v.len() {
+            return Err(Error::node(&self.at, format!("Q, K and V must have the same rank, found {q:?}, {k:?}, {v:?}")));
+        }
+        let [batch, q_heads, q_seq, head] = self.split(q, self.q_heads, 0)?;
+        let [kb, kv_heads, kv_seq, k_head] = self.split(k, self.kv_heads, 1)?;
+        let [vb, v_heads, v_seq, v_head] = self.split(v, self.kv_heads, 2)?;
+        if kb != batch || vb != batch || v_heads != kv_heads || v_seq != kv_seq || k_head != head {
+            return Err(Error::node(&self.at, format!("Q {q:?}, K {k:?} and V {v:?} do not agree")));
+        }
+        if kv_heads == 0 || q_heads % kv_heads != 0 {
+            return Err(Error::node(&self.at, format!("{q_heads} query heads are not a multiple of {kv_heads} KV heads")));
+        }
+        let mut p = 0;
+        if let Some((pk, pv)) = past {
+            let ok = pk.len() == 4
+                && pv.len() == 4
+                && pk[..2] == [batch, kv_heads]
+                && pv[..2] == [batch, kv_heads]
+                && pk[2] == pv[2]
+                && pk[3] == head
+                && pv[3] == v_head;
+            if !ok {
+                return Err(Error::node(&self.at, format!("past_key {pk:?} and past_value {pv:?} do not match K and V")));
+            }
+            p = pk[2];
+        }
+        Ok(Dims { batch, q_heads, kv_heads, q_seq, kv_seq, past: p, head, v_head, three_d: q.len() == 3 })
+    }
+
+    /// The mask's strides over `[batch, q_heads, q_seq, keys]` and its key count.
+    fn mask_params(&self, m: &GpuTensor<'_>, d: &Dims) -> Result<[u32; 5]> {
+        let shape = m.shape();
+        let total = d.past + d.kv_seq;
+        let bad = || {
+            Error::input(&self.at, 3, format!("attn_mask broadcastable to [{}, {}, {}, <= {total}]", d.batch, d.q_heads, d.q_seq), format!("{shape:?}"))
+        };
+        if shape.is_empty() || shape.len() > 4 || shape[shape.len() - 1] > total {
+            return Err(bad());
+        }
+        let full = [d.batch, d.q_heads, d.q_seq, shape[shape.len() - 1]];
+        let mut dims = [1usize; 4];
+        dims[4 - shape.len()..].copy_from_slice(shape);
+        let dense = strides(&dims);
+        let mut out = [0u32; 5];
+        for a in 0..4 {
+            if dims[a] == full[a] {
+                out[a] = if dims[a] == 1 { 0 } else { u32_of(dense[a], &self.at)? };
+            } else if dims[a] != 1 {
+                return Err(bad());
+            }
+        }
+        out[4] = u32_of(full[3], &self.at)?;
+        Ok(out)
+    }
+
+    /// Records a present key or value: `[b, kv_heads, total, size]`.
+    fn present(&self, run: &mut GpuRun, new: &GpuTensor<'_>, past: Option<&GpuTensor<'_>>, d: &Dims, size: usize) -> Result<Tensor> {
+        let total = d.past + d.kv_seq;
+        let out = run.alloc(self.dtype, vec![d.batch, d.kv_heads, total, size])?;
+        let n = out.len();
+        let at = &self.at;
+        let params = [
+            u32_of(n, at)?,
+            u32_of(d.kv_heads, at)?,
+            u32_of(total.max(1), at)?,
+            u32_of(size.max(1), at)?,
+            u32_of(d.past, at)?,
+            u32_of(d.kv_seq, at)?,
+            u32::from(d.three_d),
+        ];
+        if n > 0 {
+            match past {
+                Some(p) => run.dispatch(&self.present_past, &params, &[new.buffer, p.buffer, out.gpu()?], grid(n))?,
+                None => run.dispatch(&self.present, &params, &[new.buffer, out.gpu()?], grid(n))?,
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl GpuOp for AttentionOp {
+    fn record(&self, run: &mut GpuRun, inputs: &[Option<ValueRef<'_>>]) -> Result<Vec<Value>> {
+        let at = &self.at;
+        let q = gpu_input(run, inputs, 0, at)?;
+        let k = gpu_input(run, inputs, 1, at)?;
+        let v = gpu_input(run, inputs, 2, at)?;
+        let mask = opt_gpu_input(run, inputs, 3, at)?;
+        let past = match (opt_gpu_input(run, inputs, 4, at)?, opt_gpu_input(run, inputs, 5, at)?) {
+            (Some(a), Some(b)) => Some((a, b)),
+            (None, None) => None,
+            _ => return Err(Error::node(at, "past_key and past_value must be given together")),
+        };
+        let nonpad = opt_gpu_input(run, inputs, 6, at)?;
+        if (mask.is_some() as u32) != (self.mask != 0) as u32 || nonpad.is_some() != self.nonpad {
+            return Err(Error::node(at, "inputs differ from those the node was built for"));
+        }
+        let d = self.dims(q.shape(), k.shape(), v.shape(), past.as_ref().map(|(a, b)| (a.shape(), b.shape())))?;
+        let total = d.past + d.kv_seq;
+        if let Some(np) = &nonpad {
+            if np.shape() != [d.batch] {
+                return Err(Error::input(at, 6, format!("nonpad_kv_seqlen of shape [{}]", d.batch), format!("{:?}", np.shape())));
+            }
+        }
+        let pk = self.present(run, &k, past.as_ref().map(|p| &p.0), &d, d.head)?;
+        let pv = self.present(run, &v, past.as_ref().map(|p| &p.1), &d, d.v_head)?;
+        let rows = d.batch * d.q_heads * d.q_seq;
+        let y_shape = if d.three_d {
+            vec![d.batch, d.q_seq, d.q_heads * d.v_head]
+        } else {
+            vec![d.batch, d.q_heads, d.q_seq, d.v_head]
+        };
+        let y = run.alloc(self.dtype, y_shape)?;
+        let qk = if self.outputs > 3 { Some(run.alloc(self.dtype, vec![d.batch, d.q_heads, d.q_seq, total])?) } else { None };
+        let scratch = run.alloc(DataType::Float, vec![(rows * total).max(1)])?;
+        let mut p = vec![0u32; P_LEN];
+        p[P_ROWS] = u32_of(rows, at)?;
+        p[P_QH] = u32_of(d.q_heads, at)?;
+        p[P_KVH] = u32_of(d.kv_heads, at)?;
+        p[P_QS] = u32_of(d.q_seq.max(1), at)?;
+        p[P_TOTAL] = u32_of(total, at)?;
+        p[P_PAST] = u32_of(d.past, at)?;
+        p[P_DH] = u32_of(d.head, at)?;
+        p[P_DV] = u32_of(d.v_head, at)?;
+        p[P_SCALE] = self.scale.unwrap_or(1.0 / (d.head as f32).sqrt()).to_bits();
+        p[P_SOFTCAP] = self.softcap.to_bits();
+        p[P_CAUSAL] = u32::from(self.causal);
+        p[P_3D] = u32::from(d.three_d);
+        p[P_MODE] = self.mode;
+        u32_of(rows * total.max(d.head).max(d.v_head), at)?;
+        let mut buffers = vec![q.buffer, pk.gpu()?, pv.gpu()?];
+        if let Some(m) = &mask {
+            p[P_MASK..P_MASK + 5].copy_from_slice(&self.mask_params(m, &d)?);
+            buffers.push(m.buffer);
+        }
+        if let Some(np) = &nonpad {
+            buffers.push(np.buffer);
+        }
+        buffers.push(scratch.gpu()?);
+        buffers.push(y.gpu()?);
+        if let Some(t) = &qk {
+            buffers.push(t.gpu()?);
+        }
+        if rows > 0 {
+            let x = rows.min(65535);
+            run.dispatch(&self.row, &p, &buffers, [x as u32, rows.div_ceil(x) as u32, 1])?;
+        }
+        run.release_tensor(scratch);
+        let mut out = vec![Value::Tensor(y), Value::Tensor(pk), Value::Tensor(pv)];
+        if let Some(t) = qk {
+            out.push(Value::Tensor(t));
+        }
+        out.truncate(self.outputs);
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use onyx_core::Tensor;
+
+    use crate::testkit::{float, int, rand, Case};
+
+    fn bools(shape: &[usize], seed: u64) -> Tensor {
+        let mut rng = fastrand::Rng::with_seed(seed);
+        let n: usize = shape.iter().product();
+        Tensor::from_bools(shape.to_vec(), (0..n).map(|_| rng.u32(0..4) != 0).collect()).unwrap()
+    }
+
+    #[test]
+    fn attention_4d_matches_the_cpu() {
+        let (b, qh, kvh, qs, kvs, dh, dv) = (2, 6, 3, 5, 7, 9, 11);
+        let q = rand(&[b, qh, qs, dh], -1.0, 1.0, 1);
+        let k = rand(&[b, kvh, kvs, dh], -1.0, 1.0, 2);
+        let v = rand(&[b, kvh, kvs, dv], -1.0, 1.0, 3);
+        for causal in [0, 1] {
+            for mode in 0..4 {
+                let attrs = vec![int("is_causal", causal), int("qk_matmul_output_mode", mode), float("softcap", 2.0)];
+                Case::new("Attention", vec![q.clone(), k.clone(), v.clone()]).attrs(attrs).opset(23).outputs(4).check(1e-4, 1e-5);
+            }
+        }
+        let mask = rand(&[qs, kvs], -2.0, 0.0, 4);
+        Case::new("Attention", vec![q.clone(), k.clone(), v.clone(), mask]).opset(23).check(1e-4, 1e-5);
+        let bmask = bools(&[b, 1, qs, kvs - 2], 5);
+        let attrs = vec![float("scale", 0.3), int("is_causal", 1)];
+        Case::new("Attention", vec![q, k, v, bmask]).attrs(attrs).opset(23).check(1e-4, 1e-5);
+    }
+
+    #[test]
+    fn attention_3d_with_past_matches_the_cpu() {
+        let (b, qh, kvh, qs, kvs, past, dh, dv) = (2, 4, 2, 3, 4, 5, 8, 6);
+        let q = rand(&[b, qs, qh * dh], -1.0, 1.0, 11);
+        let k = rand(&[b, kvs, kvh * dh], -1.0, 1.0, 12);
+        let v = rand(&[b, kvs, kvh * dv], -1.0, 1.0, 13);
+        let pk = rand(&[b, kvh, past, dh], -1.0, 1.0, 14);
+        let pv = rand(&[b, kvh, past, dv], -1.0, 1.0, 15);
+        let mask = rand(&[b, qh, qs, past + kvs], -1.0, 0.0, 16);
+        let attrs = vec![int("q_num_heads", qh as i64), int("kv_num_heads", kvh as i64), int("is_causal", 1)];
+        let inputs = vec![q, k, v, mask, pk, pv];
+        Case::new("Attention", inputs).attrs(attrs).opset(23).outputs(4).check(1e-4, 1e-5);
+    }
+}
