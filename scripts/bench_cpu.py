@@ -72,6 +72,33 @@ def run_onyx(cmd):
     return p.stdout
 
 
+ORT_PEAK_SCRIPT = """
+import sys, numpy as np, onnxruntime as ort
+model, threads, *inputs = sys.argv[1:]
+opts = ort.SessionOptions()
+opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+opts.intra_op_num_threads = int(threads)
+sess = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
+feeds = {n: np.load(f) for n, f in (i.split("=", 1) for i in inputs)}
+for _ in range(3):
+    sess.run(None, feeds)
+print(next(l.split()[1] for l in open("/proc/self/status") if l.startswith("VmHWM:")))
+"""
+
+
+def ort_peak_mib(args, model, inputs):
+    """Peak resident memory (VmHWM) of a fresh process that loads `model` in ONNX Runtime's CPU
+    EP (its arena included) and runs it 3 times: the figure onyx bench's peak host memory is
+    compared with. None where /proc is missing."""
+    cmd = [sys.executable, "-c", ORT_PEAK_SCRIPT, str(model), str(args.threads),
+           *(f"{n}={f}" for n, f in inputs.items())]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S)
+    try:
+        return int(p.stdout.strip().splitlines()[-1]) / 1024
+    except (ValueError, IndexError):
+        return None
+
+
 def max_rel_err(got, want):
     """max |got - want| / max(|want|, 1e-3 max|want|), as crates/onyx/tests/models.rs measures."""
     got, want = got.astype(np.float64), want.astype(np.float64)
@@ -103,6 +130,7 @@ def bench_model(args, models_dir, case):
     row["ort_p50_ms"] = p50(times)
     expected = dict(zip(names, sess.run(names, feeds)))
     del sess
+    row["ort_peak_mib"] = ort_peak_mib(args, model, inputs)
 
     try:
         out = run_onyx(onyx_cmd(args, "bench", model, inputs, "--warmup", args.warmup,
@@ -139,7 +167,7 @@ def bench_model(args, models_dir, case):
 
 
 HEADER = ["model", "ORT p50 ms", "Onyx p50 ms", "ratio onyx/ort", "ORT session ms",
-          "Onyx session ms", "Onyx peak host MiB", "Onyx max rel err vs ORT"]
+          "Onyx session ms", "ORT peak host MiB", "Onyx peak host MiB", "Onyx max rel err vs ORT"]
 
 
 def cells(row):
@@ -149,11 +177,12 @@ def cells(row):
         last = detail.strip().splitlines()[-1] if detail.strip() else ""  # onyx's error line
         note = f"{stage}: {last}" if last else stage
         return [row["model"], f"{row['ort_p50_ms']:.2f}", "error", "",
-                f"{row['ort_session_ms']:.1f}", "", "", note[:80]]
+                f"{row['ort_session_ms']:.1f}", "", "", "", note[:80]]
     err = f"{row['max_rel_err']:.2e}" + ("" if row["ok"] else " MISMATCH")
+    ort_peak = "" if row.get("ort_peak_mib") is None else f"{row['ort_peak_mib']:.0f}"
     return [row["model"], f"{row['ort_p50_ms']:.2f}", f"{row['onyx_p50_ms']:.2f}",
             f"{row['onyx_p50_ms'] / row['ort_p50_ms']:.2f}", f"{row['ort_session_ms']:.1f}",
-            f"{row['onyx_session_ms']:.1f}", f"{row['onyx_peak_mib']:.0f}", err]
+            f"{row['onyx_session_ms']:.1f}", ort_peak, f"{row['onyx_peak_mib']:.0f}", err]
 
 
 def table(rows):

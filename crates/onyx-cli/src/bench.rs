@@ -28,6 +28,11 @@ const PROFILED_RUNS: usize = 10;
 /// Kernels listed with `--profile`.
 const TOP_KERNELS: usize = 25;
 
+/// Bytes in MiB.
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1 << 20) as f64
+}
+
 /// Peak resident memory of this process in bytes (Linux `VmHWM`; 0 where unknown).
 fn peak_host_bytes() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -157,6 +162,11 @@ impl GpuHost {
             self.warm.compile_ms - self.before.compile_ms
         );
         println!("wgpu per run     {dispatches:.0} dispatches, host recording {record_us:.0} us, bind groups reused {reused:.1}%");
+        println!(
+            "peak device memory {:.1} MiB (buffers the session and its runs hold; {:.1} MiB after session creation)",
+            mib(self.after.device_buffer_bytes.saturating_sub(self.before.device_buffer_bytes)),
+            mib(self.created.device_buffer_bytes.saturating_sub(self.before.device_buffer_bytes))
+        );
     }
 
     fn json(&self) -> serde_json::Value {
@@ -167,6 +177,7 @@ impl GpuHost {
             "dispatches_per_run": dispatches,
             "record_us_per_run": record_us,
             "bind_groups_reused_percent": reused,
+            "peak_device_bytes": self.after.device_buffer_bytes.saturating_sub(self.before.device_buffer_bytes),
         })
     }
 }

@@ -77,6 +77,10 @@ pub struct HostStats {
     pub pipelines: usize,
     /// Host milliseconds spent making them (summed over the compiler threads).
     pub compile_ms: f64,
+    /// Bytes of device memory held by buffers on this device now (wgpu's own count; 0 on
+    /// backends that do not count). Onyx's pool keeps the buffers runs needed, so after runs
+    /// this is their peak device memory.
+    pub device_buffer_bytes: u64,
 }
 
 /// Features Onyx uses when the adapter has them.
@@ -266,6 +270,7 @@ impl GpuContext {
             bind_groups_made: made,
             pipelines: self.pipeline_count(),
             compile_ms: self.compiler.ms(),
+            device_buffer_bytes: self.device.get_internal_counters().hal.buffer_memory.read().max(0) as u64,
         }
     }
 

@@ -288,3 +288,19 @@ fn bert_with_fused_attention_on_the_gpu_matches_onnx_runtime() {
         }
     }
 }
+
+/// `host_stats().device_buffer_bytes` (what `onyx bench` reports as peak device memory) counts
+/// the device buffers Onyx holds.
+#[test]
+fn device_buffer_memory_is_counted() {
+    if gpu().is_none() {
+        return;
+    }
+    // A device of its own, so that other tests' buffers do not move the count.
+    let ctx = onyx::gpu::GpuContext::new(&Default::default()).unwrap();
+    let before = ctx.host_stats().device_buffer_bytes;
+    let tensor = ctx.alloc(DataType::Float, vec![1 << 20]).unwrap();
+    let after = ctx.host_stats().device_buffer_bytes;
+    assert!(after >= before + (4 << 20), "{before} -> {after}");
+    drop(tensor);
+}

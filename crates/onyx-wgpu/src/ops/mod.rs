@@ -11,22 +11,36 @@ use onyx_core::{DataType, Result};
 use crate::context::GpuContext;
 use crate::kernel::GpuOp;
 
+pub(crate) mod activation;
 pub(crate) mod attention;
+pub(crate) mod bitcast;
 pub(crate) mod cast;
 pub(crate) mod compare;
+pub(crate) mod compress;
 pub(crate) mod contrib;
+pub(crate) mod dynamic_quantize;
 pub(crate) mod conv;
+pub(crate) mod cumulative;
 pub(crate) mod elementwise;
 pub(crate) mod gather;
+pub(crate) mod gather_nd;
+pub(crate) mod grid_sample;
 pub(crate) mod integer;
 pub(crate) mod layout;
 pub(crate) mod loss;
+pub(crate) mod lp_norm;
+pub(crate) mod lrn;
 pub(crate) mod mask;
 pub(crate) mod matmul;
 pub(crate) mod norm;
+pub(crate) mod onehot;
 pub(crate) mod pool;
+pub(crate) mod quantize;
 pub(crate) mod reduce;
+pub(crate) mod scatter;
 pub(crate) mod softmax;
+pub(crate) mod topk;
+pub(crate) mod window;
 
 /// Whether the EP takes a node: dtypes and attributes the kernel handles on this device.
 pub(crate) type SupportsFn = fn(&NodeContext<'_>, &GpuContext) -> bool;
@@ -55,22 +69,36 @@ impl Registry {
     /// Every operator the EP has.
     pub fn with_all_ops() -> Registry {
         let mut r = Registry::default();
+        activation::register(&mut r);
         attention::register(&mut r);
+        bitcast::register(&mut r);
         cast::register(&mut r);
         compare::register(&mut r);
+        compress::register(&mut r);
         contrib::register(&mut r);
+        dynamic_quantize::register(&mut r);
         conv::register(&mut r);
+        cumulative::register(&mut r);
         elementwise::register(&mut r);
         gather::register(&mut r);
+        gather_nd::register(&mut r);
+        grid_sample::register(&mut r);
         integer::register(&mut r);
         layout::register(&mut r);
         loss::register(&mut r);
+        lp_norm::register(&mut r);
+        lrn::register(&mut r);
         mask::register(&mut r);
         matmul::register(&mut r);
         norm::register(&mut r);
+        onehot::register(&mut r);
         pool::register(&mut r);
+        quantize::register(&mut r);
         reduce::register(&mut r);
+        scatter::register(&mut r);
         softmax::register(&mut r);
+        topk::register(&mut r);
+        window::register(&mut r);
         r
     }
 
