@@ -203,16 +203,16 @@ fn concurrent_runs_on_one_gpu_session_are_correct() {
 #[test]
 fn nodes_the_gpu_cannot_run_fall_back_to_the_cpu_with_copies() {
     let Some(gpu) = gpu() else { return };
-    // CumSum has no wgpu kernel.
+    // Einsum has no wgpu kernel.
     let mut model = small_model(64);
     model.graph.nodes.push(Node {
-        name: "cumsum".into(),
-        op_type: "CumSum".into(),
-        inputs: vec!["y".into(), "axis".into()],
+        name: "einsum".into(),
+        op_type: "Einsum".into(),
+        inputs: vec!["y".into()],
         outputs: vec!["z".into()],
+        attributes: vec![onyx::ir::Attribute { name: "equation".into(), value: onyx::ir::AttrValue::String(b"ij->ij".to_vec()) }],
         ..Default::default()
     });
-    model.graph.initializers.insert("axis".into(), Tensor::scalar(1i64));
     model.graph.outputs[0].name = "z".into();
     let cpu = SessionBuilder::new().with_providers([Provider::Cpu]).commit_from_model(model.clone()).unwrap();
     let mixed = SessionBuilder::new().with_providers([Provider::Custom(gpu.clone())]).commit_from_model(model.clone()).unwrap();
@@ -228,7 +228,7 @@ fn nodes_the_gpu_cannot_run_fall_back_to_the_cpu_with_copies() {
         .err()
         .unwrap()
         .to_string();
-    assert!(e.contains("cumsum") && e.contains("fallback"), "{e}");
+    assert!(e.contains("einsum") && e.contains("fallback"), "{e}");
 }
 
 #[test]
