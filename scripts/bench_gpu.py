@@ -5,12 +5,16 @@ Models are exported there with torch (random weights, opset 17): torchvision res
 mobilenet_v2 at 1x3x224x224, transformers BertModel (bert-base config) at 1x128 tokens.
 Per model: session creation (+ first run) and p50 over --runs runs after --warmup warm-ups for
 each engine; Onyx's outputs are compared with ONNX Runtime CPU's (max relative error).
+With --dtypes fp32,fp16 each model is also exported in half precision (torch `model.half()` on
+the GPU: fp16 weights, activations and image inputs); every engine runs that fp16 model, and
+outputs are compared with ONNX Runtime CPU's outputs of the fp32 model (same weights), since
+ONNX Runtime's CPU EP lacks fp16 kernels for most ops.
 Prints a table of p50 latencies and ratios (onyx-wgpu / peer) and, with --markdown FILE, appends
 it with date and versions.
 
 Run on the GPU machine (see docs/gpu-machine.md for the recipe: Vulkan loader, wheels):
     python3 scripts/bench_gpu.py --onyx .bin/onyx [--models resnet50,mobilenet_v2,bert]
-        [--runs 30] [--warmup 5] [--out DIR] [--markdown FILE] [--skip-peers]
+        [--dtypes fp32,fp16] [--runs 30] [--warmup 5] [--out DIR] [--markdown FILE] [--skip-peers]
 """
 import argparse
 import datetime
@@ -32,16 +36,18 @@ def p50(times):
     return times[round(0.5 * (len(times) - 1))]
 
 
-def export(name, out_dir):
-    """Exports one model with torch; returns (path, {input name: array})."""
+def export(name, out_dir, dtype="fp32"):
+    """Exports one model with torch (random weights, seeded: the fp16 model has the fp32 one's
+    weights rounded); returns (path, {input name: array}, torch model, torch args)."""
     import torch
-    path = out_dir / f"{name}.onnx"
+    half = dtype == "fp16"
+    path = out_dir / (f"{name}_fp16.onnx" if half else f"{name}.onnx")
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
     if name in ("resnet50", "mobilenet_v2"):
         import torchvision
         model = getattr(torchvision.models, name)(weights=None).eval()
-        x = rng.standard_normal((1, 3, 224, 224)).astype(np.float32)
+        x = rng.standard_normal((1, 3, 224, 224)).astype(np.float16 if half else np.float32)
         args, names = (torch.from_numpy(x),), ["input"]
         feeds = {"input": x}
     else:
@@ -51,6 +57,8 @@ def export(name, out_dir):
         mask = np.ones((1, 128), np.int64)
         args, names = (torch.from_numpy(ids), torch.from_numpy(mask)), ["input_ids", "attention_mask"]
         feeds = {"input_ids": ids, "attention_mask": mask}
+    if half:  # torch's CPU kernels lack fp16 for some ops: trace on the GPU
+        model, args = model.half().cuda(), tuple(a.cuda() for a in args)
     if not path.exists():
         with torch.no_grad():
             try:
@@ -101,10 +109,13 @@ def bench_torch(model, args, warmup, runs):
 
     def step():
         with torch.no_grad():
-            model(*args)
+            out = model(*args)
         torch.cuda.synchronize()
+        return out
 
-    return time_fn(step, warmup, runs)
+    out = step()
+    outs = list(out.to_tuple()) if hasattr(out, "to_tuple") else [out]
+    return time_fn(step, warmup, runs), [o.float().cpu().numpy() for o in outs]
 
 
 def bench_onyx(onyx, path, feeds, provider, warmup, runs, work):
@@ -142,50 +153,73 @@ def main():
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--out", type=pathlib.Path, default=pathlib.Path("/tmp/onyx-bench"))
     ap.add_argument("--markdown", type=pathlib.Path)
+    ap.add_argument("--dtypes", default="fp32", help="fp32, fp16 or fp32,fp16")
     ap.add_argument("--skip-peers", action="store_true", help="only run Onyx (and ORT CPU for the reference)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     rows = []
-    for name in args.models.split(","):
-        path, feeds, model, targs = export(name, args.out)
-        row = {"model": name}
-        ref_ms, _, ref_out = bench_ort(path, feeds, ["CPUExecutionProvider"], args.warmup, args.runs)
-        row["ort_cpu"] = ref_ms
-        if not args.skip_peers:
-            try:
-                row["ort_webgpu"], row["ort_webgpu_create"], _ = bench_ort(path, feeds, None, args.warmup, args.runs, webgpu=True)
-            except Exception as e:  # noqa: BLE001 - report and go on
-                print(f"{name}: ORT WebGPU failed: {e}", file=sys.stderr)
-            row["torch_cuda"] = bench_torch(model, targs, args.warmup, args.runs)
-        for provider in ("cpu", "wgpu"):
-            try:
-                report, outs, _ = bench_onyx(args.onyx, path, feeds, provider, args.warmup, args.runs, args.out)
-                row[f"onyx_{provider}"] = report["p50_ms"]
-                row[f"onyx_{provider}_create"] = report["session_create_ms"] + report["first_run_ms"]
-                row[f"onyx_{provider}_err"] = max(rel_err(o, r) for o, r in zip(outs, ref_out))
-                if provider == "wgpu":
-                    row["onyx_wgpu_session_ms"] = report["session_create_ms"]
-                    row["onyx_wgpu_first_ms"] = report["first_run_ms"]
-                    row["onyx_wgpu_host"] = report.get("wgpu", {})
-            except Exception as e:  # noqa: BLE001
-                print(f"{name}: onyx {provider} failed: {e}", file=sys.stderr)
-        rows.append(row)
-        print(json.dumps(row), flush=True)
+    for dtype in args.dtypes.split(","):
+        for name in args.models.split(","):
+            rows.append(bench_model(args, name, dtype))
+            print(json.dumps(rows[-1]), flush=True)
     text = table(rows)
     print(text)
     if args.markdown:
         with open(args.markdown, "a") as f:
-            f.write(section(text))
+            f.write(section(text, args.dtypes))
+
+
+def bench_model(args, name, dtype):
+    """One table row: every engine on one model in one precision."""
+    path, feeds, model, targs = export(name, args.out, dtype)
+    row = {"model": name if dtype == "fp32" else f"{name} {dtype}"}
+    if dtype == "fp32":
+        row["ort_cpu"], _, ref_out = bench_ort(path, feeds, ["CPUExecutionProvider"], args.warmup, args.runs)
+    else:
+        fp32_path, _, _, _ = export(name, args.out)
+        fp32_feeds = {k: v.astype(np.float32) if v.dtype == np.float16 else v for k, v in feeds.items()}
+        _, _, ref_out = bench_ort(fp32_path, fp32_feeds, ["CPUExecutionProvider"], 0, 1)
+        try:
+            row["ort_cpu"], _, _ = bench_ort(path, feeds, ["CPUExecutionProvider"], args.warmup, args.runs)
+        except Exception as e:  # noqa: BLE001 - ORT CPU lacks many fp16 kernels
+            print(f"{row['model']}: ORT CPU failed: {str(e)[:200]}", file=sys.stderr)
+    if not args.skip_peers:
+        try:
+            row["ort_webgpu"], row["ort_webgpu_create"], out = bench_ort(path, feeds, None, args.warmup, args.runs, webgpu=True)
+            row["ort_webgpu_err"] = max(rel_err(o, r) for o, r in zip(out, ref_out))
+        except Exception as e:  # noqa: BLE001 - report and go on
+            print(f"{row['model']}: ORT WebGPU failed: {e}", file=sys.stderr)
+        row["torch_cuda"], out = bench_torch(model, targs, args.warmup, args.runs)
+        row["torch_cuda_err"] = max(rel_err(o, r) for o, r in zip(out, ref_out))
+    for provider in ("cpu", "wgpu"):
+        try:
+            report, outs, _ = bench_onyx(args.onyx, path, feeds, provider, args.warmup, args.runs, args.out)
+            row[f"onyx_{provider}"] = report["p50_ms"]
+            row[f"onyx_{provider}_create"] = report["session_create_ms"] + report["first_run_ms"]
+            row[f"onyx_{provider}_err"] = max(rel_err(o, r) for o, r in zip(outs, ref_out))
+            if provider == "wgpu":
+                row["onyx_wgpu_session_ms"] = report["session_create_ms"]
+                row["onyx_wgpu_first_ms"] = report["first_run_ms"]
+                row["onyx_wgpu_host"] = report.get("wgpu", {})
+        except Exception as e:  # noqa: BLE001
+            print(f"{row['model']}: onyx {provider} failed: {e}", file=sys.stderr)
+    return row
 
 
 def fmt(v, digits=2):
     return "—" if v is None else f"{v:.{digits}f}"
 
 
+def err(row, key):
+    """A relative error cell (— when that engine did not run)."""
+    return fmt(row.get(key), 7) if row.get(key) is not None else "—"
+
+
 def table(rows):
     head = ("| model | onyx wgpu ms | ORT WebGPU ms | torch CUDA ms | ORT CPU ms | onyx cpu ms | wgpu/webgpu | wgpu/torch "
-            "| onyx wgpu create+first ms | ORT WebGPU create+first ms | wgpu rel err | cpu rel err |\n"
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+            "| onyx wgpu create+first ms | ORT WebGPU create+first ms | wgpu rel err | cpu rel err "
+            "| ORT WebGPU rel err | torch rel err |\n"
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
     lines = []
     for r in rows:
         w = r.get("onyx_wgpu")
@@ -193,8 +227,8 @@ def table(rows):
         lines.append(f"| {r['model']} | {fmt(w)} | {fmt(r.get('ort_webgpu'))} | {fmt(r.get('torch_cuda'))} | "
                      f"{fmt(r.get('ort_cpu'))} | {fmt(r.get('onyx_cpu'))} | {ratio('ort_webgpu')} | {ratio('torch_cuda')} | "
                      f"{fmt(r.get('onyx_wgpu_create'), 0)} | {fmt(r.get('ort_webgpu_create'), 0)} | "
-                     f"{fmt(r.get('onyx_wgpu_err'), 7) if r.get('onyx_wgpu_err') is not None else '—'} | "
-                     f"{fmt(r.get('onyx_cpu_err'), 7) if r.get('onyx_cpu_err') is not None else '—'} |")
+                     f"{err(r, 'onyx_wgpu_err')} | "
+                     f"{err(r, 'onyx_cpu_err')} | {err(r, 'ort_webgpu_err')} | {err(r, 'torch_cuda_err')} |")
     return head + "\n".join(lines) + "\n" + host_table(rows)
 
 
@@ -215,7 +249,7 @@ def host_table(rows):
     return head + "\n".join(lines) + "\n" if lines else ""
 
 
-def section(text):
+def section(text, dtypes):
     versions = []
     for mod in ("onnxruntime", "torch", "numpy"):
         try:
@@ -226,8 +260,8 @@ def section(text):
                          capture_output=True, text=True).stdout.strip()
     return (f"\n### GPU benchmark, {datetime.date.today()}\n\n"
             f"Machine: {gpu}, {os.cpu_count()} cores, {platform.platform()}. {', '.join(versions)}, "
-            f"onnxruntime-ep-webgpu 0.4.0. Batch 1, fp32, p50 of the runs after warm-ups; host inputs "
-            f"and outputs for every engine. Command: `python3 scripts/bench_gpu.py`.\n\n{text}")
+            f"onnxruntime-ep-webgpu 0.4.0. Batch 1, {dtypes}, p50 of the runs after warm-ups; host inputs "
+            f"and outputs for every engine. Command: `python3 scripts/bench_gpu.py --dtypes {dtypes}`.\n\n{text}")
 
 
 if __name__ == "__main__":

@@ -29,9 +29,10 @@ impl ByteSource for MappedFile {
 
 /// Maps `file` read-only.
 #[allow(unsafe_code)]
-fn map_read_only(file: &File) -> std::io::Result<Mmap> {
+pub(crate) fn map_read_only(file: &File) -> std::io::Result<Mmap> {
     // SAFETY: `Mmap::map` is unsafe because the mapped bytes may change, or vanish (SIGBUS), if
-    // another process writes to or truncates the file while it is mapped. The file is opened
+    // another process writes to or truncates the file while it is mapped (a data file for the
+    // model's life, the model file while it is decoded). The file is opened
     // read-only and Onyx never writes to it; modifying or truncating a model's data files while a
     // model loaded from them is alive is documented as unsupported, as in every runtime that
     // maps weights (ONNX Runtime, llama.cpp).

@@ -20,9 +20,18 @@ use crate::proto::{ModelProto, OperatorSetIdProto};
 /// Loads and checks the ONNX model at `path`; external data is resolved (and memory-mapped)
 /// relative to the model's folder and must stay inside it.
 pub fn load_model(path: &Path) -> Result<Model> {
-    let bytes = std::fs::read(path).map_err(|source| Error::Io { path: path.display().to_string(), source })?;
-    let proto = decode(&bytes).map_err(|e| crate::in_context(e, &path.display().to_string()))?;
-    drop(bytes);
+    let io = |source| Error::Io { path: path.display().to_string(), source };
+    let file = std::fs::File::open(path).map_err(io)?;
+    let len = file.metadata().map_err(io)?.len();
+    // Mapped rather than read: decoding copies each tensor's bytes out of the file once, and a
+    // read would first copy the whole file into a buffer (100 MB for resnet50). An empty file
+    // cannot be mapped everywhere, and is rejected by `decode` anyway.
+    let decoded = if len == 0 {
+        decode(&[])
+    } else {
+        decode(&crate::external::map_read_only(&file).map_err(io)?)
+    };
+    let proto = decoded.map_err(|e| crate::in_context(e, &path.display().to_string()))?;
     let folder = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
