@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use onyx::ir::{AttrValue, Attribute, Graph, Model, Node};
-use onyx::types::{TensorType, ValueInfo, ValueType};
+use onyx::types::{Dim, TensorType, ValueInfo, ValueType};
 use onyx::{npy, DataType, OptimizationLevel, SessionBuilder, Tensor};
 
 // ------------------------------------------------------------------------------------------
@@ -17,6 +17,8 @@ use onyx::{npy, DataType, OptimizationLevel, SessionBuilder, Tensor};
 struct G {
     nodes: Vec<Node>,
     inputs: Vec<(String, Vec<usize>)>,
+    /// Declared dims of inputs that differ from their fed shapes (symbolic dims).
+    declared: BTreeMap<String, Vec<Dim>>,
     inits: BTreeMap<String, Tensor>,
     outputs: Vec<String>,
     rng: fastrand::Rng,
@@ -27,6 +29,7 @@ impl G {
         G {
             nodes: vec![],
             inputs: vec![],
+            declared: BTreeMap::new(),
             inits: BTreeMap::new(),
             outputs: vec![],
             rng: fastrand::Rng::with_seed(seed),
@@ -74,7 +77,11 @@ impl G {
 
     fn model(&self, opset: i64) -> Model {
         let info = |(n, s): &(String, Vec<usize>)| {
-            ValueInfo::new(n.clone(), ValueType::Tensor(TensorType::fixed(DataType::Float, s)))
+            let t = match self.declared.get(n) {
+                Some(dims) => TensorType { dtype: DataType::Float, shape: Some(dims.clone()) },
+                None => TensorType::fixed(DataType::Float, s),
+            };
+            ValueInfo::new(n.clone(), ValueType::Tensor(t))
         };
         Model {
             ir_version: 8,
@@ -488,6 +495,27 @@ struct AttentionForm {
     /// As torch's SDPA export writes it: q and kᵀ each scaled by √scale before the product,
     /// kᵀ made by Reshape/Transpose/Reshape/Transpose/Reshape, NaN → 0 after the Softmax.
     sdpa: bool,
+    /// As torch's legacy exporter writes it with dynamic axes: batch and sequence symbolic, the
+    /// Reshape targets built by Shape → Gather → Unsqueeze → Concat, the merge's Shape reading
+    /// the merged heads inside the block.
+    symbolic: bool,
+}
+
+/// `Concat(Unsqueeze(Gather(Shape(v), 0)), Unsqueeze(Gather(Shape(v), 1)), tail)`: a Reshape
+/// target keeping v's first two dims.
+fn leading_dims_then(g: &mut G, v: &str, tail: &[i64]) -> String {
+    let shape = g.op("Shape", &[v], vec![]);
+    let zero_axis = g.int64s(&format!("axes_{shape}"), &[0]);
+    let mut parts = vec![];
+    for i in 0..2 {
+        let index = format!("index_{i}_{shape}");
+        g.inits.insert(index.clone(), Tensor::scalar(i));
+        let dim = g.op("Gather", &[&shape, &index], vec![int("axis", 0)]);
+        parts.push(g.op("Unsqueeze", &[&dim, &zero_axis], vec![]));
+    }
+    parts.push(g.int64s(&format!("tail_{shape}"), tail));
+    let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
+    g.op("Concat", &parts, vec![int("axis", 0)])
 }
 
 /// One BERT-style self-attention block over x `[2, 7, 12]` with 3 heads of 4.
@@ -496,14 +524,19 @@ fn attention_graph(form: AttentionForm) -> G {
     let h = n * d;
     let mut g = G::new(13);
     let x = g.input("x", &[b, s, h]);
+    if form.symbolic {
+        let sym = |name: &str| Dim::Symbol(name.into());
+        g.declared.insert(x.clone(), vec![sym("batch"), sym("seq"), Dim::Fixed(h)]);
+        g.declared.insert("mask".into(), vec![sym("batch"), Dim::Fixed(1), Dim::Fixed(1), sym("seq")]);
+    }
     let split = g.int64s("split", &[b as i64, s as i64, n as i64, d as i64]);
-    let merge = g.int64s("merge", &[b as i64, s as i64, h as i64]);
     let mut heads = vec![];
     for (name, perm) in [("q", [0, 2, 1, 3]), ("k", [0, 2, 3, 1]), ("v", [0, 2, 1, 3])] {
         let w = g.random(&format!("w{name}"), &[h, h], -0.5, 0.5);
         let bias = g.random(&format!("b{name}"), &[h], -0.5, 0.5);
         let m = g.op("MatMul", &[&x, &w], vec![]);
         let p = g.op("Add", &[&m, &bias], vec![]);
+        let split = if form.symbolic { leading_dims_then(&mut g, &p, &[n as i64, d as i64]) } else { split.clone() };
         let r = g.op("Reshape", &[&p, &split], vec![]);
         if form.sdpa && name == "k" {
             let t = g.op("Transpose", &[&r], vec![ints("perm", &[0, 2, 1, 3])]);
@@ -545,6 +578,11 @@ fn attention_graph(form: AttentionForm) -> G {
     }
     let pv = g.op("MatMul", &[&probs, &heads[2]], vec![]);
     let t = g.op("Transpose", &[&pv], vec![ints("perm", &[0, 2, 1, 3])]);
+    let merge = if form.symbolic {
+        leading_dims_then(&mut g, &t, &[h as i64])
+    } else {
+        g.int64s("merge", &[b as i64, s as i64, h as i64])
+    };
     let y = g.op("Reshape", &[&t, &merge], vec![]);
     g.output(&y);
     if form.probs_visible {
@@ -555,15 +593,27 @@ fn attention_graph(form: AttentionForm) -> G {
 
 #[test]
 fn attention_blocks_become_one_attention_node() {
-    let plain = AttentionForm { div: true, mask: true, probs_visible: false, sdpa: false };
+    let plain = AttentionForm { div: true, mask: true, probs_visible: false, sdpa: false, symbolic: false };
     let attention = |ops: &[String], name: &str| ops.iter().filter(|o| *o == name).count();
-    let forms = [plain, AttentionForm { div: false, ..plain }, AttentionForm { mask: false, ..plain }, AttentionForm { sdpa: true, ..plain }];
+    let forms = [
+        plain,
+        AttentionForm { div: false, ..plain },
+        AttentionForm { mask: false, ..plain },
+        AttentionForm { sdpa: true, ..plain },
+        AttentionForm { symbolic: true, ..plain },
+    ];
     for form in forms {
         let ops = check(&attention_graph(form), 17, "attention");
         assert_eq!(attention(&ops, "ai.onyx:Attention"), 1, "{ops:?}");
-        let left = ["Transpose", "Softmax", "Reshape", "IsNaN", "Where", "Mul", "Div"];
+        let left = ["Transpose", "Softmax", "Reshape", "IsNaN", "Where", "Mul", "Div", "Shape", "Concat"];
         assert_eq!(ops.iter().filter(|o| left.contains(&o.as_str())).count(), 0, "{ops:?}");
     }
+    // Must not fire: the merged heads' shape is read whole (a graph output).
+    let mut g = attention_graph(AttentionForm { symbolic: true, ..plain });
+    let merged_shape = g.nodes.iter().rev().find(|n| n.op_type == "Shape").map(|n| n.outputs[0].clone()).unwrap();
+    g.output(&merged_shape);
+    let ops = check(&g, 17, "merged heads' shape visible");
+    assert_eq!(attention(&ops, "ai.onyx:Attention"), 0, "{ops:?}");
     // From opset 23 the standard op.
     let ops = check(&attention_graph(plain), 23, "attention at opset 23");
     assert_eq!(attention(&ops, "Attention"), 1, "{ops:?}");
@@ -653,9 +703,9 @@ fn generated_models_are_the_same_optimized_and_smaller() {
         assert_eq!(count("bert4", "Sqrt"), 0, "the decomposed LayerNormalizations fuse");
         assert!(count("bert4", "com.microsoft:SkipLayerNormalization") >= 8, "{:?}", sizes["bert4"].2);
         assert!(count("bert4", "Add") <= 17, "bias Adds fold into SkipLayerNormalization: {:?}", sizes["bert4"].2);
-        // With symbolic batch and sequence, Shape nodes read the attention blocks' inner
-        // values, so attention does not fuse here (see bert4_with_fixed_dims_fuses_attention).
-        assert_eq!(count("bert4", "ai.onyx:Attention"), 0, "{:?}", sizes["bert4"].2);
+        // With symbolic batch and sequence too: the Shape nodes that read the blocks' merged
+        // heads are re-pointed at the blocks' inputs.
+        assert_eq!(count("bert4", "ai.onyx:Attention"), 4, "{:?}", sizes["bert4"].2);
     }
     if sizes.contains_key("mobilenet_block") {
         assert_eq!(count("mobilenet_block", "Clip"), 0, "Conv+Clip fuse");

@@ -240,17 +240,56 @@ pub(super) fn attention(view: &View<'_>, fusion: &Fusion<'_>) -> Result<Changes>
         if !is_last_axis_softmax(view, s) {
             continue;
         }
-        if let Some((pattern, fused)) = match_block(view, s) {
-            if pattern.iter().all(|&n| !changes.claimed(n)) && fusion.allowed(view, s, &pattern, &fused, &HashMap::new()) {
+        if let Some((pattern, fused, shapes)) = match_block(view, s) {
+            let free = pattern.iter().chain(shapes.iter().map(|(n, _)| n)).all(|&n| !changes.claimed(n));
+            if free && fusion.allowed(view, s, &pattern, &fused, &HashMap::new()) {
                 changes.add(Rewrite { remove: pattern, node: Some(fused), initializers: vec![] });
+                for (n, shape) in shapes {
+                    changes.add(Rewrite { remove: vec![n], node: Some(shape), initializers: vec![] });
+                }
             }
         }
     }
     Ok(changes)
 }
 
-/// The nodes of the block around Softmax `s` and the Attention node replacing them.
-fn match_block(view: &View<'_>, s: usize) -> Option<(Vec<usize>, Node)> {
+/// Shape nodes reading the merged heads `merged` (`[B,S,N,D]`) besides the final Reshape, as
+/// exporters emit to compute that Reshape's target: each is re-pointed at `x` (`[B,S,H]`, made
+/// before the block) when only dims 0 and 1 of it are read (Gather of index 0 or 1) and `x` has
+/// the same (known) dims there. `None` when another kind of reader exists.
+fn shape_readers(view: &View<'_>, merged: &str, reshape: usize, x: &str) -> Option<Vec<(usize, Node)>> {
+    let (ms, xs) = (view.shape(merged)?, view.shape(x)?);
+    let same_lead = ms.len() == 4 && xs.len() == 3 && ms[..2] == xs[..2] && ms[..2].iter().all(|d| *d != Dim::Unknown);
+    let mut shapes = vec![];
+    for &r in view.readers(merged).iter().filter(|&&r| r != reshape) {
+        let node = view.node(r);
+        let leading_only = |&g: &usize| {
+            let gather = view.node(g);
+            let index = gather.input(1).and_then(|i| view.constant(i));
+            let leading = |i: i64| matches!(i, 0 | 1 | -4 | -3);
+            let index_ok = index.is_some_and(|t| match (t.as_slice::<i64>(), t.as_slice::<i32>()) {
+                (Ok(v), _) => v.iter().all(|&i| leading(i)),
+                (_, Ok(v)) => v.iter().all(|&i| leading(i64::from(i))),
+                _ => false,
+            });
+            view.op(g) == "Gather" && gather.int_or("axis", 0).ok() == Some(0) && index_ok
+        };
+        let ok = same_lead
+            && view.op(r) == "Shape"
+            && node.attributes.is_empty()
+            && !view.is_output(out(view, r))
+            && view.readers(out(view, r)).iter().all(leading_only);
+        if !ok {
+            return None;
+        }
+        shapes.push((r, Node { inputs: vec![x.to_string()], ..node.clone() }));
+    }
+    Some(shapes)
+}
+
+/// The nodes of the block around Softmax `s`, the Attention node replacing them, and the Shape
+/// nodes to re-point (see [`shape_readers`]).
+fn match_block(view: &View<'_>, s: usize) -> Option<(Vec<usize>, Node, Vec<(usize, Node)>)> {
     let mut pattern = vec![s];
     let logits = view.node(s).input(0)?;
     view.sole_reader(logits)?;
@@ -281,7 +320,9 @@ fn match_block(view: &View<'_>, s: usize) -> Option<(Vec<usize>, Node)> {
     if view.node(merged).get_ints("perm").ok().flatten() != Some(&HEADS_LAST[..]) {
         return None;
     }
-    let back = view.sole_reader(out(view, merged)).filter(|&r| view.op(r) == "Reshape")?;
+    let merged_heads = out(view, merged);
+    let back = view.readers(merged_heads).iter().copied().find(|&r| view.op(r) == "Reshape" && view.node(r).input(0) == Some(merged_heads))?;
+    let shapes = shape_readers(view, merged_heads, back, &q.x)?;
     let y = out(view, back);
     let (n, d) = (q.heads, q.head_size);
     let q_shape = view.shape(&q.x)?;
@@ -298,7 +339,7 @@ fn match_block(view: &View<'_>, s: usize) -> Option<(Vec<usize>, Node)> {
     }
     pattern.extend(q.nodes.iter().chain(&k.nodes).chain(&v.nodes).chain(&[pv, merged, back]));
     let fused = attention_node(view, view.node(s).name.clone(), [q.x, k.x, v.x], mask, n, scale, y.to_string());
-    Some((pattern, fused))
+    Some((pattern, fused, shapes))
 }
 
 /// The fused Attention node.
