@@ -3,3 +3,4 @@
 pub mod infer;
 mod onnx_ops;
 pub mod registry;
+pub mod resize;

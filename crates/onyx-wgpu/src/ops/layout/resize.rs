@@ -1,162 +1,10 @@
 //! Resize and Upsample: nearest, linear and cubic interpolation over up to eight resized
 //! axes.
 
+use onyx_core::ops::resize::{round_nearest, Arguments, Axis, Mode, ResizeAttrs};
+
 use super::tile_pad::scalar_words;
 use super::*;
-
-/// Resize's interpolation mode.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ResizeMode {
-    Nearest,
-    Linear,
-    Cubic,
-}
-
-/// How an output coordinate maps to an input coordinate.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Coord {
-    HalfPixel,
-    HalfPixelSymmetric,
-    PytorchHalfPixel,
-    AlignCorners,
-    Asymmetric,
-    TfHalfPixelForNn,
-    TfCropAndResize,
-}
-
-/// How nearest mode rounds an input coordinate.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Rounding {
-    RoundPreferFloor,
-    RoundPreferCeil,
-    Floor,
-    Ceil,
-    /// Opset 10 and Upsample: floor when upsampling, ceil when downsampling.
-    Simple,
-}
-
-/// How `sizes` keeps the aspect ratio (opset 18).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Policy {
-    Stretch,
-    NotLarger,
-    NotSmaller,
-}
-
-/// Where Resize's arguments are: `(X, scales)` (Resize-10, Upsample-9), `(X, roi, scales,
-/// sizes)` (Resize-11 on) or a `scales` attribute (Upsample-7).
-#[derive(Debug, Clone, PartialEq)]
-enum ResizeInputs {
-    ScalesAttr(Vec<f32>),
-    Scales,
-    RoiScalesSizes,
-}
-
-/// One axis to resize: lengths, scale and region of interest (TfCropAndResize).
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct ResizeAxis {
-    input: usize,
-    output: usize,
-    scale: f64,
-    roi: (f64, f64),
-}
-
-impl ResizeAxis {
-    fn is_identity(&self, coord: Coord) -> bool {
-        self.input == self.output && self.scale == 1.0 && (coord != Coord::TfCropAndResize || self.roi == (0.0, 1.0))
-    }
-
-    /// The input coordinate of output index `x`, or `None` where TfCropAndResize extrapolates.
-    fn source(&self, x: usize, coord: Coord) -> Option<f64> {
-        let (x, input, output, s) = (x as f64, self.input as f64, self.output as f64, self.scale);
-        Some(match coord {
-            Coord::HalfPixel => (x + 0.5) / s - 0.5,
-            Coord::HalfPixelSymmetric => {
-                let adjustment = output / (s * input);
-                input / 2.0 * (1.0 - adjustment) + (x + 0.5) / s - 0.5
-            }
-            Coord::PytorchHalfPixel if self.output > 1 => (x + 0.5) / s - 0.5,
-            // As ONNX's reference (and the CPU EP): the unrounded output length scale · input.
-            Coord::AlignCorners if self.output > 1 && s * input != 1.0 => x * (input - 1.0) / (s * input - 1.0),
-            Coord::PytorchHalfPixel | Coord::AlignCorners => 0.0,
-            Coord::Asymmetric => x / s,
-            Coord::TfHalfPixelForNn => (x + 0.5) / s,
-            Coord::TfCropAndResize => {
-                let (a, b) = self.roi;
-                let v = if self.output > 1 {
-                    a * (input - 1.0) + x * (b - a) * (input - 1.0) / (output - 1.0)
-                } else {
-                    0.5 * (a + b) * (input - 1.0)
-                };
-                if v < 0.0 || v > input - 1.0 {
-                    return None;
-                }
-                v
-            }
-        })
-    }
-}
-
-/// The input index nearest to `x` under `rounding`, clamped into an axis of `len`.
-fn round_nearest(x: f64, rounding: Rounding, scale: f64, len: usize) -> usize {
-    let f = x.floor();
-    let r = x - f;
-    let i = match rounding {
-        Rounding::RoundPreferFloor => {
-            if r <= 0.5 {
-                f
-            } else {
-                f + 1.0
-            }
-        }
-        Rounding::RoundPreferCeil => {
-            if r < 0.5 {
-                f
-            } else {
-                f + 1.0
-            }
-        }
-        Rounding::Floor => f,
-        Rounding::Ceil => x.ceil(),
-        Rounding::Simple => {
-            if scale < 1.0 {
-                x.ceil()
-            } else {
-                f
-            }
-        }
-    };
-    i.clamp(0.0, len.saturating_sub(1) as f64) as usize
-}
-
-/// Linear/cubic filter options.
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct Filter {
-    mode: ResizeMode,
-    cubic_a: f64,
-    exclude_outside: bool,
-    antialias: bool,
-}
-
-impl Filter {
-    /// The kernel's value at distance `x`.
-    fn weight(&self, x: f64) -> f64 {
-        let x = x.abs();
-        match self.mode {
-            ResizeMode::Cubic => {
-                let a = self.cubic_a;
-                if x <= 1.0 {
-                    ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0
-                } else if x < 2.0 {
-                    ((a * x - 5.0 * a) * x + 8.0 * a) * x - 4.0 * a
-                } else {
-                    0.0
-                }
-            }
-            _ => (1.0 - x).max(0.0),
-        }
-    }
-}
 
 /// Most resized axes the linear/cubic kernel combines.
 const MAX_RESIZED: usize = 8;
@@ -245,143 +93,28 @@ fn fetch(e: u32) -> E {{
 /// in f64 exactly as the CPU EP computes them) are uploaded once per input shape and
 /// arguments, and cached.
 struct Resize {
-    mode: ResizeMode,
-    coord: Coord,
-    rounding: Rounding,
-    filter: Filter,
-    extrapolation: f64,
-    axes: Option<Vec<i64>>,
-    policy: Policy,
-    inputs: ResizeInputs,
+    attrs: ResizeAttrs,
     size: u32,
     pipeline: Arc<Pipeline>,
     /// The last table: its key (shape and argument bits) and the GPU tensor.
     table: std::sync::Mutex<Option<(Vec<u64>, onyx_core::Tensor)>>,
-    at: Location,
-}
-
-fn parse_resize_mode(s: &str, allow_cubic: bool) -> Option<ResizeMode> {
-    match s {
-        "nearest" => Some(ResizeMode::Nearest),
-        "linear" | "bilinear" => Some(ResizeMode::Linear),
-        "cubic" | "bicubic" if allow_cubic => Some(ResizeMode::Cubic),
-        _ => None,
-    }
-}
-
-fn parse_coord(s: &str) -> Option<Coord> {
-    Some(match s {
-        "half_pixel" => Coord::HalfPixel,
-        "half_pixel_symmetric" => Coord::HalfPixelSymmetric,
-        "pytorch_half_pixel" => Coord::PytorchHalfPixel,
-        "align_corners" => Coord::AlignCorners,
-        "asymmetric" => Coord::Asymmetric,
-        "tf_half_pixel_for_nn" => Coord::TfHalfPixelForNn,
-        "tf_crop_and_resize" => Coord::TfCropAndResize,
-        _ => return None,
-    })
-}
-
-fn parse_rounding(s: &str) -> Option<Rounding> {
-    Some(match s {
-        "round_prefer_floor" => Rounding::RoundPreferFloor,
-        "round_prefer_ceil" => Rounding::RoundPreferCeil,
-        "floor" => Rounding::Floor,
-        "ceil" => Rounding::Ceil,
-        _ => return None,
-    })
-}
-
-/// The decoded attributes of a Resize or Upsample node.
-struct ResizeAttrs {
-    mode: ResizeMode,
-    coord: Coord,
-    rounding: Rounding,
-    filter: Filter,
-    extrapolation: f64,
-    axes: Option<Vec<i64>>,
-    policy: Policy,
-    inputs: ResizeInputs,
-}
-
-/// The decoded attributes of a Resize/Upsample node, or an error.
-fn resize_attributes(ctx: &NodeContext<'_>) -> Result<ResizeAttrs> {
-    let node = ctx.node;
-    let at = node.location();
-    let v = ctx.since_version;
-    let legacy = node.op_type == "Upsample" || v < 11;
-    let mode_name = node.string_or("mode", "nearest")?;
-    let mode = parse_resize_mode(&mode_name, !legacy)
-        .ok_or_else(|| Error::attribute(&at, "mode", "nearest, linear or cubic", mode_name.as_str()))?;
-    if legacy {
-        let inputs = if node.op_type == "Upsample" && v < 9 {
-            let scales = node
-                .get_floats("scales")?
-                .ok_or_else(|| Error::attribute(&at, "scales", "a list of floats", "nothing"))?;
-            ResizeInputs::ScalesAttr(scales.to_vec())
-        } else {
-            ResizeInputs::Scales
-        };
-        let filter = Filter { mode, cubic_a: -0.75, exclude_outside: false, antialias: false };
-        return Ok(ResizeAttrs {
-            mode,
-            coord: Coord::Asymmetric,
-            rounding: Rounding::Simple,
-            filter,
-            extrapolation: 0.0,
-            axes: None,
-            policy: Policy::Stretch,
-            inputs,
-        });
-    }
-    let policy_name = node.string_or("keep_aspect_ratio_policy", "stretch")?;
-    let policy = match policy_name.as_str() {
-        "stretch" => Policy::Stretch,
-        "not_larger" if v >= 18 => Policy::NotLarger,
-        "not_smaller" if v >= 18 => Policy::NotSmaller,
-        other => {
-            return Err(Error::attribute(&at, "keep_aspect_ratio_policy", "stretch, not_larger or not_smaller", other))
-        }
-    };
-    let coord_name = node.string_or("coordinate_transformation_mode", "half_pixel")?;
-    let coord = parse_coord(&coord_name).ok_or_else(|| {
-        Error::attribute(&at, "coordinate_transformation_mode", "a mode the ONNX spec lists", coord_name.as_str())
-    })?;
-    let rounding_name = node.string_or("nearest_mode", "round_prefer_floor")?;
-    let rounding = parse_rounding(&rounding_name).ok_or_else(|| {
-        Error::attribute(
-            &at,
-            "nearest_mode",
-            "round_prefer_floor, round_prefer_ceil, floor or ceil",
-            rounding_name.as_str(),
-        )
-    })?;
-    let filter = Filter {
-        mode,
-        cubic_a: f64::from(node.float_or("cubic_coeff_a", -0.75)?),
-        exclude_outside: node.int_or("exclude_outside", 0)? != 0,
-        antialias: v >= 18 && node.int_or("antialias", 0)? != 0,
-    };
-    let extrapolation = f64::from(node.float_or("extrapolation_value", 0.0)?);
-    let axes = if v >= 18 { node.get_ints("axes")?.map(<[i64]>::to_vec) } else { None };
-    Ok(ResizeAttrs { mode, coord, rounding, filter, extrapolation, axes, policy, inputs: ResizeInputs::RoiScalesSizes })
 }
 
 /// Nearest mode moves any element size; linear and cubic compute in f32 on float types.
 pub(super) fn supports_resize(ctx: &NodeContext<'_>, _gpu: &GpuContext) -> bool {
-    let Ok(attrs) = resize_attributes(ctx) else { return false };
+    let Ok(attrs) = ResizeAttrs::from_node(ctx.node, ctx.since_version) else { return false };
     let dtype = input_dtype(ctx, 0);
     match attrs.mode {
-        ResizeMode::Nearest => movable(ctx, 0),
+        Mode::Nearest => movable(ctx, 0),
         _ => matches!(dtype, Some(DataType::Float | DataType::Float16 | DataType::BFloat16)),
     }
 }
 
 pub(super) fn build_resize(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<dyn GpuOp>> {
-    let ResizeAttrs { mode, coord, rounding, filter, extrapolation, axes, policy, inputs } = resize_attributes(ctx)?;
+    let attrs = ResizeAttrs::from_node(ctx.node, ctx.since_version)?;
     let dtype = known_dtype(ctx, 0)?;
     let size = known_size(ctx, 0)?;
-    let pipeline = if mode == ResizeMode::Nearest {
+    let pipeline = if attrs.mode == Mode::Nearest {
         gpu.pipeline(&format!("layout/resize_nearest/{size}"), || {
             element_shader("", size, &[("x", size), ("t", 4)], RESIZE_NEAREST)
         })?
@@ -391,22 +124,7 @@ pub(super) fn build_resize(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Resu
             element_shader("", size, &[("x", size), ("t", 4)], &code)
         })?
     };
-    let table = std::sync::Mutex::new(None);
-    let at = ctx.node.location();
-    Ok(Box::new(Resize {
-        mode,
-        coord,
-        rounding,
-        filter,
-        extrapolation,
-        axes,
-        policy,
-        inputs,
-        size,
-        pipeline,
-        table,
-        at,
-    }))
+    Ok(Box::new(Resize { attrs, size, pipeline, table: std::sync::Mutex::new(None) }))
 }
 
 impl Resize {
@@ -415,7 +133,7 @@ impl Resize {
         if inputs.get(i).copied().flatten().is_none() {
             return Ok(None);
         }
-        let v = host_input(inputs, i, &self.at)?;
+        let v = host_input(inputs, i, &self.attrs.at)?;
         if v.is_empty() {
             return Ok(None);
         }
@@ -424,137 +142,44 @@ impl Resize {
             DataType::Float16 => v.as_slice::<half::f16>()?.iter().map(|x| x.to_f64()).collect(),
             DataType::BFloat16 => v.as_slice::<half::bf16>()?.iter().map(|x| x.to_f64()).collect(),
             DataType::Double => v.as_slice::<f64>()?.iter().map(|&x| f64::from(x as f32)).collect(),
-            other => return Err(Error::input(&self.at, i, "a float tensor", other.name())),
+            other => return Err(Error::input(&self.attrs.at, i, "a float tensor", other.name())),
         }))
     }
 
-    /// The axes that scales/sizes/roi refer to.
-    fn axes(&self, rank: usize) -> Result<Vec<usize>> {
-        let Some(axes) = &self.axes else { return Ok((0..rank).collect()) };
-        let mut seen = vec![false; rank];
-        axes.iter()
-            .map(|&a| {
-                let d = normalize_axis(a, rank, &self.at)?;
-                if std::mem::replace(&mut seen[d], true) {
-                    return Err(Error::attribute(&self.at, "axes", "distinct axes", format!("{axes:?}")));
-                }
-                Ok(d)
-            })
-            .collect()
-    }
-
     /// Every axis' input and output length, scale and region of interest.
-    fn plan(&self, inputs: &[Option<ValueRef<'_>>], shape: &[usize]) -> Result<Vec<ResizeAxis>> {
-        let axes = self.axes(shape.len())?;
-        let (roi, scales, sizes) = match &self.inputs {
-            ResizeInputs::ScalesAttr(s) => (None, Some(s.iter().map(|&x| f64::from(x)).collect()), None),
-            ResizeInputs::Scales => (None, self.floats(inputs, 1)?, None),
-            ResizeInputs::RoiScalesSizes => {
-                let sizes = host_ints(inputs, 3, &self.at)?.filter(|s| !s.is_empty());
+    fn plan(&self, inputs: &[Option<ValueRef<'_>>], shape: &[usize]) -> Result<Vec<Axis>> {
+        let (roi, scales, sizes) = match self.attrs.arguments {
+            Arguments::ScalesAttr(_) => (None, None, None),
+            Arguments::Scales => (None, self.floats(inputs, 1)?, None),
+            Arguments::RoiScalesSizes => {
+                let sizes = host_ints(inputs, 3, &self.attrs.at)?.filter(|s| !s.is_empty());
                 (self.floats(inputs, 1)?, self.floats(inputs, 2)?, sizes)
             }
         };
-        let mut plan: Vec<ResizeAxis> =
-            shape.iter().map(|&d| ResizeAxis { input: d, output: d, scale: 1.0, roi: (0.0, 1.0) }).collect();
-        match (scales, sizes) {
-            (Some(_), Some(_)) => return Err(Error::node(&self.at, "Resize takes scales or sizes, not both")),
-            (None, None) => return Err(Error::node(&self.at, "Resize needs scales or sizes")),
-            (Some(scales), None) => self.apply_scales(&mut plan, &axes, &scales)?,
-            (None, Some(sizes)) => self.apply_sizes(&mut plan, &axes, &sizes)?,
-        }
-        if self.coord == Coord::TfCropAndResize {
-            let roi = roi.ok_or_else(|| Error::input(&self.at, 1, "a roi for tf_crop_and_resize", "no input"))?;
-            if roi.len() != 2 * axes.len() {
-                return Err(Error::input(
-                    &self.at,
-                    1,
-                    format!("{} roi values (start and end per axis)", 2 * axes.len()),
-                    roi.len().to_string(),
-                ));
-            }
-            for (i, &d) in axes.iter().enumerate() {
-                plan[d].roi = (roi[i], roi[i + axes.len()]);
-            }
-        }
-        if let Some(a) = plan.iter().find(|a| a.input == 0 && a.output > 0) {
-            return Err(Error::node(&self.at, format!("cannot resize an empty axis to {} elements", a.output)));
-        }
-        Ok(plan)
-    }
-
-    fn apply_scales(&self, plan: &mut [ResizeAxis], axes: &[usize], scales: &[f64]) -> Result<()> {
-        let index = if matches!(self.inputs, ResizeInputs::RoiScalesSizes) { 2 } else { 1 };
-        if scales.len() != axes.len() || scales.iter().any(|&s| !(s > 0.0 && s.is_finite())) {
-            return Err(Error::input(
-                &self.at,
-                index,
-                format!("{} positive scales", axes.len()),
-                format!("{scales:?}"),
-            ));
-        }
-        for (&d, &s) in axes.iter().zip(scales) {
-            let out = (plan[d].input as f64 * s).floor();
-            if out > u32::MAX as f64 {
-                return Err(Error::input(
-                    &self.at,
-                    index,
-                    "scales giving an output the GPU can index",
-                    format!("{scales:?}"),
-                ));
-            }
-            plan[d].output = out as usize;
-            plan[d].scale = s;
-        }
-        Ok(())
-    }
-
-    fn apply_sizes(&self, plan: &mut [ResizeAxis], axes: &[usize], sizes: &[i64]) -> Result<()> {
-        if sizes.len() != axes.len() || sizes.iter().any(|&s| s < 0) {
-            return Err(Error::input(&self.at, 3, format!("{} non-negative sizes", axes.len()), format!("{sizes:?}")));
-        }
-        let ratios: Vec<f64> = axes.iter().zip(sizes).map(|(&d, &s)| s as f64 / plan[d].input as f64).collect();
-        let common = match self.policy {
-            Policy::Stretch => None,
-            Policy::NotLarger => ratios.iter().copied().reduce(f64::min),
-            Policy::NotSmaller => ratios.iter().copied().reduce(f64::max),
-        };
-        for ((&d, &s), &r) in axes.iter().zip(sizes).zip(&ratios) {
-            let axis = &mut plan[d];
-            match common {
-                None => {
-                    axis.output = s as usize;
-                    axis.scale = r;
-                }
-                Some(c) => {
-                    axis.output = (c * axis.input as f64 + 0.5).floor() as usize;
-                    axis.scale = c;
-                }
-            }
-        }
-        Ok(())
+        self.attrs.plan(shape, roi, scales, sizes, u32::MAX as usize)
     }
 
     /// The taps of one axis: `width` (index, weight) pairs per output index, with `NONE` as
     /// the first index of an extrapolated one.
-    fn taps(&self, axis: &ResizeAxis) -> Result<(u32, Vec<u32>)> {
+    fn taps(&self, axis: &Axis) -> Result<(u32, Vec<u32>)> {
         const NONE: u32 = u32::MAX;
         let last = axis.input.saturating_sub(1);
-        if self.mode == ResizeMode::Nearest {
+        if self.attrs.mode == Mode::Nearest {
             let mut t = Vec::with_capacity(2 * axis.output);
             for x in 0..axis.output {
-                let i = axis.source(x, self.coord).map(|v| round_nearest(v, self.rounding, axis.scale, axis.input));
+                let i = axis.source(x, self.attrs.coord).map(|v| round_nearest(v, self.attrs.rounding, axis.scale, axis.input));
                 t.extend([i.map_or(NONE, |i| i as u32), 1f32.to_bits()]);
             }
             return Ok((1, t));
         }
-        let f = &self.filter;
-        let support = if f.mode == ResizeMode::Cubic { 2.0 } else { 1.0 };
+        let f = &self.attrs.filter;
+        let support = if f.mode == Mode::Cubic { 2.0 } else { 1.0 };
         let s = if f.antialias { axis.scale.min(1.0) } else { 1.0 };
         let reach = (support / s).ceil();
         if reach.is_nan() || reach > 64.0 {
             return Err(Error::Unsupported(format!(
                 "wgpu: {} antialiasing at scale {} needs too wide a filter",
-                self.at, axis.scale
+                self.attrs.at, axis.scale
             )));
         }
         let start = (-support / s).floor() as i64 + 1;
@@ -562,7 +187,7 @@ impl Resize {
         let mut t = Vec::with_capacity(2 * width * axis.output);
         let mut w = vec![0f64; width];
         for x in 0..axis.output {
-            let src = axis.source(x, self.coord);
+            let src = axis.source(x, self.attrs.coord);
             let v = src.unwrap_or(0.0);
             let mut fl = v.floor();
             let mut ratio = v - fl;
@@ -598,7 +223,7 @@ impl Resize {
 
     /// Kernel parameters and the table for `plan` on an input of `shape` (the table from the
     /// cache when the arguments did not change).
-    fn tables(&self, run: &GpuRun, plan: &[ResizeAxis], shape: &[usize]) -> Result<(Vec<u32>, onyx_core::Tensor)> {
+    fn tables(&self, run: &GpuRun, plan: &[Axis], shape: &[usize]) -> Result<(Vec<u32>, onyx_core::Tensor)> {
         let in_strides = strides(shape);
         let mut params = vec![plan.len() as u32];
         let mut table: Vec<u32> = vec![];
@@ -606,18 +231,18 @@ impl Resize {
         let mut resized = 0;
         for (a, &stride) in plan.iter().zip(&in_strides) {
             key.extend([a.output as u64, a.scale.to_bits(), a.roi.0.to_bits(), a.roi.1.to_bits()]);
-            params.extend([u32_of(a.output, &self.at)?, u32_of(stride, &self.at)?]);
-            if a.is_identity(self.coord) {
+            params.extend([u32_of(a.output, &self.attrs.at)?, u32_of(stride, &self.attrs.at)?]);
+            if a.is_identity(self.attrs.coord) {
                 params.extend([0, 0]);
                 continue;
             }
             resized += 1;
             let (width, taps) = self.taps(a)?;
-            params.extend([width, u32_of(table.len(), &self.at)?]);
+            params.extend([width, u32_of(table.len(), &self.attrs.at)?]);
             table.extend(taps);
         }
         if resized > MAX_RESIZED {
-            return Err(Error::Unsupported(format!("wgpu: {} resizes more than {MAX_RESIZED} axes", self.at)));
+            return Err(Error::Unsupported(format!("wgpu: {} resizes more than {MAX_RESIZED} axes", self.attrs.at)));
         }
         let mut cache = self.table.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some((k, t)) = cache.as_ref() {
@@ -636,9 +261,9 @@ impl Resize {
 
 impl GpuOp for Resize {
     fn record(&self, run: &mut GpuRun, inputs: &[Option<ValueRef<'_>>]) -> Result<Vec<Value>> {
-        let x = gpu_input(run, inputs, 0, &self.at)?;
+        let x = gpu_input(run, inputs, 0, &self.attrs.at)?;
         let plan = self.plan(inputs, x.shape())?;
-        if plan.iter().all(|a| a.is_identity(self.coord)) {
+        if plan.iter().all(|a| a.is_identity(self.attrs.coord)) {
             return Ok(vec![Value::Tensor(x.tensor.clone())]);
         }
         let shape: Vec<usize> = plan.iter().map(|a| a.output).collect();
@@ -646,7 +271,7 @@ impl GpuOp for Resize {
         if y.is_empty() {
             return Ok(vec![Value::Tensor(y)]);
         }
-        let fill = scalar_words(x.dtype(), self.extrapolation).unwrap_or([0, 0]);
+        let fill = scalar_words(x.dtype(), self.attrs.extrapolation).unwrap_or([0, 0]);
         let (params, table) = self.tables(run, &plan, x.shape())?;
         let buffers = [x.buffer, table.gpu()?, y.gpu()?];
         dispatch_elements(
@@ -655,7 +280,7 @@ impl GpuOp for Resize {
             Elements::new(self.size, y.len()).fill(fill),
             &params,
             &buffers,
-            &self.at,
+            &self.attrs.at,
         )?;
         Ok(vec![Value::Tensor(y)])
     }
