@@ -101,6 +101,20 @@ pub trait Kernel: Send + Sync {
         let _ = run;
         self.run(inputs, wanted)
     }
+
+    /// Positions of the inputs whose buffer this kernel can write its output into, when the run
+    /// no longer needs them (see [`Kernel::run_donated`]); none by default.
+    fn in_place_inputs(&self) -> &[usize] {
+        &[]
+    }
+
+    /// Like [`Kernel::run`], with input `donated.0` handed over as the value `donated.1` (its
+    /// entry in `inputs` is `None`): the run reads it no more, so the kernel may reuse its
+    /// buffer for an output (see `host_pool::reclaim`). The default reads it like any input.
+    fn run_donated(&self, inputs: &[Option<ValueRef<'_>>], donated: (usize, Value), wanted: &[bool]) -> Result<Vec<Value>> {
+        let (i, value) = donated;
+        self.run(&with_input(inputs, i, &value), wanted)
+    }
 }
 
 /// What an EP keeps for the length of one run: on a GPU, the command encoder the run's kernels
@@ -178,6 +192,17 @@ pub trait ExecutionProvider: Send + Sync {
 
     /// Copies a tensor on this EP's device to the host.
     fn download(&self, tensor: &Tensor) -> Result<Tensor>;
+}
+
+/// `inputs` with input `i` set to `value`: how a kernel reads an input it was handed over
+/// (see [`Kernel::run_donated`]) when it does not reuse its buffer.
+pub fn with_input<'r>(inputs: &[Option<ValueRef<'r>>], i: usize, value: &'r Value) -> Vec<Option<ValueRef<'r>>> {
+    let mut all = inputs.to_vec();
+    if all.len() <= i {
+        all.resize(i + 1, None);
+    }
+    all[i] = Some(ValueRef::Value(value));
+    all
 }
 
 /// Error for a kernel asked to run on a value kind it does not handle.

@@ -7,6 +7,7 @@ pub mod device;
 mod dtype;
 pub mod ep;
 mod error;
+pub mod host_pool;
 pub mod ir;
 pub mod ops;
 pub mod optimizer;

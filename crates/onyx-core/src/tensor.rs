@@ -21,7 +21,7 @@ element!(f32 => Float, f64 => Double, f16 => Float16, bf16 => BFloat16, i8 => In
     i32 => Int32, i64 => Int64, u8 => Uint8, u16 => Uint16, u32 => Uint32, u64 => Uint64);
 
 /// Something that owns host bytes a tensor can point into: a `Vec`, a memory map, ...
-pub trait ByteSource: Send + Sync + 'static {
+pub trait ByteSource: std::any::Any + Send + Sync {
     /// The bytes.
     fn bytes(&self) -> &[u8];
 }
@@ -62,6 +62,12 @@ impl HostBuffer {
     /// The bytes.
     pub fn bytes(&self) -> &[u8] {
         &self.owner.bytes()[self.offset..self.offset + self.len]
+    }
+
+    /// The owner of the bytes and where this buffer starts in them (for reusing a buffer that
+    /// nothing else holds: see `host_pool`).
+    pub fn owner(&self) -> (&Arc<dyn ByteSource>, usize) {
+        (&self.owner, self.offset)
     }
 }
 

@@ -2,5 +2,6 @@
 
 pub mod infer;
 mod onnx_ops;
+pub mod layout;
 pub mod registry;
 pub mod resize;

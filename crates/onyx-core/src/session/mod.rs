@@ -65,7 +65,13 @@ impl Session {
         }
         options.limits.check_nesting(&model.graph)?;
         let providers =
-            Providers { list, has_fallback: options.fallback.is_some(), uploads: Default::default(), limits: options.limits };
+            Providers {
+                list,
+                has_fallback: options.fallback.is_some(),
+                uploads: Default::default(),
+                limits: options.limits,
+                host_pool: host_pool_enabled(&options).then(Default::default),
+            };
         let known: HashMap<String, Inferred> =
             inputs.iter().map(|i| (i.name.clone(), Inferred::of_type(i.ty.clone()))).collect();
         let plan = build_plan(&model.graph, &providers, &model.opsets, known)?;
@@ -120,6 +126,12 @@ impl Session {
     /// The inferred type of any value of the main graph, by name.
     pub fn value_type(&self, name: &str) -> Option<&ValueType> {
         self.plan.inferred.get(name).map(|k| &k.ty)
+    }
+
+    /// The counters of this session's host buffer pool (`None` when it is disabled): how many
+    /// kernel outputs reused a buffer, how many were allocated, how many were written in place.
+    pub fn host_pool_stats(&self) -> Option<crate::host_pool::PoolStats> {
+        self.providers.host_pool.as_ref().map(|p| p.stats())
     }
 
     /// Names of the providers this session uses, in priority order.
@@ -200,6 +212,11 @@ impl Session {
         let names = wanted.iter().map(|(i, _)| self.plan.outputs[*i].0.clone());
         Ok(Outputs::new(names.zip(values).collect()))
     }
+}
+
+/// Whether the options (and the environment: `ONYX_HOST_POOL=0` turns it off) want a pool.
+fn host_pool_enabled(options: &SessionOptions) -> bool {
+    options.enable_host_pool && std::env::var("ONYX_HOST_POOL").map_or(true, |v| v != "0")
 }
 
 impl Session {

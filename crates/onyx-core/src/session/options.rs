@@ -53,6 +53,10 @@ pub struct SessionOptions {
     pub free_dims_by_denotation: Vec<(String, usize)>,
     /// Resource limits (bytes of one tensor, of a run, subgraph nesting): safe defaults.
     pub limits: super::limits::Limits,
+    /// Reuse host buffers across nodes and runs, and write elementwise outputs over inputs the
+    /// run no longer needs (see `onyx_core::host_pool`); on by default, like ONNX Runtime's CPU
+    /// memory arena. The environment variable `ONYX_HOST_POOL=0` turns it off too.
+    pub enable_host_pool: bool,
 }
 
 impl Default for SessionOptions {
@@ -65,6 +69,7 @@ impl Default for SessionOptions {
             free_dims_by_name: vec![],
             free_dims_by_denotation: vec![],
             limits: super::limits::Limits::default(),
+            enable_host_pool: true,
         }
     }
 }
@@ -73,6 +78,12 @@ impl SessionOptions {
     /// Sets the resource limits (see [`super::limits::Limits`]).
     pub fn with_limits(mut self, limits: super::limits::Limits) -> Self {
         self.limits = limits;
+        self
+    }
+
+    /// Turns the host buffer pool on or off (see [`SessionOptions::enable_host_pool`]).
+    pub fn with_host_pool(mut self, enable: bool) -> Self {
+        self.enable_host_pool = enable;
         self
     }
 
@@ -110,6 +121,7 @@ impl std::fmt::Debug for SessionOptions {
             .field("free_dims_by_name", &self.free_dims_by_name)
             .field("free_dims_by_denotation", &self.free_dims_by_denotation)
             .field("limits", &self.limits)
+            .field("enable_host_pool", &self.enable_host_pool)
             .finish()
     }
 }

@@ -25,6 +25,9 @@ pub(crate) struct Providers {
     pub uploads: Arc<DeviceConstants>,
     /// The session's resource limits, checked by every plan and applied to its runs.
     pub limits: super::limits::Limits,
+    /// The session's pool of host buffers, which CPU kernels take their outputs from (`None`
+    /// when disabled).
+    pub host_pool: Option<crate::host_pool::HostPool>,
 }
 
 /// Device copies of a model's initializers, keyed by the address and length of their host
@@ -85,11 +88,14 @@ pub(crate) enum StepKind {
 }
 
 /// One step of a plan: reads `inputs` slots, writes `outputs` slots, then frees `free_after`.
+/// `donatable` lists the positions in `inputs` whose value the run may hand over to the kernel
+/// for an in-place output (see [`plan_donations`]).
 pub(crate) struct Step {
     pub kind: StepKind,
     pub inputs: Vec<Option<usize>>,
     pub outputs: Vec<Option<usize>>,
     pub free_after: Vec<usize>,
+    pub donatable: Vec<usize>,
 }
 
 /// Which provider runs a node, for reports such as `onyx info`.
@@ -186,6 +192,7 @@ impl Builder<'_> {
                 inputs: vec![Some(slot)],
                 outputs: vec![Some(dst)],
                 free_after: vec![],
+                donatable: vec![],
             });
         }
         self.copies.insert((slot, device), dst);
@@ -308,6 +315,7 @@ pub(crate) fn build_plan(
             inputs: step_inputs,
             outputs,
             free_after: vec![],
+            donatable: vec![],
         });
     }
     let mut outputs = vec![];
@@ -320,6 +328,7 @@ pub(crate) fn build_plan(
     let slot_count = b.home.len();
     let mut steps = b.steps;
     plan_lifetimes(&mut steps, &outputs, slot_count);
+    plan_donations(&mut steps, slot_count);
     let sizes = super::limits::slot_bytes(slot_count, &b.slots, &b.copies, &known);
     let peak_bytes = providers.limits.check_peak(&steps, &sizes, &graph.name)?;
     Ok(Plan {
@@ -467,5 +476,29 @@ fn plan_lifetimes(steps: &mut [Step], outputs: &[(String, usize)], slot_count: u
         if let StepKind::Kernel { wanted: w, .. } = &mut step.kind {
             *w = wanted;
         }
+    }
+}
+
+/// Marks the inputs a kernel step may take over for an in-place output: values a step of this
+/// plan computed (not graph inputs, outer-scope values, initializers or constants), read for the
+/// last time by this step (so not graph outputs, which are never freed), and read once by it
+/// (`Mul(x, x)` must not overwrite `x` while reading it). Whether the buffer is really free
+/// (no other value shares it) and fits the output is checked at run time.
+fn plan_donations(steps: &mut [Step], slot_count: usize) {
+    let mut made = vec![false; slot_count];
+    steps.iter().flat_map(|st| st.outputs.iter().flatten()).for_each(|&s| made[s] = true);
+    for step in steps.iter_mut() {
+        if !matches!(step.kind, StepKind::Kernel { .. }) {
+            continue;
+        }
+        let reads = |slot: usize| step.inputs.iter().flatten().filter(|&&s| s == slot).count();
+        step.donatable = step
+            .inputs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.map(|s| (i, s)))
+            .filter(|&(_, s)| made[s] && step.free_after.contains(&s) && reads(s) == 1)
+            .map(|(i, _)| i)
+            .collect();
     }
 }

@@ -7,7 +7,7 @@
 //! specialised for each combination of contiguous and repeated operands so that it vectorizes.
 //! Outputs of more than [`PAR_CHUNK`] elements are split into chunks computed in parallel.
 
-use onyx_core::{element_count, Error, Location, Result};
+use onyx_core::{element_count, host_pool, Error, Location, Result};
 use rayon::prelude::*;
 
 use crate::ops::util;
@@ -220,12 +220,35 @@ fn check_len(what: &str, len: usize, shape: &[usize]) -> Result<()> {
 /// Applies `f` to every pair of elements of `a` and `b` broadcast together. Returns the output
 /// shape and elements, or an error naming both shapes when they do not broadcast (use
 /// [`Error::at`] to add the node).
-pub fn map2<A: Sync, B: Sync, O: Send + Clone + Default>(
+pub fn map2<A: Sync, B: Sync, O: bytemuck::Pod + Send>(
     a: &[A],
     a_shape: &[usize],
     b: &[B],
     b_shape: &[usize],
     f: impl Fn(&A, &B) -> O + Sync,
+) -> Result<(Vec<usize>, Vec<O>)> {
+    map2_in(a, a_shape, b, b_shape, f, host_pool::take::<O>)
+}
+
+/// [`map2`] for any output type (strings): the output is a new vector, not a pooled one.
+pub fn map2_any<A: Sync, B: Sync, O: Send + Clone + Default>(
+    a: &[A],
+    a_shape: &[usize],
+    b: &[B],
+    b_shape: &[usize],
+    f: impl Fn(&A, &B) -> O + Sync,
+) -> Result<(Vec<usize>, Vec<O>)> {
+    map2_in(a, a_shape, b, b_shape, f, |n| vec![O::default(); n])
+}
+
+/// [`map2`] writing into a vector of the output's length from `alloc`.
+fn map2_in<A: Sync, B: Sync, O: Send + Clone>(
+    a: &[A],
+    a_shape: &[usize],
+    b: &[B],
+    b_shape: &[usize],
+    f: impl Fn(&A, &B) -> O + Sync,
+    alloc: impl FnOnce(usize) -> Vec<O>,
 ) -> Result<(Vec<usize>, Vec<O>)> {
     check_len("the first operand", a.len(), a_shape)?;
     check_len("the second operand", b.len(), b_shape)?;
@@ -233,7 +256,7 @@ pub fn map2<A: Sync, B: Sync, O: Send + Clone + Default>(
         Error::InvalidArgument(format!("shapes {a_shape:?} and {b_shape:?} cannot be broadcast together"))
     })?;
     let plan = Plan::new(&shape, [a_shape, b_shape])?;
-    let mut out = vec![O::default(); plan.len()];
+    let mut out = alloc(plan.len());
     // Each segment's loop runs compiled for the CPU's SIMD level (same-shape, scalar and
     // row-broadcast operands are the three vectorizable cases).
     plan.for_each_segment(&mut out, |seg, [oa, ob], steps| {
@@ -268,23 +291,56 @@ pub fn update2<A: Send, B: Sync>(
     let plan = Plan::new(acc_shape, [b_shape])?;
     plan.for_each_segment(acc, |seg, [ob], steps| {
         let n = seg.len();
-        if steps[0] == 1 {
-            seg.iter_mut().zip(&b[ob..ob + n]).for_each(|(o, y)| f(o, y));
-        } else {
-            let y = &b[ob];
-            seg.iter_mut().for_each(|o| f(o, y));
-        }
+        util::simd(|| {
+            if steps[0] == 1 {
+                seg.iter_mut().zip(&b[ob..ob + n]).for_each(|(o, y)| f(o, y));
+            } else {
+                let y = &b[ob];
+                seg.iter_mut().for_each(|o| f(o, y));
+            }
+        })
     });
     Ok(())
 }
 
+/// Applies `f` chunk by chunk to `data` in place: in parallel for large slices.
+pub fn par_chunks_in_place<T: Send>(data: &mut [T], f: impl Fn(&mut [T]) + Sync) {
+    if data.len() < 2 * PAR_CHUNK || rayon::current_num_threads() < 2 {
+        f(data);
+        return;
+    }
+    let chunk = PAR_CHUNK.max(data.len().div_ceil(4 * rayon::current_num_threads()));
+    data.par_chunks_mut(chunk).for_each(&f);
+}
+
 /// Applies `f` to every triple of elements of `a`, `b` and `c` broadcast together (Where).
 /// Returns the output shape and elements, or an error naming the shapes.
-pub fn map3<A: Sync, B: Sync, C: Sync, O: Send + Clone + Default>(
+pub fn map3<A: Sync, B: Sync, C: Sync, O: bytemuck::Pod + Send>(
+    a: (&[A], &[usize]),
+    b: (&[B], &[usize]),
+    c: (&[C], &[usize]),
+    f: impl Fn(&A, &B, &C) -> O + Sync,
+) -> Result<(Vec<usize>, Vec<O>)> {
+    map3_in(a, b, c, f, host_pool::take::<O>)
+}
+
+/// [`map3`] for any output type (strings): the output is a new vector, not a pooled one.
+pub fn map3_any<A: Sync, B: Sync, C: Sync, O: Send + Clone + Default>(
+    a: (&[A], &[usize]),
+    b: (&[B], &[usize]),
+    c: (&[C], &[usize]),
+    f: impl Fn(&A, &B, &C) -> O + Sync,
+) -> Result<(Vec<usize>, Vec<O>)> {
+    map3_in(a, b, c, f, |n| vec![O::default(); n])
+}
+
+/// [`map3`] writing into a vector of the output's length from `alloc`.
+fn map3_in<A: Sync, B: Sync, C: Sync, O: Send>(
     (a, a_shape): (&[A], &[usize]),
     (b, b_shape): (&[B], &[usize]),
     (c, c_shape): (&[C], &[usize]),
     f: impl Fn(&A, &B, &C) -> O + Sync,
+    alloc: impl FnOnce(usize) -> Vec<O>,
 ) -> Result<(Vec<usize>, Vec<O>)> {
     check_len("the first operand", a.len(), a_shape)?;
     check_len("the second operand", b.len(), b_shape)?;
@@ -293,7 +349,7 @@ pub fn map3<A: Sync, B: Sync, C: Sync, O: Send + Clone + Default>(
         Error::InvalidArgument(format!("shapes {a_shape:?}, {b_shape:?} and {c_shape:?} cannot be broadcast together"))
     })?;
     let plan = Plan::new(&shape, [a_shape, b_shape, c_shape])?;
-    let mut out = vec![O::default(); plan.len()];
+    let mut out = alloc(plan.len());
     plan.for_each_segment(&mut out, |seg, [oa, ob, oc], steps| {
         if steps == [1, 1, 1] {
             let n = seg.len();

@@ -5,6 +5,8 @@
 pub(crate) mod depthwise;
 pub(crate) mod geometry;
 pub(crate) mod kernels;
+pub(crate) mod microkernel;
+pub(crate) mod packed;
 pub(crate) mod transpose;
 
 use onyx_core::ep::{Kernel, NodeContext, ValueRef};

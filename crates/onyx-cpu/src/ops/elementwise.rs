@@ -6,6 +6,7 @@
 //! tensors are processed in parallel chunks (see [`super::broadcast`]).
 
 mod binary;
+mod in_place;
 mod math;
 pub mod num;
 #[cfg(test)]
@@ -14,10 +15,10 @@ mod unary;
 mod variadic;
 
 use half::{bf16, f16};
-use onyx_core::{DataType, Error, HostBuffer, Location, Result, Tensor, TensorView, Value};
+use onyx_core::{host_pool, DataType, Error, Location, Result, TensorView, Value};
 
 use self::num::{Half, Real};
-use super::broadcast::par_zip_chunks;
+use super::broadcast::{par_chunks_in_place, par_zip_chunks};
 use super::util;
 use crate::Registry;
 
@@ -72,6 +73,44 @@ pub(crate) fn map_float(x: &TensorView<'_>, m: &impl FloatChunks, at: &Location,
     }
 }
 
+/// [`map_float`] over the elements of `x` itself, when `x` is an f32 or f64 tensor the run
+/// handed over and nothing else holds (see `onyx_core::host_pool::reclaim`): `Ok` with the
+/// output, else `Err` with `x` unchanged.
+pub(crate) fn map_float_in_place(x: Value, m: &impl FloatChunks) -> std::result::Result<Result<Value>, Value> {
+    fn go<T: Real>(x: Value, m: &impl FloatChunks) -> std::result::Result<Result<Value>, Value> {
+        let (shape, mut v) = host_pool::reclaim::<T>(x)?;
+        par_chunks_in_place(&mut v, |d| util::simd_body(ApplyInPlace { m, d }));
+        Ok(util::out(shape, v))
+    }
+    match x.as_tensor().map(|t| t.dtype()) {
+        Ok(DataType::Float) => go::<f32>(x, m),
+        Ok(DataType::Double) => go::<f64>(x, m),
+        _ => Err(x),
+    }
+}
+
+/// One chunk of [`map_float_in_place`]: `m` applied through a small buffer on the stack (the
+/// computation reads its input and writes its output as separate slices).
+struct ApplyInPlace<'a, M, T> {
+    m: &'a M,
+    d: &'a mut [T],
+}
+
+impl<M: FloatChunks, T: Real> util::SimdBody for ApplyInPlace<'_, M, T> {
+    type Output = ();
+
+    #[inline(always)]
+    fn run(self) {
+        const BLOCK: usize = 256;
+        let mut tmp = [T::ZERO; BLOCK];
+        for chunk in self.d.chunks_mut(BLOCK) {
+            let src = &mut tmp[..chunk.len()];
+            src.copy_from_slice(chunk);
+            self.m.apply(src, chunk);
+        }
+    }
+}
+
 /// One chunk of [`map_float`], run through [`util::simd_body`].
 struct Apply<'a, M, T> {
     m: &'a M,
@@ -114,7 +153,7 @@ pub(crate) fn widen(v: &TensorView<'_>) -> Result<Vec<f32>> {
 /// A tensor of float type `dtype` from f32 results (the inverse of [`widen`]).
 pub(crate) fn narrow(dtype: DataType, shape: Vec<usize>, data: Vec<f32>) -> Result<Value> {
     fn small<H: Half>(shape: Vec<usize>, src: &[f32]) -> Result<Value> {
-        let mut out = vec![<H as bytemuck::Zeroable>::zeroed(); src.len()];
+        let mut out = host_pool::take::<H>(src.len());
         H::narrow(src, &mut out);
         util::out(shape, out)
     }
@@ -137,8 +176,8 @@ pub(crate) fn to_f64_vec(v: &TensorView<'_>) -> Result<Vec<f64>> {
 }
 
 /// A new vector computed from `src` chunk by chunk by `f` (in parallel for large inputs).
-pub(crate) fn map_chunks<A: Sync, O: Send + Clone + Default>(src: &[A], f: impl Fn(&[A], &mut [O]) + Sync) -> Vec<O> {
-    let mut out = vec![O::default(); src.len()];
+pub(crate) fn map_chunks<A: Sync, O: bytemuck::Pod + Send>(src: &[A], f: impl Fn(&[A], &mut [O]) + Sync) -> Vec<O> {
+    let mut out = host_pool::take::<O>(src.len());
     par_zip_chunks(src, &mut out, f);
     out
 }
@@ -164,13 +203,13 @@ pub(crate) fn same_dtype_error(at: &Location, index: usize, want: DataType, foun
 
 /// A boolean tensor from bytes that are 0 or 1.
 pub(crate) fn bool_out(shape: Vec<usize>, data: Vec<u8>) -> Result<Value> {
-    Tensor::from_bytes(DataType::Bool, shape, HostBuffer::from_vec(data)).map(Value::Tensor)
+    host_pool::tensor_of(DataType::Bool, shape, data).map(Value::Tensor)
 }
 
 /// A tensor of `dtype` from elements of a plain type of the same size (for ops that only move
 /// or compare elements).
 pub(crate) fn sized_out<T: bytemuck::Pod + Send + Sync>(dtype: DataType, shape: Vec<usize>, data: Vec<T>) -> Result<Value> {
-    Tensor::from_bytes(dtype, shape, HostBuffer::from_vec(data)).map(Value::Tensor)
+    host_pool::tensor_of(dtype, shape, data).map(Value::Tensor)
 }
 
 /// The elements of a view reinterpreted as a plain type of the same size.

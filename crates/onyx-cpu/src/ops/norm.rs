@@ -125,7 +125,7 @@ pub(crate) fn batch_norm<T: Real>(
     let a: Vec<T> = scale.iter().zip(var).map(|(&s, &v)| s / (v + eps).sqrt()).collect();
     let shift: Vec<T> = b.iter().zip(mean).zip(&a).map(|((&b, &m), &a)| b - m * a).collect();
     let features = a.len().max(1);
-    let mut y = vec![T::ZERO; x.len()];
+    let mut y = onyx_core::host_pool::take::<T>(x.len()); // every element is written
     if inner <= 1 {
         for_chunks(x, &mut y, features, |_, xc, yc| {
             util::simd(|| {
@@ -197,7 +197,7 @@ pub(crate) fn group_norm<T: Real>(
     eps: T,
 ) -> Vec<T> {
     let per_group = channels / groups.max(1);
-    let mut y = vec![T::ZERO; x.len()];
+    let mut y = onyx_core::host_pool::take_zeroed::<T>(x.len());
     for_chunks(x, &mut y, per_group * inner, |block, xc, yc| {
         let (mean, inv) = mean_inv_std(xc, eps);
         let first = (block % groups.max(1)) * per_group;
@@ -323,7 +323,7 @@ pub(crate) fn layer_norm<T: Real>(
     eps: T,
 ) -> (Vec<T>, Vec<T>, Vec<T>) {
     let rows = x.len().checked_div(row_len).unwrap_or(0);
-    let mut y = vec![T::ZERO; x.len()];
+    let mut y = onyx_core::host_pool::take::<T>(x.len()); // rows * row_len == x.len(): all written
     let mut stats = vec![(T::ZERO, T::ZERO); rows];
     let one_row = |(xr, yr): (&[T], &mut [T]), st: &mut (T, T)| {
         let (mean, inv) = mean_inv_std(xr, eps);

@@ -5,6 +5,8 @@
 use onyx_core::ep::{Kernel, NodeContext, ValueRef};
 use onyx_core::{DataType, Error, Location, Result, Tensor, Value};
 
+pub(crate) use onyx_core::ops::layout::reshape_dims;
+
 use crate::ops::layout::elems::{self, with_elem, Elem};
 use crate::ops::layout::index_map::gather_axes;
 use crate::ops::util;
@@ -41,54 +43,6 @@ fn reshape_input(inputs: &[Option<ValueRef<'_>>], i: usize, shape: Vec<usize>, a
 /// A 1-D int64 input read as i64 values.
 fn i64_input(inputs: &[Option<ValueRef<'_>>], i: usize, at: &Location) -> Result<Vec<i64>> {
     elems::int_values(&util::input(inputs, i, at)?, i, &[DataType::Int64], at)
-}
-
-/// The output shape of Reshape: `0` copies the input dim (or is a real 0 with `allowzero`),
-/// one `-1` takes what is left.
-pub(crate) fn reshape_dims(input: &[usize], spec: &[i64], allowzero: bool, at: &Location) -> Result<Vec<usize>> {
-    let total = elems::count(input, at)?;
-    let mut out = Vec::with_capacity(spec.len());
-    let mut infer = None;
-    for (i, &s) in spec.iter().enumerate() {
-        let d = match s {
-            -1 if infer.is_some() => return Err(Error::input(at, 1, "at most one -1", format!("{spec:?}"))),
-            -1 => {
-                infer = Some(i);
-                1
-            }
-            0 if allowzero => 0,
-            0 => *input.get(i).ok_or_else(|| {
-                Error::input(
-                    at,
-                    1,
-                    format!("0 only at positions below the input rank {}", input.len()),
-                    format!("{spec:?}"),
-                )
-            })?,
-            s if s < 0 => return Err(Error::input(at, 1, "dims >= -1", format!("{spec:?}"))),
-            s => usize::try_from(s).map_err(|_| Error::input(at, 1, "dims that fit in memory", format!("{spec:?}")))?,
-        };
-        out.push(d);
-    }
-    if allowzero && infer.is_some() && spec.contains(&0) {
-        return Err(Error::input(at, 1, "no -1 together with 0 when allowzero is set", format!("{spec:?}")));
-    }
-    let known = elems::count(&out, at)?;
-    if let Some(i) = infer {
-        out[i] = match (known, total) {
-            (0, 0) => 0,
-            (0, _) => return Err(cannot_reshape(input, spec, at)),
-            (k, t) if t % k == 0 => t / k,
-            _ => return Err(cannot_reshape(input, spec, at)),
-        };
-    } else if known != total {
-        return Err(cannot_reshape(input, spec, at));
-    }
-    Ok(out)
-}
-
-fn cannot_reshape(input: &[usize], spec: &[i64], at: &Location) -> Error {
-    Error::input(at, 1, format!("a shape with as many elements as the input {input:?}"), format!("{spec:?}"))
 }
 
 /// Reshape.

@@ -121,7 +121,7 @@ fn max_nan<T: Real>(a: T, v: T) -> T {
 
 /// Applies `row(src, dst)` to every row of `n` elements, in parallel when large.
 fn rows<T: Real>(x: &[T], n: usize, row: impl Fn(&[T], &mut [T]) + Sync) -> Vec<T> {
-    let mut out = vec![T::ZERO; x.len()];
+    let mut out = onyx_core::host_pool::take::<T>(x.len()); // every row is written
     if n == 0 {
         return out;
     }
@@ -159,7 +159,7 @@ fn softmax_row<T: Real>(log: bool, src: &[T], dst: &mut [T]) {
 fn columns<T: Real>(log: bool, x: &[T], d: Dims) -> Vec<T> {
     let Dims { outer, n, inner } = d;
     let block = n * inner;
-    let mut out = vec![T::ZERO; x.len()];
+    let mut out = onyx_core::host_pool::take_zeroed::<T>(x.len());
     if block == 0 {
         return out;
     }

@@ -8,7 +8,7 @@
 use onyx_core::ep::{Kernel, NodeContext, ValueRef};
 use onyx_core::{DataType, Error, Location, Result, Tensor, TensorView, Value};
 
-use super::broadcast::map2;
+use super::broadcast::map2_any;
 use super::util;
 use crate::Registry;
 
@@ -179,7 +179,7 @@ impl Kernel for Concat {
         let at = &self.at;
         let (a, b) = (util::input(inputs, 0, at)?, util::input(inputs, 1, at)?);
         let (sa, sb) = (strings(&a, 0, at)?, strings(&b, 1, at)?);
-        let (shape, data) = map2(sa, a.shape(), sb, b.shape(), |x, y| format!("{x}{y}")).map_err(|e| e.at(at))?;
+        let (shape, data) = map2_any(sa, a.shape(), sb, b.shape(), |x, y| format!("{x}{y}")).map_err(|e| e.at(at))?;
         Ok(vec![string_out(shape, data)?])
     }
 }

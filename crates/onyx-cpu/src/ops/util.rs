@@ -1,7 +1,8 @@
 //! Small helpers shared by the kernel families.
 
 use onyx_core::ep::ValueRef;
-use onyx_core::{DataType, Element, Error, Location, Result, Tensor, TensorView, Value};
+use onyx_core::host_pool;
+use onyx_core::{DataType, Element, Error, Location, Result, TensorView, Value};
 
 /// Required input `i` as a host tensor view, or an error naming the node and input.
 pub fn input<'r>(inputs: &[Option<ValueRef<'r>>], i: usize, at: &Location) -> Result<TensorView<'r>> {
@@ -75,9 +76,10 @@ pub fn strides(shape: &[usize]) -> Vec<usize> {
     s
 }
 
-/// A tensor value from a shape and its elements.
+/// A tensor value from a shape and its elements (whose buffer goes back to the run's pool when
+/// the value is dropped: see `onyx_core::host_pool`).
 pub fn out<T: Element>(shape: Vec<usize>, data: Vec<T>) -> Result<Value> {
-    Tensor::from_vec(shape, data).map(Value::Tensor)
+    host_pool::tensor(shape, data).map(Value::Tensor)
 }
 
 /// Checks that a view has element type `expected`.

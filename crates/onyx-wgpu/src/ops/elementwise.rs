@@ -39,9 +39,10 @@ pub(crate) const UNARY: &[(&str, &str)] = &[
     ("Acosh", "acosh(v)"),
     ("Atanh", "0.5 * log((1.0 + v) / (1.0 - v))"),
     ("Erf", "erf(v)"),
-    ("Softplus", "max(v, 0.0) + log(1.0 + exp(-abs(v)))"),
+    ("Softplus", "softplus(v)"),
     ("Softsign", "v / (1.0 + abs(v))"),
-    ("Mish", "v * tanh(clamp(max(v, 0.0) + log(1.0 + exp(-abs(v))), -15.0, 15.0))"),
+    // tanh(softplus(v)) = n (n + 2) / (n (n + 2) + 2) with n = e^v: no cancellation for v << 0.
+    ("Mish", "v * select(exp(v) * (exp(v) + 2.0) / (exp(v) * (exp(v) + 2.0) + 2.0), 1.0, v > 20.0)"),
     ("HardSwish", "v * clamp(v / 6.0 + 0.5, 0.0, 1.0)"),
     ("LeakyRelu", "select(a * v, v, v >= 0.0)"),
     ("Elu", "select(a * (exp(v) - 1.0), v, v > 0.0)"),
@@ -76,6 +77,13 @@ const VARIADIC: &[&str] = &["Max", "Min", "Sum", "Mean"];
 
 /// WGSL helpers the expressions use.
 pub(crate) const MATH: &str = r#"
+fn softplus(x: f32) -> f32 {
+    // max(x, 0) + log1p(e^-|x|), with log1p(z) = log(u) z / (u - 1) for u = 1 + z (exact
+    // where log(1 + z) alone would lose the small z to rounding).
+    let z = exp(-abs(x));
+    let u = 1.0 + z;
+    return max(x, 0.0) + select(log(u) * z / (u - 1.0), z, u == 1.0);
+}
 fn erf(x: f32) -> f32 {
     // Abramowitz and Stegun 7.1.26, |error| < 1.5e-7.
     let t = 1.0 / (1.0 + 0.3275911 * abs(x));
@@ -114,7 +122,7 @@ fn supports_unary(ctx: &NodeContext<'_>, gpu: &GpuContext) -> bool {
 }
 
 fn supports_clip(ctx: &NodeContext<'_>, gpu: &GpuContext) -> bool {
-    float_inputs(ctx, gpu, 0..1)
+    float_inputs(ctx, gpu, 0..1) || super::clip_int::supports(ctx)
 }
 
 /// Whether a node goes to the integer kernels: integer inputs, or Pow of mixed types.
@@ -163,6 +171,9 @@ struct Unary {
 }
 
 fn build_unary(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<dyn GpuOp>> {
+    if ctx.node.op_type == "Clip" && super::clip_int::supports(ctx) {
+        return super::clip_int::build(ctx, gpu);
+    }
     let dtype = input_dtype(ctx, 0).ok_or_else(|| Error::Unsupported("wgpu: untyped input".into()))?;
     let ty = wgsl_type(dtype).ok_or_else(|| Error::Unsupported(format!("wgpu: {dtype:?}")))?;
     let mut op = ctx.node.op_type.as_str();

@@ -24,7 +24,7 @@ use crate::run::GpuRun;
 pub(crate) fn register(r: &mut Registry) {
     r.add("Gather", supports_gather, build_gather);
     r.add("GatherElements", supports_gather_elements, build_gather_elements);
-    r.add("ScatterND", supports_scatter_nd, build_scatter_nd);
+    r.add("ScatterND", super::scatter_nd::supports, super::scatter_nd::build);
 }
 
 /// Bytes per index of an indices dtype the kernels read (int32 or int64).
@@ -271,7 +271,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 
 /// ScatterND takes reduction "none" with int64 indices on 4- and 8-byte data (sub-word
 /// elements would need atomics: two updates may share a word).
-fn supports_scatter_nd(ctx: &NodeContext<'_>, _gpu: &GpuContext) -> bool {
+pub(super) fn supports_scatter_nd(ctx: &NodeContext<'_>, _gpu: &GpuContext) -> bool {
     let none = ctx.node.string_or("reduction", "none").is_ok_and(|r| r == "none");
     let size_ok = matches!(super::layout::input_elem_size(ctx, 0), Some(4 | 8));
     let same = input_dtype(ctx, 0) == input_dtype(ctx, 2);
@@ -287,7 +287,7 @@ struct ScatterNd {
     at: Location,
 }
 
-fn build_scatter_nd(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<dyn GpuOp>> {
+pub(super) fn build_scatter_nd(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<dyn GpuOp>> {
     let size = known_size(ctx, 0)?;
     known_dtype(ctx, 2)?;
     let scatter = gpu.pipeline(&format!("gather/scatter_nd/{size}"), || scatter_nd_shader(size))?;

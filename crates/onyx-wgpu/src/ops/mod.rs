@@ -41,6 +41,16 @@ pub(crate) mod scatter;
 pub(crate) mod softmax;
 pub(crate) mod topk;
 pub(crate) mod window;
+pub(crate) mod causal_conv;
+pub(crate) mod linear_attention;
+pub(crate) mod rotary;
+pub(crate) mod det;
+pub(crate) mod affine_grid;
+pub(crate) mod reverse_sequence;
+pub(crate) mod center_crop_pad;
+pub(crate) mod clip_int;
+pub(crate) mod col2im;
+pub(crate) mod scatter_nd;
 
 /// Whether the EP takes a node: dtypes and attributes the kernel handles on this device.
 pub(crate) type SupportsFn = fn(&NodeContext<'_>, &GpuContext) -> bool;
@@ -99,6 +109,14 @@ impl Registry {
         softmax::register(&mut r);
         topk::register(&mut r);
         window::register(&mut r);
+        causal_conv::register(&mut r);
+        linear_attention::register(&mut r);
+        rotary::register(&mut r);
+        det::register(&mut r);
+        affine_grid::register(&mut r);
+        reverse_sequence::register(&mut r);
+        center_crop_pad::register(&mut r);
+        col2im::register(&mut r);
         r
     }
 

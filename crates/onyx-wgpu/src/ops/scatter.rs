@@ -26,7 +26,7 @@ pub(crate) fn register(r: &mut Registry) {
 
 /// The reduction of repeated updates.
 #[derive(Debug, Clone, Copy, PartialEq)]
-enum Reduction {
+pub(crate) enum Reduction {
     None,
     Add,
     Mul,
@@ -35,7 +35,7 @@ enum Reduction {
 }
 
 /// The node's reduction (add/mul from opset 16, max/min from 18), or `None` when not valid.
-fn reduction(ctx: &NodeContext<'_>) -> Option<Reduction> {
+pub(crate) fn reduction(ctx: &NodeContext<'_>) -> Option<Reduction> {
     if ctx.node.op_type == "Scatter" || ctx.since_version < 16 {
         return Some(Reduction::None);
     }
@@ -50,7 +50,7 @@ fn reduction(ctx: &NodeContext<'_>) -> Option<Reduction> {
 }
 
 /// The WGSL scalar type a reduction computes in for a data dtype (f32 and i32 only).
-fn reduce_type(dtype: DataType) -> Option<&'static str> {
+pub(crate) fn reduce_type(dtype: DataType) -> Option<&'static str> {
     match dtype {
         DataType::Float => Some("f32"),
         DataType::Int32 => Some("i32"),
@@ -101,7 +101,7 @@ fn index_at(j: u32, dim: u32) -> u32 {
 }
 
 /// WGSL `combine(d, s) -> E` of a reduction computing in `t`.
-fn combine_fn(r: Reduction, t: &str) -> String {
+pub(crate) fn combine_fn(r: Reduction, t: &str) -> String {
     let expr = match r {
         Reduction::None => return "fn combine(d: E, s: E) -> E { return s; }\n".to_string(),
         Reduction::Add => "a + b",

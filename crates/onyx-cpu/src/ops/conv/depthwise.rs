@@ -6,7 +6,10 @@
 
 use rayon::prelude::*;
 
+use std::any::TypeId;
+
 use super::geometry::Axis;
+use super::microkernel::{self, NR};
 use super::kernels::{ConvShape, Epilogue};
 use crate::ops::matmul::gemm::PARALLEL_WORK;
 use crate::ops::matmul::real::Real;
@@ -42,7 +45,7 @@ impl RowLayout {
 /// Writes the padded, phase-split copy of one input row into `dst` (`layout.row_len` elements):
 /// `phase[j] = src[p + s * j - pad_begin]`, `fill` outside the row.
 #[inline(always)]
-pub(crate) fn lay_out_row<T: Copy>(src: &[T], ax: &Axis, layout: RowLayout, fill: T, dst: &mut [T]) {
+pub(crate) fn lay_out_row<T: Copy + 'static>(src: &[T], ax: &Axis, layout: RowLayout, fill: T, dst: &mut [T]) {
     let s = ax.stride.max(1);
     let (len, pad) = (src.len() as isize, ax.pad_begin);
     for (p, phase) in dst.chunks_exact_mut(layout.phase_len).enumerate() {
@@ -58,6 +61,19 @@ pub(crate) fn lay_out_row<T: Copy>(src: &[T], ax: &Axis, layout: RowLayout, fill
         let first = (p + (s * lo) as isize - pad) as usize;
         if s == 1 {
             phase[lo..hi].copy_from_slice(&src[first..first + (hi - lo)]);
+        } else if s == 2 && TypeId::of::<T>() == TypeId::of::<f32>() && microkernel::available() {
+            let dst = &mut phase[lo..hi];
+            // SAFETY: T is f32 (same TypeId), so both slices keep their lengths and elements.
+            let (src, dst) = unsafe {
+                (
+                    std::slice::from_raw_parts(src.as_ptr().cast::<f32>(), src.len()),
+                    std::slice::from_raw_parts_mut(dst.as_mut_ptr().cast::<f32>(), dst.len()),
+                )
+            };
+            for (i, run) in dst.chunks_mut(NR).enumerate() {
+                // SAFETY: `available()` was checked; `copy_run` checks its own bounds.
+                unsafe { microkernel::copy_run(src, first + 2 * i * NR, 2, run.len(), run) };
+            }
         } else {
             for (d, &v) in phase[lo..hi].iter_mut().zip(src[first..].iter().step_by(s)) {
                 *d = v;

@@ -6,10 +6,11 @@ use std::ops::Range;
 
 use rayon::prelude::*;
 
-use onyx_core::{Error, Result};
+use onyx_core::{DataType, Error, Result};
 
 use super::depthwise::depthwise;
 use super::geometry::Axis;
+use super::packed;
 use crate::ops::contrib::Activation;
 use crate::ops::matmul::gemm::{gemm_post, MatMut, MatRef, RowPost, PARALLEL_WORK};
 use crate::ops::matmul::real::{zeroed, Real};
@@ -112,7 +113,7 @@ impl<'a, T: Real> Epilogue<'a, T> {
     }
 
     /// True when it changes nothing.
-    fn is_identity(&self) -> bool {
+    pub fn is_identity(&self) -> bool {
         self.bias.is_none() && self.residual.is_none() && self.activation == Activation::None
     }
 
@@ -158,15 +159,29 @@ pub(crate) fn conv<T: Real>(x: &[T], w: &[T], bias: Option<&[T]>, s: &ConvShape)
 /// the output by the thread that computed it.
 pub(crate) fn conv_fused<T: Real>(x: &[T], w: &[T], s: &ConvShape, epi: &Epilogue<'_, T>) -> Result<Vec<T>> {
     s.check(x.len(), w.len(), epi.bias.map(<[T]>::len))?;
-    let mut y = zeroed(s.out_elems()?)?;
+    let depthwise_conv = s.cg() == 1 && s.group > 1;
+    let packed = !depthwise_conv && T::DTYPE == DataType::Float && packed::available();
+    // The packed path writes every element: a pooled buffer needs no clearing pass.
+    let mut y = if packed { onyx_core::host_pool::take(s.out_elems()?) } else { zeroed(s.out_elems()?)? };
     epi.check(y.len())?;
     if y.is_empty() {
         return Ok(y);
     }
-    if s.cg() == 1 && s.group > 1 {
+    if depthwise_conv {
         depthwise(x, w, s, &mut y, epi);
         return Ok(y);
     }
+    if packed {
+        packed_f32(x, w, s, &mut y, epi);
+        return Ok(y);
+    }
+    gemm_paths(x, w, s, epi, &mut y)?;
+    Ok(y)
+}
+
+/// The im2col / pointwise paths through the generic GEMM (every type; every CPU), into `y`
+/// (zero on entry; checked by the caller).
+pub(crate) fn gemm_paths<T: Real>(x: &[T], w: &[T], s: &ConvShape, epi: &Epilogue<'_, T>, y: &mut [T]) -> Result<()> {
     let pointwise = s.axes.iter().all(|a| a.kernel == 1 && a.stride == 1 && a.pad_begin == 0 && a.output == a.input);
     let (items, item_len) = (s.batch * s.group, s.mg() * s.out_len());
     let work = y.len().saturating_mul(s.cg() * s.k_len());
@@ -194,7 +209,17 @@ pub(crate) fn conv_fused<T: Real>(x: &[T], w: &[T], s: &ConvShape, epi: &Epilogu
         let mut scratch = Vec::new();
         y.chunks_mut(item_len).enumerate().try_for_each(|item| one(&mut scratch, item, true))?;
     }
-    Ok(y)
+    Ok(())
+}
+
+/// [`packed::conv`] on `T = f32` (the caller checked `T::DTYPE`, so the casts keep every
+/// element as it is).
+fn packed_f32<T: Real>(x: &[T], w: &[T], s: &ConvShape, y: &mut [T], epi: &Epilogue<'_, T>) {
+    fn f32s<T: Real>(v: &[T]) -> &[f32] {
+        bytemuck::cast_slice(v)
+    }
+    let epi = Epilogue { bias: epi.bias.map(f32s), residual: epi.residual.map(f32s), activation: epi.activation };
+    packed::conv(f32s(x), f32s(w), s, bytemuck::cast_slice_mut(y), &epi);
 }
 
 /// A 1x1 stride-1 unpadded convolution of one (image, group): the input already is the

@@ -322,6 +322,25 @@ fn build_binary(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
 }
 
 impl Kernel for Binary {
+    fn in_place_inputs(&self) -> &[usize] {
+        match self.op {
+            BinaryOp::Arith(_) => &[0, 1],
+            _ => &[],
+        }
+    }
+
+    fn run_donated(&self, inputs: &[Option<ValueRef<'_>>], donated: (usize, Value), wanted: &[bool]) -> Result<Vec<Value>> {
+        let (i, x) = donated;
+        let x = match (self.op, util::input(inputs, 1 - i.min(1), &self.at)) {
+            (BinaryOp::Arith(op), Ok(other)) if i < 2 => match super::in_place::arith(op, i, x, &other) {
+                Ok(y) => return Ok(vec![y.map_err(|e| e.at(&self.at))?]),
+                Err(x) => x,
+            },
+            _ => x,
+        };
+        self.run(&onyx_core::ep::with_input(inputs, i, &x), wanted)
+    }
+
     fn run(&self, inputs: &[Option<ValueRef<'_>>], _wanted: &[bool]) -> Result<Vec<Value>> {
         let at = &self.at;
         let (a, b) = (util::input(inputs, 0, at)?, util::input(inputs, 1, at)?);

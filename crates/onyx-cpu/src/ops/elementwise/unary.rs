@@ -236,6 +236,19 @@ fn build_unary(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
 }
 
 impl Kernel for Unary {
+    fn in_place_inputs(&self) -> &[usize] {
+        &[0]
+    }
+
+    fn run_donated(&self, inputs: &[Option<ValueRef<'_>>], donated: (usize, Value), wanted: &[bool]) -> Result<Vec<Value>> {
+        let (i, x) = donated;
+        let x = match super::map_float_in_place(x, &self.op) {
+            Ok(y) => return Ok(vec![y.map_err(|e| e.at(&self.at))?]),
+            Err(x) => x,
+        };
+        self.run(&onyx_core::ep::with_input(inputs, i, &x), wanted)
+    }
+
     fn run(&self, inputs: &[Option<ValueRef<'_>>], _wanted: &[bool]) -> Result<Vec<Value>> {
         let x = util::input(inputs, 0, &self.at)?;
         let y = if INT_TYPES.contains(&x.dtype()) && self.op.takes_integers() {
@@ -297,7 +310,7 @@ impl Clip {
 }
 
 /// Clamps to `[lo, hi]` (`hi` wins when `lo > hi`, as the spec says); NaN stays NaN.
-fn clip_slice<T: Copy + PartialOrd + Send + Sync + Default>(x: &[T], lo: Option<T>, hi: Option<T>) -> Vec<T> {
+fn clip_slice<T: bytemuck::Pod + PartialOrd + Send + Sync>(x: &[T], lo: Option<T>, hi: Option<T>) -> Vec<T> {
     map_chunks(x, |s, d| util::simd(|| match (lo, hi) {
         (Some(l), Some(h)) => each(s, d, |v| {
             let v = if v < l { l } else { v };
@@ -313,7 +326,48 @@ fn clip_slice<T: Copy + PartialOrd + Send + Sync + Default>(x: &[T], lo: Option<
     }))
 }
 
+impl Clip {
+    /// Clip of an f32 tensor over its own elements (see [`Kernel::run_donated`]); `Err` with `x`
+    /// when its buffer cannot be taken.
+    fn in_place(&self, inputs: &[Option<ValueRef<'_>>], x: Value) -> std::result::Result<Result<Value>, Value> {
+        if !matches!(&x, Value::Tensor(t) if t.dtype() == DataType::Float) {
+            return Err(x);
+        }
+        let bounds = match self.attr_bounds {
+            Some((lo, hi)) => Ok((lo, hi)),
+            None => self
+                .bound_input::<f32>(inputs, 1, DataType::Float)
+                .and_then(|lo| Ok((lo, self.bound_input::<f32>(inputs, 2, DataType::Float)?))),
+        };
+        let Ok((lo, hi)) = bounds else { return Err(x) }; // the ordinary run reports it
+        let (shape, mut v) = onyx_core::host_pool::reclaim::<f32>(x)?;
+        crate::ops::broadcast::par_chunks_in_place(&mut v, |d| util::simd(|| match (lo, hi) {
+            (Some(l), Some(h)) => d.iter_mut().for_each(|e| {
+                let v = if *e < l { l } else { *e };
+                *e = if v > h { h } else { v };
+            }),
+            (Some(l), None) => d.iter_mut().for_each(|e| *e = if *e < l { l } else { *e }),
+            (None, Some(h)) => d.iter_mut().for_each(|e| *e = if *e > h { h } else { *e }),
+            (None, None) => {}
+        }));
+        Ok(util::out(shape, v))
+    }
+}
+
 impl Kernel for Clip {
+    fn in_place_inputs(&self) -> &[usize] {
+        &[0]
+    }
+
+    fn run_donated(&self, inputs: &[Option<ValueRef<'_>>], donated: (usize, Value), wanted: &[bool]) -> Result<Vec<Value>> {
+        let (i, x) = donated;
+        let x = match self.in_place(inputs, x) {
+            Ok(y) => return Ok(vec![y.map_err(|e| e.at(&self.at))?]),
+            Err(x) => x,
+        };
+        self.run(&onyx_core::ep::with_input(inputs, i, &x), wanted)
+    }
+
     fn run(&self, inputs: &[Option<ValueRef<'_>>], _wanted: &[bool]) -> Result<Vec<Value>> {
         let x = util::input(inputs, 0, &self.at)?;
         let dtype = x.dtype();

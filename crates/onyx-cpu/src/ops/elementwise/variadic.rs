@@ -7,7 +7,7 @@ use super::binary::{arith_int, arith_real, max_nan, min_nan, Arith};
 use super::num::{Int, Num, Real};
 use super::unary::INT_TYPES;
 use super::{dispatch_int, dtype_error, narrow, same_dtype_error, sized_out, sized_slice, widen, FLOAT_TYPES};
-use crate::ops::broadcast::{broadcast_shapes, map3, update2};
+use crate::ops::broadcast::{broadcast_shapes, map3, map3_any, update2};
 use crate::ops::util;
 use crate::Registry;
 
@@ -180,7 +180,7 @@ impl Where {
         }
         let cond = (c.bytes()?, c.shape());
         if dtype == DataType::String {
-            let (shape, out) = map3(cond, (x.strings()?, x.shape()), (y.strings()?, y.shape()), |&c, a, b| {
+            let (shape, out) = map3_any(cond, (x.strings()?, x.shape()), (y.strings()?, y.shape()), |&c, a, b| {
                 if c != 0 { a.clone() } else { b.clone() }
             })?;
             return Tensor::from_strings(shape, out).map(Value::Tensor);

@@ -5,7 +5,7 @@
 use std::borrow::Cow;
 
 use onyx_core::ep::ValueRef;
-use onyx_core::{DataType, Error, HostBuffer, Location, Result, Tensor, TensorView, Value};
+use onyx_core::{DataType, Error, Location, Result, Tensor, TensorView, Value};
 
 /// An element type that kernels move without looking at: `u8`/`u16`/`u32`/`u64` stand for
 /// every type of that width (bool, float8, f16, f32, complex64, ...), `String` for strings.
@@ -23,7 +23,7 @@ macro_rules! fixed_elem {
                 Ok(typed::<$t>(view.bytes()?))
             }
             fn tensor(dtype: DataType, shape: Vec<usize>, data: Vec<Self>) -> Result<Tensor> {
-                Tensor::from_bytes(dtype, shape, HostBuffer::from_vec(data))
+                onyx_core::host_pool::tensor_of(dtype, shape, data)
             }
         }
     )*};

@@ -3,36 +3,11 @@
 use onyx_core::ep::{Kernel, NodeContext, ValueRef};
 use onyx_core::{DataType, Error, Location, Result, Value};
 
+pub(crate) use onyx_core::ops::layout::{clamp_slice_axis as clamp_axis, AxisSlice};
+
 use super::elems::{self, with_elem, Elem};
 use super::index_map::gather_axes;
 use crate::ops::util;
-
-/// One axis of a slice after clamping: `count` elements from `start`, `step` apart.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct AxisSlice {
-    /// First input index read.
-    pub start: i64,
-    /// Distance between read indices (never 0).
-    pub step: i64,
-    /// Number of elements read.
-    pub count: usize,
-}
-
-/// Clamps `start`/`end` into a dim of size `dim` the way the ONNX spec says.
-pub(crate) fn clamp_axis(start: i64, end: i64, step: i64, dim: usize) -> AxisSlice {
-    let d = dim as i64;
-    let wrap = |x: i64| if x < 0 { x.saturating_add(d) } else { x };
-    let (start, end) = (wrap(start), wrap(end));
-    let (start, end) = if step > 0 {
-        (start.max(0).min(d), end.max(0).min(d))
-    } else {
-        (start.max(0).min(d - 1), end.max(-1).min(d - 1))
-    };
-    let span = if step > 0 { end - start } else { start - end };
-    let stride = step.unsigned_abs() as i128;
-    let count = if span <= 0 { 0 } else { ((span as i128 + stride - 1) / stride) as usize };
-    AxisSlice { start, step, count }
-}
 
 /// The slice of every axis given `starts`, `ends`, `axes` and `steps` (equal lengths, already
 /// checked) on `shape`.

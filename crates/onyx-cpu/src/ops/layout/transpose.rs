@@ -3,51 +3,8 @@
 use rayon::prelude::*;
 
 use super::elems::{self, Elem};
-use onyx_core::{Error, Location, Result};
-
-/// Checks that `perm` is a permutation of `0..rank`.
-pub(crate) fn check_perm(perm: &[usize], rank: usize, at: &Location) -> Result<()> {
-    let mut seen = vec![false; rank];
-    let ok = perm.len() == rank && perm.iter().all(|&p| p < rank && !std::mem::replace(&mut seen[p], true));
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::attribute(at, "perm", format!("a permutation of 0..{rank}"), format!("{perm:?}")))
-    }
-}
-
-/// The shape and permutation after dropping size-1 dims and merging input dims that stay
-/// adjacent and in order: the smallest equivalent problem.
-pub(crate) fn simplify(shape: &[usize], perm: &[usize]) -> (Vec<usize>, Vec<usize>) {
-    // Drop size-1 dims, renumbering the remaining input dims.
-    let mut renumber = vec![usize::MAX; shape.len()];
-    let mut kept_shape = Vec::new();
-    for (d, &n) in shape.iter().enumerate() {
-        if n != 1 {
-            renumber[d] = kept_shape.len();
-            kept_shape.push(n);
-        }
-    }
-    let kept_perm: Vec<usize> = perm.iter().map(|&p| renumber[p]).filter(|&p| p != usize::MAX).collect();
-    // Group runs p, p+1, ... of the permutation into single dims.
-    let mut groups: Vec<(usize, usize)> = Vec::new(); // (first input dim, last input dim)
-    for &p in &kept_perm {
-        match groups.last_mut() {
-            Some(g) if g.1 + 1 == p => g.1 = p,
-            _ => groups.push((p, p)),
-        }
-    }
-    let mut order: Vec<usize> = (0..groups.len()).collect();
-    order.sort_by_key(|&g| groups[g].0);
-    let mut new_shape = vec![0; groups.len()];
-    let mut new_perm = vec![0; groups.len()];
-    for (new_dim, &g) in order.iter().enumerate() {
-        let (first, last) = groups[g];
-        new_shape[new_dim] = kept_shape[first..=last].iter().fold(1usize, |a, &b| a.saturating_mul(b));
-        new_perm[g] = new_dim;
-    }
-    (new_shape, new_perm)
-}
+pub(crate) use onyx_core::ops::layout::{check_perm, simplify_transpose as simplify};
+use onyx_core::{Location, Result};
 
 /// Transposes `data` of `shape`: output dim `i` is input dim `perm[i]`. `perm` must be a
 /// valid permutation (see [`check_perm`]).

@@ -88,11 +88,17 @@ pub(crate) fn filled<T: Clone>(n: usize, value: T) -> Result<Vec<T>> {
     Ok(v)
 }
 
-/// A vector of `n` zeros, or an error (not an abort) when it cannot be allocated. The memory
-/// comes zeroed from the allocator (fresh pages need no clearing pass), unlike [`filled`].
-pub(crate) fn zeroed<T: bytemuck::Zeroable>(n: usize) -> Result<Vec<T>> {
+/// A vector of `n` zeros, or an error (not an abort) when it cannot be allocated: a buffer of the
+/// run's pool cleared, else memory that comes zeroed from the allocator (fresh pages need no
+/// clearing pass), unlike [`filled`].
+pub(crate) fn zeroed<T: bytemuck::Pod>(n: usize) -> Result<Vec<T>> {
+    if let Some(mut v) = onyx_core::host_pool::reuse::<T>(n) {
+        v.fill(T::zeroed());
+        return Ok(v);
+    }
     bytemuck::allocation::try_zeroed_slice_box(n)
         .map(|b| b.into_vec())
+        .inspect(|v| onyx_core::host_pool::track(v))
         .map_err(|_| Error::InvalidArgument(format!("cannot allocate an output of {n} elements")))
 }
 

@@ -1,5 +1,6 @@
 //! Concat and Split.
 
+use onyx_core::ops::layout::split_sizes;
 use super::*;
 
 /// Concat's `fetch` for `n` inputs `x0..`: output element `e` is at row `o = e / p[3]`,
@@ -145,38 +146,7 @@ impl Split {
             (None, true) => host_ints(inputs, 1, &self.at)?,
             (None, false) => None,
         };
-        if let Some(sizes) = given.filter(|s| !s.is_empty()) {
-            let ok = sizes.len() == self.outputs
-                && sizes.iter().all(|&s| s >= 0)
-                && sizes.iter().try_fold(0i64, |a, &s| a.checked_add(s)) == Some(dim as i64);
-            if !ok {
-                return Err(Error::node(
-                    &self.at,
-                    format!(
-                        "split sizes {sizes:?} must be {} non-negative sizes summing to the axis' dim {dim}",
-                        self.outputs
-                    ),
-                ));
-            }
-            return Ok(sizes.iter().map(|&s| s as usize).collect());
-        }
-        let n = self.num_outputs.map_or(self.outputs, |n| n as usize);
-        if n == 0 {
-            return Err(Error::node(&self.at, "Split needs at least one output"));
-        }
-        let chunk = dim.div_ceil(n);
-        if chunk * n != dim && !self.uneven_ok {
-            return Err(Error::node(&self.at, format!("cannot split a dim of {dim} evenly into {n} outputs")));
-        }
-        let rest = dim.checked_sub(chunk * (n - 1)).ok_or_else(|| {
-            Error::node(
-                &self.at,
-                format!("cannot split a dim of {dim} into {n} pieces of {chunk} and a smaller last one"),
-            )
-        })?;
-        let mut sizes = vec![chunk; n - 1];
-        sizes.push(rest);
-        Ok(sizes)
+        split_sizes(given, self.outputs, self.num_outputs, self.uneven_ok, dim, &self.at)
     }
 }
 

@@ -1,37 +1,9 @@
 //! Transpose: batched 2-D transposes through workgroup memory, anything else as a strided
 //! gather, with permutations simplified first.
 
-use super::*;
+use onyx_core::ops::layout::simplify_transpose as simplify;
 
-/// Shape and permutation with size-1 dims dropped and input dims that stay adjacent merged.
-fn simplify(shape: &[usize], perm: &[usize]) -> (Vec<usize>, Vec<usize>) {
-    let mut renumber = vec![usize::MAX; shape.len()];
-    let mut kept_shape = Vec::new();
-    for (d, &n) in shape.iter().enumerate() {
-        if n != 1 {
-            renumber[d] = kept_shape.len();
-            kept_shape.push(n);
-        }
-    }
-    let kept_perm: Vec<usize> = perm.iter().map(|&p| renumber[p]).filter(|&p| p != usize::MAX).collect();
-    let mut groups: Vec<(usize, usize)> = Vec::new();
-    for &p in &kept_perm {
-        match groups.last_mut() {
-            Some(g) if g.1 + 1 == p => g.1 = p,
-            _ => groups.push((p, p)),
-        }
-    }
-    let mut order: Vec<usize> = (0..groups.len()).collect();
-    order.sort_by_key(|&g| groups[g].0);
-    let mut new_shape = vec![0; groups.len()];
-    let mut new_perm = vec![0; groups.len()];
-    for (new_dim, &g) in order.iter().enumerate() {
-        let (first, last) = groups[g];
-        new_shape[new_dim] = kept_shape[first..=last].iter().product();
-        new_perm[g] = new_dim;
-    }
-    (new_shape, new_perm)
-}
+use super::*;
 
 /// Tile edge of the workgroup-memory transpose.
 const TILE: u32 = 32;

@@ -1,53 +1,9 @@
 //! Zero-copy shape ops: Reshape, Flatten, Squeeze, Unsqueeze and Identity return views of
 //! their input.
 
-use super::*;
+use onyx_core::ops::layout::reshape_dims;
 
-/// The output shape of Reshape: `0` copies the input dim (or is a real 0 with `allowzero`),
-/// one `-1` takes what is left.
-fn reshape_dims(input: &[usize], spec: &[i64], allowzero: bool, at: &Location) -> Result<Vec<usize>> {
-    let total: usize = input.iter().product();
-    let bad =
-        || Error::input(at, 1, format!("a shape with as many elements as the input {input:?}"), format!("{spec:?}"));
-    let mut out = Vec::with_capacity(spec.len());
-    let mut infer = None;
-    for (i, &s) in spec.iter().enumerate() {
-        let d = match s {
-            -1 if infer.is_some() => return Err(Error::input(at, 1, "at most one -1", format!("{spec:?}"))),
-            -1 => {
-                infer = Some(i);
-                1
-            }
-            0 if allowzero => 0,
-            0 => *input.get(i).ok_or_else(|| {
-                Error::input(
-                    at,
-                    1,
-                    format!("0 only at positions below the input rank {}", input.len()),
-                    format!("{spec:?}"),
-                )
-            })?,
-            s if s < 0 => return Err(Error::input(at, 1, "dims >= -1", format!("{spec:?}"))),
-            s => usize::try_from(s).map_err(|_| bad())?,
-        };
-        out.push(d);
-    }
-    if allowzero && infer.is_some() && spec.contains(&0) {
-        return Err(Error::input(at, 1, "no -1 together with 0 when allowzero is set", format!("{spec:?}")));
-    }
-    let known = out.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).ok_or_else(bad)?;
-    if let Some(i) = infer {
-        out[i] = match (known, total) {
-            (0, 0) => 0,
-            (0, _) => return Err(bad()),
-            (k, t) if t % k == 0 => t / k,
-            _ => return Err(bad()),
-        };
-    } else if known != total {
-        return Err(bad());
-    }
-    Ok(out)
-}
+use super::*;
 
 /// Reshape: a view of the input's buffer.
 struct Reshape {

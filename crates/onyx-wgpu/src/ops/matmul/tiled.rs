@@ -114,14 +114,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         if (kn < kend) {
             $LOAD(kn)
         }
-        for (var k = 0u; k < BK; k++) {
-            let a = As[k * ROW4 + ty];
-            let b = Bs[k * ROW4 + tx];
-            acc0 += a.x * b;
-            acc1 += a.y * b;
-            acc2 += a.z * b;
-            acc3 += a.w * b;
-        }
+        $INNER
         workgroupBarrier();
     }
     let m = m0 + ty * 4u;
@@ -186,6 +179,21 @@ enum Mode {
     Reduce,
 }
 
+/// The products of one staged K step, unrolled in the source: the loop the WGSL compiler
+/// emits (with its iteration guard) is not unrolled on every driver. One block per k of the
+/// template's `BK` (16).
+fn inner_product() -> String {
+    (0..16)
+        .map(|k| {
+            format!(
+                "{{ let a = As[{k}u * ROW4 + ty]; let b = Bs[{k}u * ROW4 + tx]; \
+                 acc0 += a.x * b; acc1 += a.y * b; acc2 += a.z * b; acc3 += a.w * b; }}"
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n        ")
+}
+
 /// A tiled kernel's description: everything its shaders are generated from.
 #[derive(Clone, Debug)]
 pub(crate) struct TiledSource {
@@ -240,6 +248,7 @@ impl TiledSource {
             })
             .collect();
         let (load_first, load_next) = (load("kbeg"), load("kn"));
+        let inner = inner_product();
         let part = fill(PART, &[("$BINDING", &(self.buffers + 1).to_string())]);
         let enable = enables(self.dtype);
         match mode {
@@ -255,6 +264,7 @@ impl TiledSource {
                     ("$LOAD(kn)", &load_next),
                     ("$STAGE", &stage),
                     ("$B_COLS", b_cols),
+                    ("$INNER", &inner),
                 ],
             ),
             Mode::Slice => fill(
@@ -269,6 +279,7 @@ impl TiledSource {
                     ("$LOAD(kn)", &load_next),
                     ("$STAGE", &stage),
                     ("$B_COLS", b_cols),
+                    ("$INNER", &inner),
                 ],
             ),
             Mode::Reduce => format!("{enable}{}\n{}\n{REDUCE}", self.hooks, part.replace("part_z", "0u")),

@@ -4,9 +4,12 @@
 //! lengths (`nonpad_kv_seqlen`), a softcap, and `qk_matmul_output` at any of its four points.
 //! A query row whose every key is masked gets zero weights (a zero output row).
 //!
-//! Three dispatches: the present key and value (the past followed by the new keys, in the 4-D
-//! layout; they are outputs 1 and 2), then one workgroup per query row that computes the
-//! row's scores into an f32 scratch row, its softmax, and the weighted sum of values.
+//! Head sizes up to 128 without `qk_matmul_output` run the tiled kernel of `flash.rs` (online
+//! softmax, no scratch), reading K and V in place when there is no cache and no present
+//! output: one dispatch. Otherwise three: the present key and value (the past followed by the
+//! new keys, in the 4-D layout; outputs 1 and 2), then the tiled kernel or, for the cases it
+//! does not cover, the row kernel (one workgroup per query row that computes the row's scores
+//! into an f32 scratch row, its softmax, and the weighted sum of values).
 
 use std::sync::Arc;
 
@@ -18,6 +21,10 @@ use super::{input_dtype, is_float_input, Registry};
 use crate::context::{GpuContext, Pipeline};
 use crate::kernel::{enables, gpu_input, grid, opt_gpu_input, strides, u32_of, GpuOp, GpuTensor, OnGpu, FLAT_INDEX};
 use crate::run::GpuRun;
+
+mod flash;
+
+use flash::{flash_shader, Tiling};
 
 /// Registers Attention.
 pub(crate) fn register(r: &mut Registry) {
@@ -52,6 +59,10 @@ struct AttentionOp {
     present: Arc<Pipeline>,
     present_past: Arc<Pipeline>,
     row: Arc<Pipeline>,
+    /// Tiled kernels by tiling (none when the node keeps `qk_matmul_output`).
+    flash: Vec<(Tiling, Arc<Pipeline>)>,
+    /// Workgroup memory the device allows, in bytes.
+    storage_limit: u32,
     dtype: DataType,
     q_heads: Option<usize>,
     kv_heads: Option<usize>,
@@ -84,10 +95,20 @@ fn build(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<dyn GpuOp>>
     let present_past = gpu.pipeline(&format!("attention/present/{ty}/true"), || present_shader(ty, en, true))?;
     let row = gpu.pipeline(&format!("attention/row/{ty}/{mask}/{nonpad}/{qk}"), || row_shader(ty, en, mask, nonpad, qk))?;
     let heads = |name: &str| -> Result<Option<usize>> { Ok(node.get_int(name)?.map(|h| h.max(1) as usize)) };
+    let storage_limit = gpu.device().limits().max_compute_workgroup_storage_size;
+    let mut flash = Vec::new();
+    if !qk {
+        for t in tilings(ctx, heads("q_num_heads")?, heads("kv_num_heads")?, storage_limit) {
+            let key = format!("attention/flash/{ty}/{mask}/{nonpad}/{}", t.name());
+            flash.push((t, gpu.pipeline(&key, || flash_shader(ty, en, mask, nonpad, t))?));
+        }
+    }
     Ok(Box::new(AttentionOp {
         present,
         present_past,
         row,
+        flash,
+        storage_limit,
         dtype,
         q_heads: heads("q_num_heads")?,
         kv_heads: heads("kv_num_heads")?,
@@ -100,6 +121,28 @@ fn build(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<dyn GpuOp>>
         outputs,
         at,
     }))
+}
+
+/// The head size of input `i` when its shape says it: the last dim of a 4-D tensor, or that of
+/// a 3-D one divided by `heads`.
+fn head_size(ctx: &NodeContext<'_>, i: usize, heads: Option<usize>) -> Option<usize> {
+    let Some(onyx_core::types::ValueType::Tensor(t)) = ctx.input_types.get(i) else { return None };
+    let shape = t.shape.as_ref()?;
+    let onyx_core::types::Dim::Fixed(last) = shape.last()? else { return None };
+    match (shape.len(), heads) {
+        (4, _) => Some(*last),
+        (3, Some(h)) if h > 0 => Some(last / h),
+        _ => None,
+    }
+}
+
+/// The tilings of the tiled kernel the node may need: the one for its head sizes when the
+/// input shapes give them, else every one the device can run.
+fn tilings(ctx: &NodeContext<'_>, q_heads: Option<usize>, kv_heads: Option<usize>, limit: u32) -> Vec<Tiling> {
+    match (head_size(ctx, 0, q_heads), head_size(ctx, 2, kv_heads)) {
+        (Some(dh), Some(dv)) => Tiling::choose(dh, dv, limit).into_iter().collect(),
+        _ => [1, flash::MAX_HEAD].iter().filter_map(|&d| Tiling::choose(d, d, limit)).collect(),
+    }
 }
 
 /// Present key or value `[b, heads, total, d]`: the past's rows, then the new ones (3-D
@@ -152,7 +195,29 @@ const P_CAUSAL: usize = 10;
 const P_3D: usize = 11;
 const P_MASK: usize = 12; // strides b, h, q, k, then the mask's key count
 const P_MODE: usize = 17;
-const P_LEN: usize = 18;
+/// Tiled kernel only: K and V are read in the 3-D layout (no present copies were made).
+const P_KV3D: usize = 18;
+const P_LEN: usize = 19;
+
+/// WGSL applying the mask (0 none, 1 bool, 2 additive) to score `s` of query row `i`, key
+/// `j`, batch `b`, head `h`: keys past the mask's last are masked out.
+fn mask_code(mask: u32) -> String {
+    let mask_add = match mask {
+        1 => "if (((m[mi >> 2u] >> ((mi & 3u) * 8u)) & 0xffu) == 0u) { s = NEG_INF; }",
+        2 => "s += f32(m[mi]);",
+        _ => "",
+    };
+    if mask == 0 {
+        return String::new();
+    }
+    format!(
+        "if (j < p[{len}]) {{ let mi = b * p[{P_MASK}] + h * p[{}] + i * p[{}] + j * p[{}]; {mask_add} }} else {{ s = NEG_INF; }}",
+        P_MASK + 1,
+        P_MASK + 2,
+        P_MASK + 3,
+        len = P_MASK + 4
+    )
+}
 
 /// The per-row shader (64 threads a query row).
 fn row_shader(ty: &str, enable: &str, mask: u32, nonpad: bool, qk: bool) -> String {
@@ -175,22 +240,7 @@ fn row_shader(ty: &str, enable: &str, mask: u32, nonpad: bool, qk: bool) -> Stri
     if qk {
         bind(format!("var<storage, read_write> qk: array<{ty}>;"));
     }
-    let mask_add = match mask {
-        1 => "if (((m[mi >> 2u] >> ((mi & 3u) * 8u)) & 0xffu) == 0u) { s = NEG_INF; }",
-        2 => "s += f32(m[mi]);",
-        _ => "",
-    };
-    let mask_code = if mask == 0 {
-        String::new()
-    } else {
-        format!(
-            "if (j < p[{len}]) {{ let mi = b * p[{P_MASK}] + h * p[{}] + i * p[{}] + j * p[{}]; {mask_add} }} else {{ s = NEG_INF; }}",
-            P_MASK + 1,
-            P_MASK + 2,
-            P_MASK + 3,
-            len = P_MASK + 4
-        )
-    };
+    let mask_code = mask_code(mask);
     let valid = if nonpad { "min(last, valid[2u * b])" } else { "last" };
     let keep = |mode: u32, v: &str| if qk { format!("if (p[{P_MODE}] == {mode}u) {{ qk[base + j] = {ty}({v}); }}") } else { String::new() };
     let (k0, k1, k2, k3) = (keep(0, "s"), keep(1, "s"), keep(2, "s"), keep(3, "w"));
@@ -289,6 +339,12 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
 }}
 "
     )
+}
+
+/// A dispatch of `n` workgroups, numbered `x + y * width`.
+fn groups_2d(n: usize) -> [u32; 3] {
+    let x = n.clamp(1, 65535);
+    [x as u32, n.div_ceil(x) as u32, 1]
 }
 
 /// Sizes of one call, in the 4-D layout.
@@ -424,9 +480,18 @@ impl GpuOp for AttentionOp {
                 return Err(Error::input(at, 6, format!("nonpad_kv_seqlen of shape [{}]", d.batch), format!("{:?}", np.shape())));
             }
         }
-        let pk = self.present(run, &k, past.as_ref().map(|p| &p.0), &d, d.head)?;
-        let pv = self.present(run, &v, past.as_ref().map(|p| &p.1), &d, d.v_head)?;
         let rows = d.batch * d.q_heads * d.q_seq;
+        let tiling = Tiling::choose(d.head, d.v_head, self.storage_limit);
+        let tiled = self.flash.iter().find(|(t, _)| rows > 0 && Some(*t) == tiling);
+        // Without a cache and with no present outputs, the tiled kernel reads K and V in place.
+        let direct = tiled.is_some() && past.is_none() && self.outputs == 1;
+        let presents = if direct {
+            None
+        } else {
+            let pk = self.present(run, &k, past.as_ref().map(|p| &p.0), &d, d.head)?;
+            let pv = self.present(run, &v, past.as_ref().map(|p| &p.1), &d, d.v_head)?;
+            Some((pk, pv))
+        };
         let y_shape = if d.three_d {
             vec![d.batch, d.q_seq, d.q_heads * d.v_head]
         } else {
@@ -434,7 +499,6 @@ impl GpuOp for AttentionOp {
         };
         let y = run.alloc(self.dtype, y_shape)?;
         let qk = if self.outputs > 3 { Some(run.alloc(self.dtype, vec![d.batch, d.q_heads, d.q_seq, total])?) } else { None };
-        let scratch = run.alloc(DataType::Float, vec![(rows * total).max(1)])?;
         let mut p = vec![0u32; P_LEN];
         p[P_ROWS] = u32_of(rows, at)?;
         p[P_QH] = u32_of(d.q_heads, at)?;
@@ -450,7 +514,11 @@ impl GpuOp for AttentionOp {
         p[P_3D] = u32::from(d.three_d);
         p[P_MODE] = self.mode;
         u32_of(rows * total.max(d.head).max(d.v_head), at)?;
-        let mut buffers = vec![q.buffer, pk.gpu()?, pv.gpu()?];
+        p[P_KV3D] = u32::from(direct && d.three_d);
+        let mut buffers = match &presents {
+            Some((pk, pv)) => vec![q.buffer, pk.gpu()?, pv.gpu()?],
+            None => vec![q.buffer, k.buffer, v.buffer],
+        };
         if let Some(m) = &mask {
             p[P_MASK..P_MASK + 5].copy_from_slice(&self.mask_params(m, &d)?);
             buffers.push(m.buffer);
@@ -458,17 +526,30 @@ impl GpuOp for AttentionOp {
         if let Some(np) = &nonpad {
             buffers.push(np.buffer);
         }
-        buffers.push(scratch.gpu()?);
-        buffers.push(y.gpu()?);
-        if let Some(t) = &qk {
-            buffers.push(t.gpu()?);
+        match tiled {
+            Some((t, pipeline)) => {
+                let groups = d.batch * d.q_heads * d.q_seq.div_ceil(t.rows);
+                p[P_ROWS] = u32_of(groups, at)?;
+                buffers.push(y.gpu()?);
+                run.dispatch(pipeline, &p, &buffers, groups_2d(groups))?;
+            }
+            _ => {
+                let scratch = run.alloc(DataType::Float, vec![(rows * total).max(1)])?;
+                buffers.push(scratch.gpu()?);
+                buffers.push(y.gpu()?);
+                if let Some(t) = &qk {
+                    buffers.push(t.gpu()?);
+                }
+                if rows > 0 {
+                    run.dispatch(&self.row, &p, &buffers, groups_2d(rows))?;
+                }
+                run.release_tensor(scratch);
+            }
         }
-        if rows > 0 {
-            let x = rows.min(65535);
-            run.dispatch(&self.row, &p, &buffers, [x as u32, rows.div_ceil(x) as u32, 1])?;
+        let mut out = vec![Value::Tensor(y)];
+        if let Some((pk, pv)) = presents {
+            out.extend([Value::Tensor(pk), Value::Tensor(pv)]);
         }
-        run.release_tensor(scratch);
-        let mut out = vec![Value::Tensor(y), Value::Tensor(pk), Value::Tensor(pv)];
         if let Some(t) = qk {
             out.push(Value::Tensor(t));
         }
@@ -520,5 +601,66 @@ mod tests {
         let attrs = vec![int("q_num_heads", qh as i64), int("kv_num_heads", kvh as i64), int("is_causal", 1)];
         let inputs = vec![q, k, v, mask, pk, pv];
         Case::new("Attention", inputs).attrs(attrs).opset(23).outputs(4).check(1e-4, 1e-5);
+    }
+
+    /// Runs the tiled kernel (no `qk_matmul_output`) over awkward sizes: query blocks and key
+    /// tiles cut mid-way, head sizes of both tilings, GQA, 3-D and 4-D layouts.
+    #[test]
+    fn tiled_attention_matches_the_cpu() {
+        let shapes = [(1, 2, 1, 1, 1, 5, 3), (2, 4, 2, 17, 33, 64, 64), (1, 3, 3, 33, 15, 9, 20), (1, 2, 1, 7, 40, 100, 72)];
+        for (n, &(b, qh, kvh, qs, kvs, dh, dv)) in shapes.iter().enumerate() {
+            let seed = 100 + 10 * n as u64;
+            let q = rand(&[b, qh, qs, dh], -1.0, 1.0, seed);
+            let k = rand(&[b, kvh, kvs, dh], -1.0, 1.0, seed + 1);
+            let v = rand(&[b, kvh, kvs, dv], -1.0, 1.0, seed + 2);
+            for causal in [0, 1] {
+                let attrs = vec![int("is_causal", causal)];
+                Case::new("Attention", vec![q.clone(), k.clone(), v.clone()]).attrs(attrs).opset(23).outputs(3).check(1e-4, 1e-5);
+            }
+            let mask = rand(&[qs, kvs], -3.0, 0.0, seed + 3);
+            let attrs = vec![float("softcap", 1.5)];
+            Case::new("Attention", vec![q.clone(), k.clone(), v.clone(), mask]).attrs(attrs).opset(23).check(1e-4, 1e-5);
+            let bmask = bools(&[b, 1, qs, kvs], seed + 4);
+            let attrs = vec![float("scale", 0.2), int("is_causal", 1)];
+            Case::new("Attention", vec![q, k, v, bmask]).attrs(attrs).opset(23).check(1e-4, 1e-5);
+        }
+    }
+
+    /// The tiled kernel on the 3-D layout with a KV cache, a bias mask over the whole cache and
+    /// causal masking offset by the past.
+    #[test]
+    fn tiled_attention_3d_with_past_matches_the_cpu() {
+        let (b, qh, kvh, qs, kvs, past, dh, dv) = (2, 6, 2, 19, 5, 30, 16, 24);
+        let q = rand(&[b, qs, qh * dh], -1.0, 1.0, 21);
+        let k = rand(&[b, kvs, kvh * dh], -1.0, 1.0, 22);
+        let v = rand(&[b, kvs, kvh * dv], -1.0, 1.0, 23);
+        let pk = rand(&[b, kvh, past, dh], -1.0, 1.0, 24);
+        let pv = rand(&[b, kvh, past, dv], -1.0, 1.0, 25);
+        let mask = rand(&[b, 1, 1, past + kvs], -2.0, 0.0, 26);
+        for causal in [0, 1] {
+            let attrs = vec![int("q_num_heads", qh as i64), int("kv_num_heads", kvh as i64), int("is_causal", causal)];
+            let inputs = vec![q.clone(), k.clone(), v.clone(), mask.clone(), pk.clone(), pv.clone()];
+            Case::new("Attention", inputs).attrs(attrs).opset(23).outputs(3).check(1e-4, 1e-5);
+        }
+        // No cache and only the output: K and V are read in place in the 3-D layout.
+        let mask = rand(&[b, 1, qs, kvs], -2.0, 0.0, 27);
+        for causal in [0, 1] {
+            let attrs = vec![int("q_num_heads", qh as i64), int("kv_num_heads", kvh as i64), int("is_causal", causal)];
+            Case::new("Attention", vec![q.clone(), k.clone(), v.clone(), mask.clone()]).attrs(attrs).opset(23).check(1e-4, 1e-5);
+        }
+    }
+
+    /// Rows whose every key is masked give zeros in the tiled kernel as on the CPU.
+    #[test]
+    fn tiled_attention_fully_masked_rows_are_zero() {
+        let (b, qh, qs, kvs, dh) = (1, 2, 20, 18, 8);
+        let q = rand(&[b, qh, qs, dh], -1.0, 1.0, 31);
+        let k = rand(&[b, qh, kvs, dh], -1.0, 1.0, 32);
+        let v = rand(&[b, qh, kvs, dh], -1.0, 1.0, 33);
+        let mut rng = fastrand::Rng::with_seed(34);
+        // Every third query row masks all its keys.
+        let bits: Vec<bool> = (0..qs * kvs).map(|e| (e / kvs) % 3 != 0 && rng.u32(0..3) != 0).collect();
+        let mask = Tensor::from_bools(vec![qs, kvs], bits).unwrap();
+        Case::new("Attention", vec![q, k, v, mask]).opset(23).check(1e-4, 1e-5);
     }
 }
