@@ -25,8 +25,9 @@ export ONYX_TEST_MODELS="$models"
 node_tests="$(bash scripts/fetch_node_tests.sh)"
 export ONYX_NODE_TESTS="$node_tests"
 export ONYX_CONFORMANCE_REPORT=docs/conformance.md
-# The wgpu EP runs with CPU fallback off, so its figures count only what it runs itself.
-export ONYX_CONFORMANCE_PROVIDERS="${ONYX_CONFORMANCE_PROVIDERS:-cpu,wgpu}"
+# `wgpu` runs with CPU fallback off, so its figures count only what it runs itself; `wgpu+cpu`
+# runs it with the fallback, as users do, and must pass every case the CPU EP passes.
+export ONYX_CONFORMANCE_PROVIDERS="${ONYX_CONFORMANCE_PROVIDERS:-cpu,wgpu,wgpu+cpu}"
 
 cargo test --workspace --no-fail-fast
 

@@ -36,7 +36,7 @@ impl Provider {
         match self {
             #[cfg(feature = "wgpu")]
             Provider::Wgpu(options) => options.set(key, value),
-            _ => Err(Error::InvalidArgument(format!("this execution provider has no option '{key}'"))),
+            _ => Err(Error::InvalidArgument(format!("this execution provider has no option '{key}' (given '{value}')"))),
         }
     }
 }
@@ -90,8 +90,10 @@ impl std::str::FromStr for Provider {
 
 /// The devices each provider compiled into this build sees, by provider name. Opens no device.
 pub fn compiled_devices() -> Vec<(&'static str, Vec<onyx_core::ep::DeviceDescription>)> {
-    let mut all = vec![("cpu", CpuProvider::new().describe_devices())];
+    let cpu = ("cpu", CpuProvider::new().describe_devices());
     #[cfg(feature = "wgpu")]
-    all.push(("wgpu", onyx_wgpu::describe_adapters()));
+    let all = vec![cpu, ("wgpu", onyx_wgpu::describe_adapters())];
+    #[cfg(not(feature = "wgpu"))]
+    let all = vec![cpu];
     all
 }

@@ -67,7 +67,7 @@ fn providers() -> Vec<String> {
     let list = env("ONYX_CONFORMANCE_PROVIDERS").unwrap_or_else(|| "cpu".into());
     let names: Vec<String> = list.split(',').map(|p| p.trim().to_ascii_lowercase()).filter(|p| !p.is_empty()).collect();
     for name in &names {
-        if let Err(e) = name.parse::<onyx::Provider>() {
+        if let Err(e) = runner::base_provider(name).parse::<onyx::Provider>() {
             panic!("ONYX_CONFORMANCE_PROVIDERS: {e}");
         }
     }
@@ -133,6 +133,11 @@ fn onnx_node_tests() {
     for provider in providers() {
         let (results, r) = run_provider(&provider, &cases, filter.as_deref());
         regressions.extend(r);
+        if provider != "cpu" && runner::base_provider(&provider) != provider {
+            // With the CPU fallback on, a provider must pass every case the CPU EP passes.
+            let cpu = expected::diff(&expected::read(&expected::path("cpu")), &results);
+            regressions.extend(cpu.regressions.iter().map(|r| format!("{provider} (vs the CPU EP): {r}")));
+        }
         runs.push((provider, results));
     }
     if let Some(path) = env("ONYX_CONFORMANCE_REPORT") {

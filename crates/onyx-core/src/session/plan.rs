@@ -301,8 +301,11 @@ pub(crate) fn build_plan(
                 Some(if target == Device::Cpu && reads_metadata_only(node, i) { s } else { b.on_device(s, target)? })
             });
         }
+        // Outer-scope values a subgraph reads: its plan expects them on the host (`lookup`
+        // makes outer slots host slots), so a value made on a device is copied first.
         for name in &node.implicit_inputs {
-            step_inputs.push(Some(b.lookup(name)));
+            let s = b.lookup(name);
+            step_inputs.push(Some(b.on_device(s, Device::Cpu)?));
         }
         let outputs = node.outputs.iter().map(|o| (!o.is_empty()).then(|| b.define(o, device))).collect();
         assignments.push(NodeAssignment {

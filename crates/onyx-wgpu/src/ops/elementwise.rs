@@ -16,7 +16,7 @@ use crate::run::GpuRun;
 pub(crate) const UNARY: &[(&str, &str)] = &[
     ("Relu", "max(v, 0.0)"),
     ("Sigmoid", "1.0 / (1.0 + exp(-v))"),
-    ("Tanh", "tanh(clamp(v, -15.0, 15.0))"),
+    ("Tanh", "tanh_precise(v)"),
     ("Exp", "exp(v)"),
     ("Log", "log(v)"),
     ("Sqrt", "sqrt(v)"),
@@ -83,6 +83,12 @@ fn softplus(x: f32) -> f32 {
     let z = exp(-abs(x));
     let u = 1.0 + z;
     return max(x, 0.0) + select(log(u) * z / (u - 1.0), z, u == 1.0);
+}
+fn tanh_precise(x: f32) -> f32 {
+    // Near 0 a Taylor series: builtin tanh may be e^2x based, whose cancellation costs relative
+    // precision there (the next term, 17x^7/315, is below f32 rounding for |x| < 1/16).
+    let x2 = x * x;
+    return select(tanh(clamp(x, -15.0, 15.0)), x * (1.0 - x2 * (1.0 / 3.0 - x2 * (2.0 / 15.0))), abs(x) < 0.0625);
 }
 fn erf(x: f32) -> f32 {
     // Abramowitz and Stegun 7.1.26, |error| < 1.5e-7.

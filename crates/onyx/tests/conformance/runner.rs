@@ -132,11 +132,19 @@ fn run_case(case: &Case, provider: &str, ops: &mut Vec<String>) -> Outcome {
     Outcome::pass()
 }
 
+/// The provider a run names: `wgpu` for both `wgpu` and `wgpu+cpu`.
+pub fn base_provider(provider: &str) -> &str {
+    provider.strip_suffix("+cpu").unwrap_or(provider)
+}
+
 /// A session on `provider` only. The CPU fallback is off for other providers so that a node a
-/// GPU provider cannot run shows up as unsupported instead of passing on the CPU.
+/// GPU provider cannot run shows up as unsupported instead of passing on the CPU, unless the
+/// name ends in `+cpu` (e.g. `wgpu+cpu`: the GPU provider with the CPU fallback, as users run it).
 fn session_builder(provider: &str) -> SessionBuilder {
-    let parsed: Provider = provider.parse().unwrap_or_else(|e| panic!("provider '{provider}': {e}"));
-    SessionBuilder::new().with_providers([parsed]).with_cpu_fallback(provider == "cpu").with_intra_threads(1)
+    let base = base_provider(provider);
+    let parsed: Provider = base.parse().unwrap_or_else(|e| panic!("provider '{provider}': {e}"));
+    let fallback = base == "cpu" || base != provider;
+    SessionBuilder::new().with_providers([parsed]).with_cpu_fallback(fallback).with_intra_threads(1)
 }
 
 /// The op types of a case that is not run (for the report), empty when its model cannot be read.
