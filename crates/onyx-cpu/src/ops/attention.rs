@@ -16,6 +16,8 @@ use rayon::prelude::*;
 
 use super::matmul::gemm::{gemm_serial, MatMut, MatRef};
 use super::matmul::real::{compute_type, float_output, float_slice, Real};
+use super::elementwise::exp_f32;
+use super::reduce::fold_lanes;
 use super::util;
 use crate::Registry;
 
@@ -325,8 +327,14 @@ impl AttentionOp {
     }
 }
 
-/// Softmax of one row in place; a row with no finite score becomes all zeros.
+/// Softmax of one row in place; a row with no finite score becomes all zeros. f32 rows take the
+/// vectorized path ([`softmax_row_f32`]), f64 rows are computed with the library's exp.
 fn softmax_row<T: Real>(row: &mut [T]) {
+    if T::DTYPE == DataType::Float {
+        if let Ok(r) = bytemuck::try_cast_slice_mut::<T, f32>(row) {
+            return util::simd_body(SoftmaxF32(r));
+        }
+    }
     let m = row.iter().map(|x| x.to_f64()).fold(f64::NEG_INFINITY, f64::max);
     if m == f64::NEG_INFINITY {
         row.iter_mut().for_each(|x| *x = T::ZERO);
@@ -340,6 +348,32 @@ fn softmax_row<T: Real>(row: &mut [T]) {
     }
     let inv = T::from_f64(1.0 / sum);
     row.iter_mut().for_each(|x| *x *= inv);
+}
+
+/// An f32 score row for [`softmax_row`], compiled for the CPU's SIMD level: maximum and sum
+/// folded in lanes, e^x by the branch-free [`exp_f32`].
+struct SoftmaxF32<'a>(&'a mut [f32]);
+
+impl util::SimdBody for SoftmaxF32<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn run(self) {
+        let row = self.0;
+        // NaN scores are skipped by the maximum, as f64::max does in the f64 path.
+        let m = fold_lanes(row, f32::NEG_INFINITY, &|v| v, &|a, b| if b > a { b } else { a });
+        if m == f32::NEG_INFINITY {
+            row.fill(0.0);
+            return;
+        }
+        for x in row.iter_mut() {
+            *x = exp_f32(*x - m);
+        }
+        let inv = 1.0 / fold_lanes(row, 0.0, &|v| v, &|a, b| a + b);
+        for x in row.iter_mut() {
+            *x *= inv;
+        }
+    }
 }
 
 /// The inputs of one run.

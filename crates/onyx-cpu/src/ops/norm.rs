@@ -12,6 +12,7 @@ use onyx_core::ir::Node;
 use onyx_core::{DataType, Error, Location, Result, TensorView, Value};
 
 use crate::ops::matmul::real::{compute_type, float_output, float_slice, Real};
+use crate::ops::reduce::fold_lanes;
 use crate::ops::util;
 use crate::Registry;
 
@@ -29,12 +30,16 @@ pub fn register(r: &mut Registry) {
     r.add("RMSNormalization", rms::build_rms_norm);
 }
 
-/// Mean and `1 / sqrt(variance + eps)` of `xs` (two passes, population variance, sums in f64).
+/// Mean and `1 / sqrt(variance + eps)` of `xs` (two passes, population variance). Each pass sums
+/// in 16 independent lanes of `T` (so that it vectorizes; each lane adds n/16 terms).
+#[inline(always)]
 fn mean_inv_std<T: Real>(xs: &[T], eps: T) -> (T, T) {
     let n = xs.len().max(1) as f64;
-    let mean = xs.iter().map(|&x| x.to_f64()).sum::<f64>() / n;
-    let var = xs.iter().map(|&x| (x.to_f64() - mean).powi(2)).sum::<f64>() / n;
-    (T::from_f64(mean), T::from_f64(1.0 / (var + eps.to_f64()).sqrt()))
+    let add = |a: T, b: T| a + b;
+    let mean = fold_lanes(xs, T::ZERO, &|x| x, &add).to_f64() / n;
+    let m = T::from_f64(mean);
+    let var = fold_lanes(xs, T::ZERO, &|x| (x - m) * (x - m), &add).to_f64() / n;
+    (m, T::from_f64(1.0 / (var + eps.to_f64()).sqrt()))
 }
 
 /// Runs `f(chunk index, input chunk, output chunk)` over equal chunks, in parallel when large.
@@ -325,30 +330,55 @@ pub(crate) fn layer_norm<T: Real>(
     let rows = x.len().checked_div(row_len).unwrap_or(0);
     let mut y = onyx_core::host_pool::take::<T>(x.len()); // rows * row_len == x.len(): all written
     let mut stats = vec![(T::ZERO, T::ZERO); rows];
-    let one_row = |(xr, yr): (&[T], &mut [T]), st: &mut (T, T)| {
-        let (mean, inv) = mean_inv_std(xr, eps);
-        *st = (mean, inv);
-        match bias {
-            Some(b) => {
-                for (((y, &x), &s), &b) in yr.iter_mut().zip(xr).zip(scale).zip(b) {
-                    *y = (x - mean) * inv * s + b;
-                }
-            }
-            None => {
-                for ((y, &x), &s) in yr.iter_mut().zip(xr).zip(scale) {
-                    *y = (x - mean) * inv * s;
-                }
-            }
-        }
-    };
     let len = row_len.max(1);
+    // Blocks of whole rows, each normalized by one SIMD-compiled call.
+    let block = (PARALLEL_ELEMS / 4 / len).max(1);
+    let body = |((x, y), stats): ((&[T], &mut [T]), &mut [(T, T)])| {
+        util::simd_body(NormRows { x, y, stats, len, scale, bias, eps })
+    };
     if x.len() >= PARALLEL_ELEMS {
-        x.par_chunks(len).zip(y.par_chunks_mut(len)).zip(stats.par_iter_mut()).for_each(|(rows, st)| one_row(rows, st));
+        x.par_chunks(len * block).zip(y.par_chunks_mut(len * block)).zip(stats.par_chunks_mut(block)).for_each(body);
     } else {
-        x.chunks(len).zip(y.chunks_mut(len)).zip(stats.iter_mut()).for_each(|(rows, st)| one_row(rows, st));
+        x.chunks(len * block).zip(y.chunks_mut(len * block)).zip(stats.chunks_mut(block)).for_each(body);
     }
     let (means, invs) = stats.into_iter().unzip();
     (y, means, invs)
+}
+
+/// Rows of [`layer_norm`]: `y = (x - mean) * inv_std * scale (+ bias)` per row of `len`.
+struct NormRows<'a, T> {
+    x: &'a [T],
+    y: &'a mut [T],
+    stats: &'a mut [(T, T)],
+    len: usize,
+    scale: &'a [T],
+    bias: Option<&'a [T]>,
+    eps: T,
+}
+
+impl<T: Real> util::SimdBody for NormRows<'_, T> {
+    type Output = ();
+
+    #[inline(always)]
+    fn run(self) {
+        let rows = self.x.chunks(self.len).zip(self.y.chunks_mut(self.len)).zip(self.stats.iter_mut());
+        for ((xr, yr), st) in rows {
+            let (mean, inv) = mean_inv_std(xr, self.eps);
+            *st = (mean, inv);
+            match self.bias {
+                Some(b) => {
+                    for (((y, &x), &s), &b) in yr.iter_mut().zip(xr).zip(self.scale).zip(b) {
+                        *y = (x - mean) * inv * s + b;
+                    }
+                }
+                None => {
+                    for ((y, &x), &s) in yr.iter_mut().zip(xr).zip(self.scale) {
+                        *y = (x - mean) * inv * s;
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// LayerNormalization (opset 17).

@@ -137,7 +137,7 @@ pub(crate) fn transpose<T: Copy + Send + Sync + Default>(x: &[T], shape: &[usize
 }
 
 /// Folds a row in 16 lanes (so that the loop vectorizes), then the lanes together.
-#[inline]
+#[inline(always)]
 pub(crate) fn fold_lanes<T: Copy>(row: &[T], init: T, pre: &impl Fn(T) -> T, comb: &impl Fn(T, T) -> T) -> T {
     const LANES: usize = 16;
     let mut lanes = [init; LANES];

@@ -67,39 +67,96 @@ fn gelu_f64(kind: Kind, x: f64) -> f64 {
 /// Elements per parallel chunk.
 const CHUNK: usize = 1 << 14;
 
+/// One chunk of [`apply`]: `out = f(out + bias)` row by row (or `f(out)` without a bias), run
+/// through [`util::simd_body`] so that the whole body, `f` included, is compiled for the CPU's
+/// SIMD level (a plain closure that large stays a baseline function and runs scalar).
+struct Chunk<'a, T, F> {
+    out: &'a mut [T],
+    bias: Option<&'a [T]>,
+    f: F,
+}
+
+impl<T: Copy + std::ops::Add<Output = T>, F: Unary<T>> util::SimdBody for Chunk<'_, T, F> {
+    type Output = ();
+
+    #[inline(always)]
+    fn run(self) {
+        let f = self.f;
+        // `for` loops, not `for_each`: the adapter's `fold` may stay an out-of-line baseline
+        // function.
+        match self.bias {
+            Some(b) => {
+                for row in self.out.chunks_exact_mut(b.len()) {
+                    for (o, &b) in row.iter_mut().zip(b) {
+                        *o = f.apply(*o + b);
+                    }
+                }
+            }
+            None => {
+                for o in self.out.iter_mut() {
+                    *o = f.apply(*o);
+                }
+            }
+        }
+    }
+}
+
+/// A scalar function for [`apply`], whose `apply` is `#[inline(always)]` (a closure's body may
+/// stay a baseline function that the SIMD-compiled loop calls per element).
+trait Unary<T>: Copy + Sync {
+    /// f(x).
+    fn apply(self, x: T) -> T;
+}
+
+/// Exact Gelu in f32.
+#[derive(Clone, Copy)]
+struct ExactF32;
+
+impl Unary<f32> for ExactF32 {
+    #[inline(always)]
+    fn apply(self, x: f32) -> f32 {
+        gelu_f32(Kind::Exact, x)
+    }
+}
+
+/// Tanh-approximated Gelu in f32.
+#[derive(Clone, Copy)]
+struct TanhF32;
+
+impl Unary<f32> for TanhF32 {
+    #[inline(always)]
+    fn apply(self, x: f32) -> f32 {
+        gelu_f32(Kind::Tanh, x)
+    }
+}
+
+/// Either Gelu in f64.
+#[derive(Clone, Copy)]
+struct F64(Kind);
+
+impl Unary<f64> for F64 {
+    #[inline(always)]
+    fn apply(self, x: f64) -> f64 {
+        gelu_f64(self.0, x)
+    }
+}
+
 /// `out[i] = f(x[i] + bias[i % bias.len()])`, in parallel chunks of whole bias rows, each
-/// compiled for the CPU's SIMD level (`f` must be inlinable and branch-free to vectorize).
-fn apply<T: Copy + Send + Sync + std::ops::Add<Output = T>>(
+/// compiled for the CPU's SIMD level (`f` must be `#[inline(always)]` and branch-free).
+fn apply<T: bytemuck::Pod + Send + Sync + std::ops::Add<Output = T>>(
     x: &[T],
     bias: Option<&[T]>,
-    f: impl Fn(T) -> T + Sync + Copy,
+    f: impl Unary<T>,
 ) -> Vec<T> {
-    let mut out = x.to_vec();
-    let parallel = out.len() >= 2 * CHUNK;
-    match bias.filter(|b| !b.is_empty()) {
-        Some(b) => {
-            let chunk = (CHUNK / b.len()).max(1) * b.len();
-            let body = |o: &mut [T]| {
-                util::simd(|| {
-                    for row in o.chunks_exact_mut(b.len()) {
-                        row.iter_mut().zip(b).for_each(|(o, &b)| *o = f(*o + b));
-                    }
-                })
-            };
-            if parallel {
-                out.par_chunks_mut(chunk).for_each(body);
-            } else {
-                out.chunks_mut(chunk).for_each(body);
-            }
-        }
-        None => {
-            let body = |o: &mut [T]| util::simd(|| o.iter_mut().for_each(|o| *o = f(*o)));
-            if parallel {
-                out.par_chunks_mut(CHUNK).for_each(body);
-            } else {
-                out.chunks_mut(CHUNK).for_each(body);
-            }
-        }
+    let mut out = onyx_core::host_pool::take::<T>(x.len());
+    out.copy_from_slice(x);
+    let bias = bias.filter(|b| !b.is_empty());
+    let chunk = bias.map_or(CHUNK, |b| (CHUNK / b.len()).max(1) * b.len());
+    let body = |o: &mut [T]| util::simd_body(Chunk { out: o, bias, f });
+    if out.len() >= 2 * CHUNK {
+        out.par_chunks_mut(chunk).for_each(body);
+    } else {
+        out.chunks_mut(chunk).for_each(body);
     }
     out
 }
@@ -136,14 +193,14 @@ impl Kernel for GeluOp {
         let shape = x.shape().to_vec();
         let y = if x.dtype() == DataType::Double {
             let b = bias.map(|(_, b)| float_slice::<f64>(&b)).transpose()?;
-            float_output(x.dtype(), shape, apply(&float_slice::<f64>(&x)?, b.as_deref(), |v| gelu_f64(kind, v)))?
+            float_output(x.dtype(), shape, apply(&float_slice::<f64>(&x)?, b.as_deref(), F64(kind)))?
         } else {
             let b = bias.map(|(_, b)| float_slice::<f32>(&b)).transpose()?;
             let (xs, b) = (float_slice::<f32>(&x)?, b.as_deref());
             // One monomorphic, branch-free function per kind, so the loops vectorize.
             let y = match kind {
-                Kind::Exact => apply(&xs, b, |v| gelu_f32(Kind::Exact, v)),
-                Kind::Tanh => apply(&xs, b, |v| gelu_f32(Kind::Tanh, v)),
+                Kind::Exact => apply(&xs, b, ExactF32),
+                Kind::Tanh => apply(&xs, b, TanhF32),
             };
             float_output(x.dtype(), shape, y)?
         };
