@@ -232,21 +232,27 @@ def markdown_section(args, text):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--models", type=pathlib.Path, default=ROOT / "target/testmodels")
-    parser.add_argument("--onyx", type=pathlib.Path, default=ROOT / "target/release/onyx")
-    parser.add_argument("--threads", type=int, default=os.cpu_count())
-    parser.add_argument("--runs", type=int, default=30)
-    parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--markdown", type=pathlib.Path)
+    parser.add_argument("--models", type=pathlib.Path, default=ROOT / "target/testmodels",
+                        help="folder of the test models (made by scripts/make_test_models.py when missing)")
+    parser.add_argument("--only", help="comma-separated model names to run (default: all three)")
+    parser.add_argument("--onyx", type=pathlib.Path, default=ROOT / "target/release/onyx",
+                        help="the onyx binary (a release build)")
+    parser.add_argument("--threads", type=int, default=os.cpu_count(), help="threads for both engines")
+    parser.add_argument("--runs", type=int, default=30, help="timed runs per model")
+    parser.add_argument("--warmup", type=int, default=5, help="untimed runs first")
+    parser.add_argument("--markdown", type=pathlib.Path, help="append the table to this file")
     args = parser.parse_args()
     if args.runs < 1 or args.warmup < 0 or args.threads < 1:
         parser.error("need --runs >= 1, --warmup >= 0, --threads >= 1")
     if not (args.onyx.is_file() and os.access(args.onyx, os.X_OK)):
         sys.exit(f"error: no onyx binary at {args.onyx}: build it with "
                  "`cargo build --release -p onyx-cli` or pass --onyx PATH")
+    only = args.only.split(",") if args.only else MODELS
+    if unknown := [m for m in only if m not in MODELS]:
+        parser.error(f"--only: unknown model(s) {unknown}; known: {MODELS}")
     cases = ensure_models(args.models)
     rows = []
-    for name in MODELS:
+    for name in only:
         print(f"{name}...", file=sys.stderr, flush=True)
         rows.append(bench_model(args, args.models, cases[name]))
     text = table(rows)
