@@ -14,6 +14,7 @@ use onyx_core::ep::{Kernel, NodeContext, ValueRef};
 use onyx_core::{DataType, Error, Location, Result, TensorView, Value};
 use rayon::prelude::*;
 
+use super::matmul::gemm::{gemm_serial, MatMut, MatRef};
 use super::matmul::real::{compute_type, float_output, float_slice, Real};
 use super::elementwise::exp_f32;
 use super::reduce::fold_lanes;
@@ -287,9 +288,9 @@ impl AttentionOp {
         let v = &ops.v[(b * d.kv_heads + kvh) * total * d.v_head..][..total * d.v_head];
         let scale = self.scale.unwrap_or(1.0 / (d.head as f64).sqrt());
         let mut s = vec![T::ZERO; d.q_seq * total];
-        let mut kt = vec![T::ZERO; total * d.head];
-        let scale = T::from_f64(scale);
-        util::simd_body(Scores { q, k, kt: &mut kt, s: &mut s, total, head: d.head, scale });
+        let qm = MatRef::row_major(q, d.q_seq, d.head);
+        let km = MatRef::row_major(k, total, d.head).t();
+        gemm_serial(T::from_f64(scale), qm, km, T::ZERO, MatMut::row_major(&mut s, d.q_seq, total))?;
         let mut qk = Vec::new();
         if keep_qk && self.mode == QkMode::Product {
             qk = s.clone();
@@ -319,78 +320,10 @@ impl AttentionOp {
             qk = s.clone();
         }
         let mut y = vec![T::ZERO; d.q_seq * d.v_head];
-        util::simd_body(Weighted { p: &s, v, y: &mut y, total, v_head: d.v_head });
+        let pm = MatRef::row_major(&s, d.q_seq, total);
+        let vm = MatRef::row_major(v, total, d.v_head);
+        gemm_serial(T::ONE, pm, vm, T::ZERO, MatMut::row_major(&mut y, d.q_seq, d.v_head))?;
         Ok((y, qk))
-    }
-}
-
-/// The scores of one head, `s = scale * q kᵀ` (`q`: `[q_seq, head]`, `k`: `[total, head]`,
-/// `s`: `[q_seq, total]`), compiled for the CPU's SIMD level: k is transposed into `kt` once, then
-/// each score row is a sum of `head` scaled rows of kᵀ (vector operations along the keys).
-/// Small heads (bert's 128 x 64) run several times faster than through a general GEMM, which
-/// packs both operands on every call.
-struct Scores<'a, T> {
-    q: &'a [T],
-    k: &'a [T],
-    kt: &'a mut [T],
-    s: &'a mut [T],
-    total: usize,
-    head: usize,
-    scale: T,
-}
-
-impl<T: Real> util::SimdBody for Scores<'_, T> {
-    type Output = ();
-
-    #[inline(always)]
-    fn run(self) {
-        let (total, head) = (self.total, self.head);
-        if total == 0 || head == 0 {
-            return;
-        }
-        for (j, key) in self.k.chunks_exact(head).enumerate().take(total) {
-            for (c, &x) in key.iter().enumerate() {
-                self.kt[c * total + j] = x;
-            }
-        }
-        for (row, qi) in self.s.chunks_exact_mut(total).zip(self.q.chunks_exact(head)) {
-            for (c, &x) in qi.iter().enumerate() {
-                let a = x * self.scale;
-                for (r, &b) in row.iter_mut().zip(&self.kt[c * total..(c + 1) * total]) {
-                    *r += a * b;
-                }
-            }
-        }
-    }
-}
-
-/// One head's output `y = p v` (`p`: `[q_seq, total]` probabilities, `v`: `[total, v_head]`,
-/// `y`: `[q_seq, v_head]`, zero on entry): each output row a sum of rows of v, compiled for the
-/// CPU's SIMD level.
-struct Weighted<'a, T> {
-    p: &'a [T],
-    v: &'a [T],
-    y: &'a mut [T],
-    total: usize,
-    v_head: usize,
-}
-
-impl<T: Real> util::SimdBody for Weighted<'_, T> {
-    type Output = ();
-
-    #[inline(always)]
-    fn run(self) {
-        let (total, v_head) = (self.total, self.v_head);
-        if total == 0 || v_head == 0 {
-            return;
-        }
-        for (row, pi) in self.y.chunks_exact_mut(v_head).zip(self.p.chunks_exact(total)) {
-            for (&a, vj) in pi.iter().zip(self.v.chunks_exact(v_head)) {
-                for (r, &b) in row.iter_mut().zip(vj) {
-                    *r += a * b;
-                }
-            }
-        }
     }
 }
 
