@@ -12,7 +12,6 @@ use onyx_core::ir::Node;
 use onyx_core::{DataType, Error, Location, Result, TensorView, Value};
 
 use crate::ops::matmul::real::{compute_type, float_output, float_slice, Real};
-use crate::ops::reduce::fold_lanes;
 use crate::ops::util;
 use crate::Registry;
 
@@ -30,16 +29,30 @@ pub fn register(r: &mut Registry) {
     r.add("RMSNormalization", rms::build_rms_norm);
 }
 
-/// Mean and `1 / sqrt(variance + eps)` of `xs` (two passes, population variance). Each pass sums
-/// in 16 independent lanes of `T` (so that it vectorizes; each lane adds n/16 terms).
+/// Mean and `1 / sqrt(variance + eps)` of `xs` (two passes, population variance, sums in f64:
+/// rows with a large mean keep their precision). Each pass sums in 16 independent f64 lanes so
+/// that it vectorizes.
 #[inline(always)]
 fn mean_inv_std<T: Real>(xs: &[T], eps: T) -> (T, T) {
     let n = xs.len().max(1) as f64;
-    let add = |a: T, b: T| a + b;
-    let mean = fold_lanes(xs, T::ZERO, &|x| x, &add).to_f64() / n;
-    let m = T::from_f64(mean);
-    let var = fold_lanes(xs, T::ZERO, &|x| (x - m) * (x - m), &add).to_f64() / n;
-    (m, T::from_f64(1.0 / (var + eps.to_f64()).sqrt()))
+    let mean = lane_sum(xs, |x| x) / n;
+    let var = lane_sum(xs, |x| (x - mean) * (x - mean)) / n;
+    (T::from_f64(mean), T::from_f64(1.0 / (var + eps.to_f64()).sqrt()))
+}
+
+/// Σ f(x) over `xs`, each `x` widened to f64, in 16 lanes added at the end.
+#[inline(always)]
+fn lane_sum<T: Real>(xs: &[T], f: impl Fn(f64) -> f64) -> f64 {
+    const LANES: usize = 16;
+    let mut acc = [0.0f64; LANES];
+    let mut chunks = xs.chunks_exact(LANES);
+    for c in &mut chunks {
+        for (a, &x) in acc.iter_mut().zip(c) {
+            *a += f(x.to_f64());
+        }
+    }
+    let tail: f64 = chunks.remainder().iter().map(|&x| f(x.to_f64())).sum();
+    acc.iter().sum::<f64>() + tail
 }
 
 /// Runs `f(chunk index, input chunk, output chunk)` over equal chunks, in parallel when large.
