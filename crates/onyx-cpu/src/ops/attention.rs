@@ -328,7 +328,7 @@ impl AttentionOp {
 }
 
 /// Softmax of one row in place; a row with no finite score becomes all zeros. f32 rows take the
-/// vectorized path ([`softmax_row_f32`]), f64 rows are computed with the library's exp.
+/// vectorized path ([`SoftmaxF32`]), f64 rows are computed with the library's exp.
 fn softmax_row<T: Real>(row: &mut [T]) {
     if T::DTYPE == DataType::Float {
         if let Ok(r) = bytemuck::try_cast_slice_mut::<T, f32>(row) {
