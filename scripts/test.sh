@@ -29,7 +29,19 @@ export ONYX_CONFORMANCE_REPORT=docs/conformance.md
 # runs it with the fallback, as users do, and must pass every case the CPU EP passes.
 export ONYX_CONFORMANCE_PROVIDERS="${ONYX_CONFORMANCE_PROVIDERS:-cpu,wgpu,wgpu+cpu}"
 
+# On CI (a fresh clone, built once) incremental caches only cost disk: the last CI machine ran
+# out of it while linking the fuzz targets (lld died with SIGBUS on its mmapped output).
+if [ "${CI:-}" = "true" ]; then
+    export CARGO_INCREMENTAL=0
+fi
+
 cargo test --workspace --no-fail-fast
+
+# The fuzz build below has its own target folder: on CI the test build is done with, so its
+# disk goes back first.
+if [ "${CI:-}" = "true" ]; then
+    rm -rf target/debug
+fi
 
 # Fuzzing (docs/robustness.md): each libFuzzer target (loader, planning, runs) for a short fixed
 # time on its committed seed corpus, built on the stable toolchain. ONYX_FUZZ_SECONDS=0 skips.
