@@ -187,6 +187,14 @@ pub trait ExecutionProvider: Send + Sync {
         Err(Error::Unsupported(format!("execution provider '{}' cannot copy into a preallocated tensor", self.name())))
     }
 
+    /// The channel block size of the blocked NCHWc layout (`[N, ceil(C/b), H, W, b]`) this EP
+    /// runs convolution chains in faster than plain NCHW, or `None` (the default) when it has
+    /// none. The optimizer's `all` level rewrites Conv chains placed on this EP into the
+    /// `ai.onyx` NCHWc ops (see `optimizer::nchwc`) only when this answers `Some`.
+    fn nchwc_block(&self) -> Option<usize> {
+        None
+    }
+
     /// Copies a host tensor to this EP's device.
     fn upload(&self, tensor: TensorView<'_>) -> Result<Tensor>;
 

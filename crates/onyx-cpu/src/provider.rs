@@ -58,6 +58,10 @@ impl ExecutionProvider for CpuProvider {
         build(ctx)
     }
 
+    fn nchwc_block(&self) -> Option<usize> {
+        crate::ops::nchwc::preferred_block()
+    }
+
     fn upload(&self, tensor: TensorView<'_>) -> Result<Tensor> {
         Ok(tensor.to_tensor())
     }

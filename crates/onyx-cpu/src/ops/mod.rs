@@ -24,6 +24,7 @@ pub mod linear_attention;
 pub mod loss;
 pub mod matmul;
 pub mod ml;
+pub mod nchwc;
 pub mod norm;
 pub mod optional;
 pub mod pool;
@@ -71,6 +72,7 @@ pub fn register_all(r: &mut Registry) {
     loss::register(r);
     matmul::register(r);
     ml::register(r);
+    nchwc::register(r);
     norm::register(r);
     optional::register(r);
     pool::register(r);

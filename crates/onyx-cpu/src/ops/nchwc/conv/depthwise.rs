@@ -1,0 +1,122 @@
+//! The depthwise NCHWc convolution (one input channel per output channel): the `b` channels of
+//! a block are the lanes, so every tap is one multiply-add of an input pixel vector by the
+//! tap's weight vector, for [`WIDE`] output pixels at a time.
+
+use super::lanes::Lanes;
+use super::pack::DepthwiseWeights;
+use super::shape::{interior, valid_taps, BlockEpilogue, ConvGeometry};
+use super::{Items, SharedOut};
+
+/// Output pixels of one interior tile.
+const WIDE: usize = 8;
+
+/// Output bytes one work item covers.
+const ITEM_BYTES: usize = 16 << 10;
+
+/// One depthwise convolution.
+pub(crate) struct DepthwiseJob<'a> {
+    /// X, blocked.
+    pub x: &'a [f32],
+    /// The packed weights.
+    pub weights: &'a DepthwiseWeights,
+    /// Sizes (`c_in == c_out`, a blocked input).
+    pub geometry: ConvGeometry,
+    /// Bias, residual and activation.
+    pub epilogue: BlockEpilogue<'a>,
+    /// Y, `geometry.out_len()` elements.
+    pub y: SharedOut,
+}
+
+impl DepthwiseJob<'_> {
+    /// How the output is split into work items: (image, channel block, rows).
+    pub(super) fn items(&self) -> Items {
+        let g = &self.geometry;
+        let row_bytes = (g.cols.output * g.block * 4).max(1);
+        let rows = (ITEM_BYTES / row_bytes).clamp(1, g.rows.output.max(1));
+        Items::new(g.batch, g.out_blocks(), g.rows.output, rows, g.cols.output, g.cols.output)
+    }
+}
+
+/// Computes work item `item` of `job` with lanes `V` (`V::WIDTH == job.geometry.block`).
+///
+/// # Safety
+/// As `direct::run_item`.
+#[inline(always)]
+pub(super) unsafe fn run_item<V: Lanes>(job: &DepthwiseJob<'_>, item: usize) {
+    let g = &job.geometry;
+    let b = g.block;
+    debug_assert_eq!(V::WIDTH, b);
+    let (n, block, rows, cols) = job.items().decode(item);
+    let plane = n * g.input.image + block * g.input.group;
+    let y_block = (n * g.out_blocks() + block) * g.out_block_len();
+    let w = job.weights.data.as_ptr().wrapping_add(block * job.weights.taps * b);
+    let (inner_lo, inner_hi) = interior(&g.cols);
+    let x = job.x.as_ptr().wrapping_add(plane);
+    for oh in rows.clone() {
+        let taps_h = valid_taps(&g.rows, oh);
+        let y_row = job.y.0.wrapping_add(y_block + oh * g.cols.output * b);
+        let mut ow = cols.start;
+        while ow < cols.end {
+            // SAFETY: the pixels and taps below read inside X and write this item's row of Y
+            // (interior pixels with every tap, edge pixels one by one with their valid taps);
+            // the caller's contract covers the rest.
+            unsafe {
+                if (inner_lo..inner_hi).contains(&ow) && ow + WIDE <= inner_hi {
+                    tile::<V, WIDE>(x, w, g, oh, ow, taps_h, (0, g.cols.kernel), y_row);
+                    ow += WIDE;
+                } else if (inner_lo..inner_hi).contains(&ow) {
+                    tile::<V, 1>(x, w, g, oh, ow, taps_h, (0, g.cols.kernel), y_row);
+                    ow += 1;
+                } else {
+                    tile::<V, 1>(x, w, g, oh, ow, taps_h, valid_taps(&g.cols, ow), y_row);
+                    ow += 1;
+                }
+            }
+        }
+        let offset = y_block + oh * g.cols.output * b;
+        // SAFETY: this item's row of Y, all written above.
+        let y = unsafe { std::slice::from_raw_parts_mut(job.y.0.add(offset), g.cols.output * b) };
+        job.epilogue.apply(block, b, offset, y);
+    }
+}
+
+/// Writes `P` output pixels from `ow` of row `oh`: the sum over taps
+/// `taps_h` x `taps_w` of input pixel vector times weight vector.
+///
+/// # Safety
+/// The CPU has `V`'s instruction set; every listed tap of each pixel reads inside X; the
+/// pixels lie in the row of Y at `y_row`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile<V: Lanes, const P: usize>(
+    x: *const f32,
+    w: *const f32,
+    g: &ConvGeometry,
+    oh: usize,
+    ow: usize,
+    taps_h: (usize, usize),
+    taps_w: (usize, usize),
+    y_row: *mut f32,
+) {
+    let (b, layout) = (g.block, g.input);
+    let mut acc = [V::zero(); P];
+    let pixel_step = g.cols.stride * layout.pixel;
+    for kh in taps_h.0..taps_h.1 {
+        let row = x.wrapping_offset(g.rows.input_index(oh, kh) * layout.row as isize);
+        for kw in taps_w.0..taps_w.1 {
+            let first = row.wrapping_offset(g.cols.input_index(ow, kw) * layout.pixel as isize);
+            // SAFETY: the tap's weights are inside the block's packed weights; the inputs are
+            // pixels of X read by valid taps (the caller's contract).
+            unsafe {
+                let wv = V::load(w.wrapping_add((kh * g.cols.kernel + kw) * b));
+                for (p, acc) in acc.iter_mut().enumerate() {
+                    *acc = V::mul_add(V::load(first.wrapping_add(p * pixel_step)), wv, *acc);
+                }
+            }
+        }
+    }
+    for (p, acc) in acc.iter().enumerate() {
+        // SAFETY: pixel ow + p of the row (the caller's contract).
+        unsafe { acc.store(y_row.wrapping_add((ow + p) * b)) };
+    }
+}

@@ -1,0 +1,232 @@
+//! The direct NCHWc convolution (every input channel feeds every output channel): register
+//! tiles of up to `PIXELS` output pixels of one row by `BLOCKS` output channel blocks. For each
+//! input channel of each kernel tap the tile loads one weight vector per output block and
+//! broadcasts one input value per pixel: `PIXELS * BLOCKS` multiply-adds for
+//! `PIXELS + BLOCKS` loads. Pointwise convolutions run as one long row (`flattened`); a plain
+//! NCHW input (a 3-channel stem) is read through its own strides.
+//!
+//! Work is split into items of (image, group of output blocks, rows, columns) small enough
+//! that their output stays in L1 while every input channel block is added into it; the
+//! epilogue then finishes the item while it is still there.
+
+use std::ops::Range;
+
+use super::lanes::Lanes;
+use super::pack::DenseWeights;
+use super::shape::{interior, valid_taps, BlockEpilogue, ConvGeometry};
+use super::{Items, SharedOut};
+
+/// Output bytes one work item keeps (in L1 while all input blocks are added into it).
+const ITEM_BYTES: usize = 16 << 10;
+
+/// One direct convolution: inputs, weights, sizes and where the output goes.
+pub(crate) struct DirectJob<'a> {
+    /// X, blocked or plain NCHW (`geometry.input` tells).
+    pub x: &'a [f32],
+    /// The packed weights.
+    pub weights: &'a DenseWeights,
+    /// Sizes (already `flattened` for pointwise convolutions).
+    pub geometry: ConvGeometry,
+    /// Bias, residual and activation.
+    pub epilogue: BlockEpilogue<'a>,
+    /// Y, `geometry.out_len()` elements.
+    pub y: SharedOut,
+}
+
+impl DirectJob<'_> {
+    /// How the output is split into work items for lanes `V`.
+    pub(super) fn items<V: Lanes>(&self) -> Items {
+        let g = &self.geometry;
+        let blocks = V::BLOCKS.min(g.out_blocks());
+        let row_bytes = g.cols.output * blocks * g.block * 4;
+        // A long row (a flattened pointwise one) is cut into segments of whole tiles.
+        let seg = if row_bytes <= ITEM_BYTES {
+            g.cols.output
+        } else {
+            (ITEM_BYTES / (blocks * g.block * 4) / V::PIXELS * V::PIXELS).max(V::PIXELS)
+        };
+        let rows = (ITEM_BYTES / (seg * blocks * g.block * 4).max(1)).clamp(1, g.rows.output.max(1));
+        Items::new(g.batch, g.out_blocks().div_ceil(V::BLOCKS), g.rows.output, rows, g.cols.output, seg)
+    }
+}
+
+/// Computes work item `item` of `job` with lanes `V` (`V::WIDTH == job.geometry.block`).
+///
+/// # Safety
+/// The CPU has `V`'s instruction set; `job.x` and `job.weights` match `job.geometry` (the
+/// caller checked their lengths); `job.y` points to `geometry.out_len()` writable elements
+/// that only this call writes in this item's range (items are disjoint).
+#[inline(always)]
+pub(super) unsafe fn run_item<V: Lanes>(job: &DirectJob<'_>, item: usize) {
+    let g = &job.geometry;
+    let b = g.block;
+    debug_assert_eq!(V::WIDTH, b);
+    let (n, group, rows, cols) = job.items::<V>().decode(item);
+    let first_block = group * V::BLOCKS;
+    let blocks = V::BLOCKS.min(g.out_blocks() - first_block);
+    let w = &job.weights;
+    let out_block_len = g.out_block_len();
+    let y_item = n * g.out_blocks() * out_block_len + first_block * out_block_len;
+    let (inner_lo, inner_hi) = interior(&g.cols);
+    for in_block in 0..g.in_blocks() {
+        let tile = Tile {
+            x: job.x.as_ptr().wrapping_add(n * g.input.image + in_block * g.input.group),
+            channels: g.channels_in_block(in_block),
+            w: w.data.as_ptr().wrapping_add(first_block * w.out_block_len() + in_block * w.taps * b * b),
+            w_block: w.out_block_len(),
+            y_block: out_block_len,
+            accumulate: in_block > 0,
+        };
+        for oh in rows.clone() {
+            let taps_h = valid_taps(&g.rows, oh);
+            let y_row = job.y.0.wrapping_add(y_item + oh * g.cols.output * b);
+            let mut ow = cols.start;
+            while ow < cols.end {
+                let (count, taps_w) = if (inner_lo..inner_hi).contains(&ow) {
+                    (V::PIXELS.min(inner_hi.min(cols.end) - ow), (0, g.cols.kernel))
+                } else {
+                    (1, valid_taps(&g.cols, ow))
+                };
+                // SAFETY: `count` pixels from `ow` lie in this item's columns and, with the
+                // taps `taps_h` x `taps_w`, read inside X (see `Tile::run`); the caller's
+                // contract covers the rest.
+                unsafe { tile.run_dyn::<V>(count, blocks, g, oh, ow, taps_h, taps_w, y_row) };
+                ow += count;
+            }
+        }
+    }
+    finish(job, n, first_block, blocks, rows, cols);
+}
+
+/// Applies the epilogue to the item's output.
+#[inline(always)]
+fn finish(job: &DirectJob<'_>, n: usize, first_block: usize, blocks: usize, rows: Range<usize>, cols: Range<usize>) {
+    let g = &job.geometry;
+    let b = g.block;
+    for block in first_block..first_block + blocks {
+        for oh in rows.clone() {
+            let offset = ((n * g.out_blocks() + block) * g.rows.output + oh) * g.cols.output * b + cols.start * b;
+            // SAFETY: the row segment lies inside Y and belongs to this item (the caller's
+            // contract of `run_item`), whose tiles are done writing it.
+            let y = unsafe { std::slice::from_raw_parts_mut(job.y.0.add(offset), cols.len() * b) };
+            job.epilogue.apply(block, b, offset, y);
+        }
+    }
+}
+
+/// What stays fixed while the tiles of one input channel block run.
+struct Tile {
+    /// X at this image and input block.
+    x: *const f32,
+    /// Real channels of the input block.
+    channels: usize,
+    /// Packed weights at the item's first output block and this input block.
+    w: *const f32,
+    /// Elements between output blocks in the packed weights.
+    w_block: usize,
+    /// Elements between output blocks in Y.
+    y_block: usize,
+    /// Add to Y (not the first input block) rather than overwrite it.
+    accumulate: bool,
+}
+
+/// Calls `Tile::run` with `P` and `Q` fixed at compile time (`pixels <= 6`, `blocks <= 4`).
+macro_rules! dispatch {
+    ($self:ident, $pixels:ident, $blocks:ident, $args:tt, [$($p:literal),*], $qs:tt) => {
+        match $pixels {
+            $($p => dispatch!(@q $self, $p, $blocks, $args, $qs),)*
+            _ => unreachable!("tile of {} pixels", $pixels),
+        }
+    };
+    (@q $self:ident, $p:literal, $blocks:ident, $args:tt, [$($q:literal),*]) => {
+        match $blocks {
+            $($q => $self.run::<V, $p, $q> $args,)*
+            _ => unreachable!("tile of {} blocks", $blocks),
+        }
+    };
+}
+
+impl Tile {
+    /// [`Tile::run`] for `pixels` and `blocks` known at run time.
+    ///
+    /// # Safety
+    /// As [`Tile::run`]; `pixels <= V::PIXELS`, `blocks <= V::BLOCKS`.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn run_dyn<V: Lanes>(
+        &self,
+        pixels: usize,
+        blocks: usize,
+        g: &ConvGeometry,
+        oh: usize,
+        ow: usize,
+        taps_h: (usize, usize),
+        taps_w: (usize, usize),
+        y_row: *mut f32,
+    ) {
+        // SAFETY: the caller's contract.
+        unsafe { dispatch!(self, pixels, blocks, (g, oh, ow, taps_h, taps_w, y_row), [1, 2, 3, 4, 5, 6], [1, 2, 3, 4]) }
+    }
+
+    /// Adds (or writes, for the first input block) the products of this input block into the
+    /// `P` pixels from `ow` of output row `oh` (`y_row`: Y at that row of the item's first
+    /// output block), for `Q` output blocks, over taps `taps_h` x `taps_w`.
+    ///
+    /// # Safety
+    /// The CPU has `V`'s instruction set. Every tap in `taps_h` x `taps_w` of each of the `P`
+    /// pixels reads inside X (the callers take the interior's pixels with every tap, the
+    /// edges one by one with `valid_taps`); the `Q` blocks exist in the weights and in Y.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn run<V: Lanes, const P: usize, const Q: usize>(
+        &self,
+        g: &ConvGeometry,
+        oh: usize,
+        ow: usize,
+        taps_h: (usize, usize),
+        taps_w: (usize, usize),
+        y_row: *mut f32,
+    ) {
+        let (b, layout) = (g.block, g.input);
+        let y_at = |p: usize, q: usize| y_row.wrapping_add(q * self.y_block + (ow + p) * b);
+        let mut acc = [[V::zero(); Q]; P];
+        if self.accumulate {
+            for (p, acc) in acc.iter_mut().enumerate() {
+                for (q, acc) in acc.iter_mut().enumerate() {
+                    // SAFETY: pixel ow + p of block q is inside Y (the caller's contract).
+                    *acc = unsafe { V::load(y_at(p, q)) };
+                }
+            }
+        }
+        let pixel_step = g.cols.stride * layout.pixel;
+        for kh in taps_h.0..taps_h.1 {
+            let ih = g.rows.input_index(oh, kh);
+            let row = self.x.wrapping_offset(ih * layout.row as isize);
+            for kw in taps_w.0..taps_w.1 {
+                let first = row.wrapping_offset(g.cols.input_index(ow, kw) * layout.pixel as isize);
+                let w_tap = self.w.wrapping_add((kh * g.cols.kernel + kw) * b * b);
+                for c in 0..self.channels {
+                    let x_c = first.wrapping_add(c * layout.channel);
+                    // SAFETY: the weights of channel c at this tap for the Q blocks are inside
+                    // the packed weights; the P inputs are pixels of X read by a valid tap (the
+                    // caller's contract).
+                    unsafe {
+                        let w: [V; Q] = std::array::from_fn(|q| V::load(w_tap.wrapping_add(q * self.w_block + c * b)));
+                        for (p, acc) in acc.iter_mut().enumerate() {
+                            let x = V::splat(x_c.wrapping_add(p * pixel_step));
+                            for (acc, &w) in acc.iter_mut().zip(&w) {
+                                *acc = V::mul_add(x, w, *acc);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        for (p, acc) in acc.iter().enumerate() {
+            for (q, acc) in acc.iter().enumerate() {
+                // SAFETY: as for the loads above.
+                unsafe { acc.store(y_at(p, q)) };
+            }
+        }
+    }
+}

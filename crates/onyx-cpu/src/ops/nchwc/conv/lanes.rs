@@ -1,0 +1,161 @@
+//! The vector of one channel block, as the convolution tiles see it: AVX-512 (16 lanes), AVX2
+//! with FMA (8 lanes) or plain arrays the compiler vectorizes for whatever CPU it builds for.
+//!
+//! Every method is `#[inline(always)]`: the tiles that use them are compiled inside one
+//! `#[target_feature]` function per instruction set ([`super::direct`], [`super::depthwise`]),
+//! where the intrinsics inline too.
+
+/// One channel block's worth of f32 lanes.
+pub(super) trait Lanes: Copy {
+    /// Lanes of the vector: the block size `b` it serves.
+    const WIDTH: usize;
+    /// Most output pixels of one register tile.
+    const PIXELS: usize;
+    /// Most output channel blocks of one register tile.
+    const BLOCKS: usize;
+
+    /// All lanes zero.
+    ///
+    /// # Safety
+    /// The CPU has the vector's instruction set.
+    unsafe fn zero() -> Self;
+    /// `WIDTH` elements from `p`.
+    ///
+    /// # Safety
+    /// As [`Lanes::zero`]; `p..p + WIDTH` is readable.
+    unsafe fn load(p: *const f32) -> Self;
+    /// The element at `p` in every lane.
+    ///
+    /// # Safety
+    /// As [`Lanes::zero`]; `p` is readable.
+    unsafe fn splat(p: *const f32) -> Self;
+    /// `a * b + c` lane by lane.
+    ///
+    /// # Safety
+    /// As [`Lanes::zero`].
+    unsafe fn mul_add(a: Self, b: Self, c: Self) -> Self;
+    /// Writes the lanes to `p..p + WIDTH`.
+    ///
+    /// # Safety
+    /// As [`Lanes::zero`]; `p..p + WIDTH` is writable and no other thread touches it.
+    unsafe fn store(self, p: *mut f32);
+}
+
+/// `N` lanes as a plain array: the portable form (vectorized by the compiler for the baseline
+/// instruction set), also what tests use to check the tiles on any CPU.
+#[derive(Clone, Copy)]
+pub(super) struct Portable<const N: usize>([f32; N]);
+
+impl<const N: usize> Lanes for Portable<N> {
+    const WIDTH: usize = N;
+    const PIXELS: usize = 4;
+    const BLOCKS: usize = 2;
+
+    #[inline(always)]
+    unsafe fn zero() -> Self {
+        Portable([0.0; N])
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> Self {
+        // SAFETY: the caller guarantees `p..p + N` is readable.
+        Portable(unsafe { std::ptr::read_unaligned(p as *const [f32; N]) })
+    }
+    #[inline(always)]
+    unsafe fn splat(p: *const f32) -> Self {
+        // SAFETY: the caller guarantees `p` is readable.
+        Portable([unsafe { *p }; N])
+    }
+    #[inline(always)]
+    unsafe fn mul_add(a: Self, b: Self, c: Self) -> Self {
+        Portable(std::array::from_fn(|i| a.0[i] * b.0[i] + c.0[i]))
+    }
+    #[inline(always)]
+    unsafe fn store(self, p: *mut f32) {
+        // SAFETY: the caller guarantees `p..p + N` is writable.
+        unsafe { std::ptr::write_unaligned(p as *mut [f32; N], self.0) }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+pub(super) use x86::{Avx2, Avx512};
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::Lanes;
+
+    /// 16 lanes in one AVX-512 register (block 16).
+    #[derive(Clone, Copy)]
+    pub(in crate::ops::nchwc::conv) struct Avx512(__m512);
+
+    impl Lanes for Avx512 {
+        const WIDTH: usize = 16;
+        // 6 x 4 accumulators + 4 weight vectors + 1 broadcast: 29 of the 32 registers.
+        const PIXELS: usize = 6;
+        const BLOCKS: usize = 4;
+
+        #[inline(always)]
+        unsafe fn zero() -> Self {
+            // SAFETY: the caller guarantees AVX-512F.
+            Avx512(unsafe { _mm512_setzero_ps() })
+        }
+        #[inline(always)]
+        unsafe fn load(p: *const f32) -> Self {
+            // SAFETY: AVX-512F and 16 readable elements: the caller's contract.
+            Avx512(unsafe { _mm512_loadu_ps(p) })
+        }
+        #[inline(always)]
+        unsafe fn splat(p: *const f32) -> Self {
+            // SAFETY: AVX-512F and a readable `p`: the caller's contract.
+            Avx512(unsafe { _mm512_set1_ps(*p) })
+        }
+        #[inline(always)]
+        unsafe fn mul_add(a: Self, b: Self, c: Self) -> Self {
+            // SAFETY: the caller guarantees AVX-512F.
+            Avx512(unsafe { _mm512_fmadd_ps(a.0, b.0, c.0) })
+        }
+        #[inline(always)]
+        unsafe fn store(self, p: *mut f32) {
+            // SAFETY: AVX-512F and 16 writable elements: the caller's contract.
+            unsafe { _mm512_storeu_ps(p, self.0) }
+        }
+    }
+
+    /// 8 lanes in one AVX2 register (block 8), with FMA.
+    #[derive(Clone, Copy)]
+    pub(in crate::ops::nchwc::conv) struct Avx2(__m256);
+
+    impl Lanes for Avx2 {
+        const WIDTH: usize = 8;
+        // 4 x 3 accumulators + 3 weight vectors + 1 broadcast: the 16 registers.
+        const PIXELS: usize = 4;
+        const BLOCKS: usize = 3;
+
+        #[inline(always)]
+        unsafe fn zero() -> Self {
+            // SAFETY: the caller guarantees AVX2.
+            Avx2(unsafe { _mm256_setzero_ps() })
+        }
+        #[inline(always)]
+        unsafe fn load(p: *const f32) -> Self {
+            // SAFETY: AVX2 and 8 readable elements: the caller's contract.
+            Avx2(unsafe { _mm256_loadu_ps(p) })
+        }
+        #[inline(always)]
+        unsafe fn splat(p: *const f32) -> Self {
+            // SAFETY: AVX2 and a readable `p`: the caller's contract.
+            Avx2(unsafe { _mm256_set1_ps(*p) })
+        }
+        #[inline(always)]
+        unsafe fn mul_add(a: Self, b: Self, c: Self) -> Self {
+            // SAFETY: the caller guarantees FMA.
+            Avx2(unsafe { _mm256_fmadd_ps(a.0, b.0, c.0) })
+        }
+        #[inline(always)]
+        unsafe fn store(self, p: *mut f32) {
+            // SAFETY: AVX2 and 8 writable elements: the caller's contract.
+            unsafe { _mm256_storeu_ps(p, self.0) }
+        }
+    }
+}
