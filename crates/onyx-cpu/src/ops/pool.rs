@@ -27,7 +27,7 @@ pub fn register(r: &mut Registry) {
 
 /// How a window is reduced.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Reduce {
+pub(crate) enum Reduce {
     Max,
     Average,
     Lp,
@@ -354,7 +354,7 @@ fn lp_exponent(node: &Node, at: &Location) -> Result<f64> {
 }
 
 /// A decoded pooling node (windowed or global).
-struct PoolOp {
+pub(crate) struct PoolOp {
     at: Location,
     reduce: Reduce,
     /// `None` for the global ops.
@@ -374,13 +374,17 @@ fn flag(node: &Node, name: &str, at: &Location) -> Result<bool> {
 }
 
 fn build_pool(ctx: &NodeContext<'_>, reduce: Reduce) -> Result<Box<dyn Kernel>> {
-    let node = ctx.node;
+    Ok(Box::new(pool_op(ctx.node, reduce)?))
+}
+
+/// The windowed pool `reduce` with `node`'s attributes.
+pub(crate) fn pool_op(node: &Node, reduce: Reduce) -> Result<PoolOp> {
     let at = node.location();
     let window = WindowAttrs::from_node(node)?;
     if window.kernel_shape.is_none() {
         return Err(Error::attribute(&at, "kernel_shape", "a list of kernel sizes", "no attribute"));
     }
-    Ok(Box::new(PoolOp {
+    Ok(PoolOp {
         reduce,
         window: Some(window),
         ceil_mode: flag(node, "ceil_mode", &at)?,
@@ -388,7 +392,7 @@ fn build_pool(ctx: &NodeContext<'_>, reduce: Reduce) -> Result<Box<dyn Kernel>> 
         column_major: flag(node, "storage_order", &at)?,
         p: if reduce == Reduce::Lp { lp_exponent(node, &at)? } else { 2.0 },
         at,
-    }))
+    })
 }
 
 fn build_global(ctx: &NodeContext<'_>, reduce: Reduce) -> Result<Box<dyn Kernel>> {

@@ -1,8 +1,155 @@
-//! NCHWc pool kernels (being written).
+//! `ai.onyx` pooling on blocked NCHWc tensors: NchwcMaxPool and NchwcAveragePool (the ONNX
+//! ops' attributes, explicit pads) and NchwcGlobalAveragePool / NchwcGlobalMaxPool.
+//!
+//! A blocked `[N, C/b, H, W, b]` tensor is a 3-D pooling input whose last axis (the lanes) has a
+//! unit window, so the windowed ops run the plain pooling kernels with that axis added: their
+//! inner loops then run along the `b` contiguous lanes. The global ones sum (or take the max
+//! of) every pixel's lane vector.
 
+use rayon::prelude::*;
+
+use onyx_core::ep::{Kernel, NodeContext, ValueRef};
+use onyx_core::ir::{AttrValue, Node, ONYX_DOMAIN};
+use onyx_core::{host_pool, DataType, Error, Location, Result, Value};
+
+use super::reorder::block_attr;
+use crate::ops::matmul::gemm::PARALLEL_WORK;
+use crate::ops::pool::{pool_op, PoolOp, Reduce};
+use crate::ops::util;
 use crate::Registry;
 
-/// Registers the kernels of this file.
+/// Registers the NCHWc pools.
 pub fn register(r: &mut Registry) {
-    let _ = r;
+    r.add_in(ONYX_DOMAIN, "NchwcMaxPool", |ctx| windowed(ctx, Reduce::Max));
+    r.add_in(ONYX_DOMAIN, "NchwcAveragePool", |ctx| windowed(ctx, Reduce::Average));
+    r.add_in(ONYX_DOMAIN, "NchwcGlobalMaxPool", |ctx| global(ctx, Reduce::Max));
+    r.add_in(ONYX_DOMAIN, "NchwcGlobalAveragePool", |ctx| global(ctx, Reduce::Average));
 }
+
+/// A windowed pool on blocked tensors: the plain pool with a unit lane axis.
+struct BlockedPool {
+    at: Location,
+    block: usize,
+    pool: PoolOp,
+}
+
+/// `node`'s window attributes with a unit axis appended (the lanes).
+fn with_lane_axis(node: &Node) -> Result<Node> {
+    let at = node.location();
+    let mut plain = node.clone();
+    for a in &mut plain.attributes {
+        if let AttrValue::Ints(v) = &mut a.value {
+            match a.name.as_str() {
+                "kernel_shape" | "strides" | "dilations" => v.push(1),
+                "pads" if v.len() % 2 == 0 => {
+                    let end = v.split_off(v.len() / 2);
+                    v.push(0);
+                    v.extend(end);
+                    v.push(0);
+                }
+                "pads" => return Err(Error::attribute(&at, "pads", "begin and end values per axis", format!("{v:?}"))),
+                _ => {}
+            }
+        }
+    }
+    if node.get_string("auto_pad")?.is_some_and(|p| p != "NOTSET") {
+        return Err(Error::attribute(&at, "auto_pad", "NOTSET (explicit pads)", "another mode"));
+    }
+    if node.int_or("storage_order", 0)? != 0 {
+        return Err(Error::attribute(&at, "storage_order", "0", "1 (no Indices output on blocked tensors)"));
+    }
+    plain.attributes.retain(|a| a.name != "block");
+    if plain.get_ints("kernel_shape")?.is_some_and(|k| k.len() != 3) {
+        return Err(Error::attribute(&at, "kernel_shape", "two kernel sizes (H, W)", format!("{:?}", node.get_ints("kernel_shape")?)));
+    }
+    Ok(plain)
+}
+
+fn windowed(ctx: &NodeContext<'_>, reduce: Reduce) -> Result<Box<dyn Kernel>> {
+    let node = ctx.node;
+    let block = block_attr(node)?;
+    Ok(Box::new(BlockedPool { at: node.location(), block, pool: pool_op(&with_lane_axis(node)?, reduce)? }))
+}
+
+/// Checks that `x` is a blocked f32 tensor of block `b`.
+fn check_blocked(x: &onyx_core::TensorView<'_>, b: usize, at: &Location) -> Result<()> {
+    util::expect_dtype(x, &[DataType::Float], 0, at)?;
+    match *x.shape() {
+        [_, _, _, _, lanes] if lanes == b => Ok(()),
+        _ => Err(Error::input(at, 0, format!("a blocked tensor [N, C/{b}, H, W, {b}]"), format!("shape {:?}", x.shape()))),
+    }
+}
+
+impl Kernel for BlockedPool {
+    fn run(&self, inputs: &[Option<ValueRef<'_>>], _wanted: &[bool]) -> Result<Vec<Value>> {
+        check_blocked(&util::input(inputs, 0, &self.at)?, self.block, &self.at)?;
+        let mut out = self.pool.run(inputs, &[true, false])?;
+        out.truncate(1);
+        Ok(out)
+    }
+}
+
+/// A global pool on blocked tensors.
+struct GlobalPool {
+    at: Location,
+    block: usize,
+    reduce: Reduce,
+}
+
+fn global(ctx: &NodeContext<'_>, reduce: Reduce) -> Result<Box<dyn Kernel>> {
+    Ok(Box::new(GlobalPool { at: ctx.node.location(), block: block_attr(ctx.node)?, reduce }))
+}
+
+impl Kernel for GlobalPool {
+    fn run(&self, inputs: &[Option<ValueRef<'_>>], _wanted: &[bool]) -> Result<Vec<Value>> {
+        let (at, b) = (&self.at, self.block);
+        let x = util::input(inputs, 0, at)?;
+        check_blocked(&x, b, at)?;
+        let &[n, blocks, h, w, _] = x.shape() else { unreachable!("checked rank 5") };
+        let pixels = h * w;
+        if pixels == 0 {
+            return Err(Error::input(at, 0, "at least one pixel", format!("shape {:?}", x.shape())));
+        }
+        let xs = x.as_slice::<f32>()?;
+        let mut y = host_pool::take::<f32>(n * blocks * b);
+        let reduce = self.reduce;
+        let one = |(plane, dst): (usize, &mut [f32])| {
+            util::simd(|| reduce_plane(&xs[plane * pixels * b..][..pixels * b], reduce, pixels, dst))
+        };
+        if xs.len() >= PARALLEL_WORK {
+            y.par_chunks_mut(b).enumerate().for_each(one);
+        } else {
+            y.chunks_mut(b).enumerate().for_each(one);
+        }
+        Ok(vec![util::out(vec![n, blocks, 1, 1, b], y)?])
+    }
+}
+
+/// The mean (or max: NaNs never win, as the plain pools) over the pixels of one blocked plane,
+/// lane by lane, into `dst` (`b` lanes).
+#[inline(always)]
+fn reduce_plane(plane: &[f32], reduce: Reduce, pixels: usize, dst: &mut [f32]) {
+    match reduce {
+        Reduce::Max => {
+            dst.fill(f32::NEG_INFINITY);
+            for pixel in plane.chunks_exact(dst.len()) {
+                for (m, &v) in dst.iter_mut().zip(pixel) {
+                    *m = if v > *m { v } else { *m };
+                }
+            }
+        }
+        _ => {
+            dst.fill(0.0);
+            for pixel in plane.chunks_exact(dst.len()) {
+                for (s, &v) in dst.iter_mut().zip(pixel) {
+                    *s += v;
+                }
+            }
+            let scale = 1.0 / pixels as f32;
+            dst.iter_mut().for_each(|s| *s *= scale);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,8 +1,191 @@
-//! NCHWc reorder kernels (being written).
+//! `ai.onyx` ReorderInput (NCHW → blocked NCHWc, padding channels zero) and ReorderOutput
+//! (blocked → NCHW, attribute `channels` = the real channel count): where a chain of NCHWc ops
+//! starts and ends.
 
+use rayon::prelude::*;
+
+use onyx_core::ep::{Kernel, NodeContext, ValueRef};
+use onyx_core::ir::{Node, ONYX_DOMAIN};
+use onyx_core::{host_pool, DataType, Error, Location, Result, Value};
+
+use crate::ops::matmul::gemm::PARALLEL_WORK;
+use crate::ops::util;
 use crate::Registry;
 
-/// Registers the kernels of this file.
+/// Registers ReorderInput and ReorderOutput.
 pub fn register(r: &mut Registry) {
-    let _ = r;
+    r.add_in(ONYX_DOMAIN, "ReorderInput", |ctx| Ok(Box::new(Reorder::new(ctx, Direction::ToBlocked)?)));
+    r.add_in(ONYX_DOMAIN, "ReorderOutput", |ctx| Ok(Box::new(Reorder::new(ctx, Direction::ToNchw)?)));
+}
+
+/// Which way a reorder goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Direction {
+    ToBlocked,
+    ToNchw,
+}
+
+/// A built ReorderInput or ReorderOutput node.
+struct Reorder {
+    at: Location,
+    direction: Direction,
+    block: usize,
+    /// ReorderOutput's `channels`.
+    channels: usize,
+}
+
+/// The `block` attribute of an NCHWc node (1 to 64).
+pub(crate) fn block_attr(node: &Node) -> Result<usize> {
+    let at = node.location();
+    match node.get_int("block")? {
+        Some(b) if (1..=64).contains(&b) => Ok(b as usize),
+        Some(b) => Err(Error::attribute(&at, "block", "a block size from 1 to 64", b.to_string())),
+        None => Err(Error::attribute(&at, "block", "a channel block size", "none")),
+    }
+}
+
+impl Reorder {
+    fn new(ctx: &NodeContext<'_>, direction: Direction) -> Result<Self> {
+        let node = ctx.node;
+        let at = node.location();
+        let block = block_attr(node)?;
+        let channels = match direction {
+            Direction::ToBlocked => 0,
+            Direction::ToNchw => match node.get_int("channels")? {
+                Some(c) if c >= 1 => c as usize,
+                other => return Err(Error::attribute(&at, "channels", "a positive channel count", format!("{other:?}"))),
+            },
+        };
+        Ok(Reorder { at, direction, block, channels })
+    }
+}
+
+impl Kernel for Reorder {
+    fn run(&self, inputs: &[Option<ValueRef<'_>>], _wanted: &[bool]) -> Result<Vec<Value>> {
+        let (at, b) = (&self.at, self.block);
+        let x = util::input(inputs, 0, at)?;
+        util::expect_dtype(&x, &[DataType::Float], 0, at)?;
+        let xs = x.as_slice::<f32>()?;
+        let y = match (self.direction, x.shape()) {
+            (Direction::ToBlocked, &[n, c, h, w]) => {
+                let shape = vec![n, c.div_ceil(b), h, w, b];
+                onyx_core::element_count(&shape).map_err(|e| e.at(at))?;
+                util::out(shape, to_blocked(xs, [n, c, h * w], b))?
+            }
+            (Direction::ToNchw, &[n, blocks, h, w, lanes])
+                if lanes == b && blocks * b >= self.channels && (blocks - 1) * b < self.channels =>
+            {
+                util::out(vec![n, self.channels, h, w], to_nchw(xs, [n, self.channels, h * w], b))?
+            }
+            (Direction::ToBlocked, _) => {
+                return Err(Error::input(at, 0, "an NCHW tensor of rank 4", format!("shape {:?}", x.shape())))
+            }
+            (Direction::ToNchw, _) => {
+                return Err(Error::input(
+                    at,
+                    0,
+                    format!("a blocked tensor [N, {}, H, W, {b}] ({} channels)", self.channels.div_ceil(b), self.channels),
+                    format!("shape {:?}", x.shape()),
+                ))
+            }
+        };
+        Ok(vec![y])
+    }
+}
+
+/// `x` (`[n, c, pixels]`) blocked: `[n, ceil(c/b), pixels, b]`, padding channels zero.
+pub(crate) fn to_blocked(x: &[f32], [n, c, pixels]: [usize; 3], b: usize) -> Vec<f32> {
+    let blocks = c.div_ceil(b);
+    let mut y = host_pool::take::<f32>(n * blocks * pixels * b);
+    let one = |(i, dst): (usize, &mut [f32])| {
+        let (img, block) = (i / blocks, i % blocks);
+        let lanes = b.min(c - block * b);
+        for (lane, pixel_run) in (0..lanes).map(|l| (l, &x[(img * c + block * b + l) * pixels..][..pixels])) {
+            for (p, &v) in pixel_run.iter().enumerate() {
+                dst[p * b + lane] = v;
+            }
+        }
+        for pixel in dst.chunks_exact_mut(b) {
+            pixel[lanes..].fill(0.0);
+        }
+    };
+    let plane = (pixels * b).max(1);
+    if y.len() >= PARALLEL_WORK {
+        y.par_chunks_mut(plane).enumerate().for_each(one);
+    } else {
+        y.chunks_mut(plane).enumerate().for_each(one);
+    }
+    y
+}
+
+/// Blocked `x` (`[n, ceil(c/b), pixels, b]`) back to `[n, c, pixels]`.
+pub(crate) fn to_nchw(x: &[f32], [n, c, pixels]: [usize; 3], b: usize) -> Vec<f32> {
+    let mut y = host_pool::take::<f32>(n * c * pixels);
+    let blocks = c.div_ceil(b);
+    let one = |(i, dst): (usize, &mut [f32])| {
+        let (img, ch) = (i / c, i % c);
+        let src = &x[(img * blocks + ch / b) * pixels * b + ch % b..];
+        for (p, v) in dst.iter_mut().enumerate() {
+            *v = src[p * b];
+        }
+    };
+    let plane = pixels.max(1);
+    if y.len() >= PARALLEL_WORK {
+        y.par_chunks_mut(plane).enumerate().for_each(one);
+    } else {
+        y.chunks_mut(plane).enumerate().for_each(one);
+    }
+    y
+}
+
+#[cfg(test)]
+mod tests {
+    use onyx_core::Tensor;
+
+    use super::*;
+    use crate::ops::layout::testkit::rand_f32;
+    use crate::ops::matmul::test_support::{build, node, run};
+
+    #[test]
+    fn blocked_and_back_is_the_identity_with_zero_padding() {
+        for (shape, b) in [([2, 5, 3, 7], 4), ([1, 16, 2, 2], 16), ([1, 3, 5, 1], 8), ([3, 20, 4, 4], 8)] {
+            let [n, c, h, w] = shape;
+            let x = rand_f32(n * c * h * w, 7);
+            let attrs = |extra: Vec<(&'static str, onyx_core::ir::AttrValue)>| {
+                let mut a = vec![("block", onyx_core::ir::AttrValue::Int(b as i64))];
+                a.extend(extra);
+                a
+            };
+            let mut to = node("ReorderInput", &["x"], 1, attrs(vec![]));
+            to.domain = ONYX_DOMAIN.into();
+            let k = build(|ctx| Ok(Box::new(Reorder::new(ctx, Direction::ToBlocked)?)), &to, 1).unwrap();
+            let blocked = run(k.as_ref(), &[Some(Tensor::from_vec(shape.to_vec(), x.clone()).unwrap())], 1).unwrap();
+            let blocked = blocked[0].as_tensor().unwrap().clone();
+            let cb = c.div_ceil(b);
+            assert_eq!(blocked.shape(), [n, cb, h, w, b]);
+            let bs = blocked.as_slice::<f32>().unwrap();
+            // Element (n, ch, y, x) at [n][ch / b][y][x][ch % b]; padding zero.
+            for img in 0..n {
+                for ch in 0..cb * b {
+                    for p in 0..h * w {
+                        let got = bs[((img * cb + ch / b) * h * w + p) * b + ch % b];
+                        let want = if ch < c { x[(img * c + ch) * h * w + p] } else { 0.0 };
+                        assert_eq!(got, want);
+                    }
+                }
+            }
+            let mut back = node("ReorderOutput", &["x"], 1, attrs(vec![("channels", onyx_core::ir::AttrValue::Int(c as i64))]));
+            back.domain = ONYX_DOMAIN.into();
+            let k = build(|ctx| Ok(Box::new(Reorder::new(ctx, Direction::ToNchw)?)), &back, 1).unwrap();
+            let y = run(k.as_ref(), &[Some(blocked.clone())], 1).unwrap();
+            assert_eq!(y[0].as_tensor().unwrap().shape(), shape);
+            assert_eq!(y[0].as_tensor().unwrap().as_slice::<f32>().unwrap(), x.as_slice());
+            // A channel count the blocks cannot hold is an error naming both.
+            let mut wrong = back.clone();
+            wrong.attributes[1].value = onyx_core::ir::AttrValue::Int((cb * b + 1) as i64);
+            let k = build(|ctx| Ok(Box::new(Reorder::new(ctx, Direction::ToNchw)?)), &wrong, 1).unwrap();
+            let e = run(k.as_ref(), &[Some(blocked)], 1).unwrap_err().to_string();
+            assert!(e.contains(&format!("{} channels", cb * b + 1)) && e.contains("shape"), "{e}");
+        }
+    }
 }
