@@ -79,8 +79,9 @@ pub fn infer_node(node: &Node, since_version: i64, inputs: &[Option<&Inferred>])
     } else if node.domain == crate::ir::MS_DOMAIN {
         contrib::rule(&node.op_type)
     } else if node.domain == crate::ir::ONYX_DOMAIN {
-        // Onyx's fused ops have the contract of the default-domain op of the same name.
-        rule_for(&node.op_type)
+        // Onyx's NCHWc ops have their own rules; its fused ops have the contract of the
+        // default-domain op of the same name.
+        nn::nchwc::rule(&node.op_type).or_else(|| rule_for(&node.op_type))
     } else {
         None
     };

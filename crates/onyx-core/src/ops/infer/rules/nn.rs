@@ -7,6 +7,7 @@ use crate::types::Dim;
 use crate::{DataType, Result};
 
 mod attention;
+pub(super) mod nchwc;
 
 /// The rule for `op`, if it is a neural-network op.
 pub fn rule(op: &str) -> Option<Rule> {
