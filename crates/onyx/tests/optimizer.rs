@@ -2,13 +2,15 @@
 //! optimized session computes what the unoptimized one does on random data through the CPU
 //! EP; the must-not-fire cases leave the graph alone; and real models (tiny_cnn, the models
 //! `scripts/make_test_models.py` generates) give the same outputs at levels disable and all.
+//! Fusions are checked at level extended; level all adds the CPU EP's NCHWc layout (the
+//! "Layout" section), which fires only on CPUs with AVX2 or AVX-512.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use onyx::ir::{AttrValue, Attribute, Graph, Model, Node};
 use onyx::types::{Dim, TensorType, ValueInfo, ValueType};
-use onyx::{npy, DataType, OptimizationLevel, SessionBuilder, Tensor};
+use onyx::{npy, DataType, ExecutionProvider, OptimizationLevel, SessionBuilder, Tensor};
 
 // ------------------------------------------------------------------------------------------
 // Building small models
@@ -176,15 +178,28 @@ fn feeds(g: &G, seed: u64) -> Vec<(String, Tensor)> {
         .collect()
 }
 
-/// Runs `g` at levels disable and all, checks equal outputs; returns the ops after.
-fn check(g: &G, opset: i64, what: &str) -> Vec<String> {
+/// Runs `g` at levels disable, extended and all, checks equal outputs; returns the ops at
+/// extended (the fusions) and at all (the layout too).
+fn check_levels(g: &G, opset: i64, what: &str) -> (Vec<String>, Vec<String>) {
     let model = g.model(opset);
     let feeds = feeds(g, 99);
     let (want, plain) = run(&model, OptimizationLevel::Disable, &feeds);
     assert_eq!(ops(&plain), ops(&model), "{what}: level disable changes nothing");
-    let (got, optimized) = run(&model, OptimizationLevel::All, &feeds);
-    assert_same(&want, &got, 1e-5, what);
-    ops(&optimized)
+    let (got, extended) = run(&model, OptimizationLevel::Extended, &feeds);
+    assert_same(&want, &got, 1e-5, &format!("{what} (extended)"));
+    let (got, all) = run(&model, OptimizationLevel::All, &feeds);
+    assert_same(&want, &got, 1e-5, &format!("{what} (all)"));
+    (ops(&extended), ops(&all))
+}
+
+/// [`check_levels`]: the ops at level extended.
+fn check(g: &G, opset: i64, what: &str) -> Vec<String> {
+    check_levels(g, opset, what).0
+}
+
+/// The CPU EP's NCHWc block on this machine (`None`: level all adds no layout change).
+fn nchwc_block() -> Option<usize> {
+    onyx::CpuProvider::new().nchwc_block()
 }
 
 // ------------------------------------------------------------------------------------------
@@ -292,6 +307,75 @@ fn conv_add_with_a_broadcast_operand_is_not_fused() {
     let s = g.op("Add", &[&c, &bias], vec![]);
     g.output(&s);
     assert_eq!(check(&g, 17, "broadcast add"), ["Conv", "Add"]);
+}
+
+// ------------------------------------------------------------------------------------------
+// Layout (level all): NCHWc on the CPU EP
+
+/// A small CNN with every NCHWc pattern: a 3-channel stem (read as NCHW), MaxPool, a
+/// residual block (FusedConv with Z), a depthwise Conv with Clip, a SAME_UPPER Conv, an
+/// AveragePool, channel counts that are no multiple of a block, batch 2; one blocked value is
+/// also read by a plain op (ReduceMean) and one is a graph output; GlobalAveragePool ends it.
+fn blocked_cnn() -> G {
+    let mut g = G::new(21);
+    let x = g.input("x", &[2, 3, 19, 17]);
+    let w0 = g.random("w0", &[20, 3, 3, 3], -0.5, 0.5);
+    let b0 = g.random("b0", &[20], -0.5, 0.5);
+    let c0 = g.op("Conv", &[&x, &w0, &b0], vec![ints("pads", &[1, 1, 1, 1]), ints("strides", &[2, 2])]);
+    let r0 = g.op("Relu", &[&c0], vec![]);
+    let p0 = g.op("MaxPool", &[&r0], vec![ints("kernel_shape", &[3, 3]), ints("strides", &[2, 2]), ints("pads", &[1, 1, 1, 1])]);
+    let w1 = g.random("w1", &[20, 20, 3, 3], -0.3, 0.3);
+    let c1 = g.op("Conv", &[&p0, &w1], vec![ints("pads", &[1, 1, 1, 1])]);
+    let a1 = g.op("Add", &[&c1, &p0], vec![]);
+    let r1 = g.op("Relu", &[&a1], vec![]);
+    let wd = g.random("wd", &[20, 1, 3, 3], -0.5, 0.5);
+    let d = g.op("Conv", &[&r1, &wd], vec![int("group", 20), ints("pads", &[1, 1, 1, 1])]);
+    let (lo, hi) = (g.scalar("lo", 0.0), g.scalar("hi", 6.0));
+    let d = g.op("Clip", &[&d, &lo, &hi], vec![]);
+    let w2 = g.random("w2", &[33, 20, 2, 2], -0.3, 0.3);
+    let c2 = g.op("Conv", &[&d, &w2], vec![Attribute { name: "auto_pad".into(), value: AttrValue::String(b"SAME_UPPER".to_vec()) }]);
+    let s2 = g.op("Sigmoid", &[&c2], vec![]);
+    let p2 = g.op("AveragePool", &[&s2], vec![ints("kernel_shape", &[2, 2]), ints("strides", &[1, 1])]);
+    let gp = g.op("GlobalAveragePool", &[&p2], vec![]);
+    let mean = g.op("ReduceMean", &[&r1], vec![ints("axes", &[1]), int("keepdims", 1)]);
+    g.output(&gp);
+    g.output(&mean);
+    g.output(&c2);
+    g
+}
+
+#[test]
+fn conv_chains_run_blocked_at_level_all_with_the_same_results() {
+    let (extended, all) = check_levels(&blocked_cnn(), 17, "blocked CNN");
+    assert!(!extended.iter().any(|o| o.starts_with("ai.onyx:Nchwc")), "extended: no layout change: {extended:?}");
+    if nchwc_block().is_none() {
+        return;
+    }
+    let count = |op: &str| all.iter().filter(|o| o.as_str() == op).count();
+    assert_eq!(count("ai.onyx:NchwcConv"), 4, "{all:?}");
+    for op in ["ai.onyx:NchwcMaxPool", "ai.onyx:NchwcAveragePool", "ai.onyx:NchwcGlobalAveragePool"] {
+        assert_eq!(count(op), 1, "{op}: {all:?}");
+    }
+    assert_eq!(count("ai.onyx:ReorderInput"), 0, "the stem reads NCHW: {all:?}");
+    // Back to NCHW: the ReduceMean's input, the Conv output and the pooled graph outputs.
+    assert_eq!(count("ai.onyx:ReorderOutput"), 3, "{all:?}");
+    assert!(!all.iter().any(|o| o == "Conv" || o == "com.microsoft:FusedConv"), "{all:?}");
+}
+
+#[test]
+fn optimized_blocked_model_saves_and_runs_the_same() {
+    if nchwc_block().is_none() {
+        return;
+    }
+    let g = blocked_cnn();
+    let model = g.model(17);
+    let feeds = feeds(&g, 5);
+    let (want, optimized) = run(&model, OptimizationLevel::All, &feeds);
+    let bytes = onyx::model_to_bytes(&optimized).unwrap();
+    let reloaded = onyx::load_model_from_bytes(&bytes, None).unwrap();
+    assert!(ops(&reloaded).iter().any(|o| o == "ai.onyx:NchwcConv"));
+    let (got, _) = run(&reloaded, OptimizationLevel::Disable, &feeds);
+    assert_same(&want, &got, 1e-6, "saved blocked model");
 }
 
 // ------------------------------------------------------------------------------------------
@@ -633,13 +717,16 @@ fn models_dir() -> Option<PathBuf> {
     dir.join("manifest.json").exists().then_some(dir)
 }
 
-/// Runs a model file at levels disable and all on `feeds`; returns node counts before/after.
-fn compare_file(path: &Path, feeds: &[(String, Tensor)], tol: f64) -> (usize, usize, Vec<String>) {
+/// Runs a model file at levels disable, extended and all on `feeds`; returns node counts
+/// before and after extended, the ops at extended and at all.
+fn compare_file(path: &Path, feeds: &[(String, Tensor)], tol: f64) -> (usize, usize, Vec<String>, Vec<String>) {
     let model = onyx::load_model(path).unwrap();
     let (want, plain) = run(&model, OptimizationLevel::Disable, feeds);
-    let (got, optimized) = run(&model, OptimizationLevel::All, feeds);
-    assert_same(&want, &got, tol, &path.display().to_string());
-    (plain.graph.nodes.len(), optimized.graph.nodes.len(), ops(&optimized))
+    let (got, extended) = run(&model, OptimizationLevel::Extended, feeds);
+    assert_same(&want, &got, tol, &format!("{} (extended)", path.display()));
+    let (got, all) = run(&model, OptimizationLevel::All, feeds);
+    assert_same(&want, &got, tol, &format!("{} (all)", path.display()));
+    (plain.graph.nodes.len(), extended.graph.nodes.len(), ops(&extended), ops(&all))
 }
 
 #[test]
@@ -658,7 +745,7 @@ fn tiny_cnn_is_the_same_at_every_level() {
             (i.name.clone(), Tensor::from_vec(shape, v).unwrap())
         })
         .collect();
-    let (before, after, ops) = compare_file(&path, &feeds, 1e-5);
+    let (before, after, ops, _) = compare_file(&path, &feeds, 1e-5);
     println!("tiny_cnn: {before} nodes -> {after}: {ops:?}");
     for level in [OptimizationLevel::Basic, OptimizationLevel::Extended] {
         let (want, _) = run(&model, OptimizationLevel::Disable, &feeds);
@@ -682,21 +769,27 @@ fn generated_models_are_the_same_optimized_and_smaller() {
         for (input, file) in case["inputs"].as_object().unwrap() {
             feeds.push((input.clone(), npy::read(&dir.join(file.as_str().unwrap())).unwrap()));
         }
-        let (before, after, ops) = compare_file(&dir.join(case["model"].as_str().unwrap()), &feeds, 1e-4);
-        println!("{name}: {before} nodes -> {after}");
-        sizes.insert(name, (before, after, ops));
+        let (before, after, ops, all) = compare_file(&dir.join(case["model"].as_str().unwrap()), &feeds, 1e-4);
+        println!("{name}: {before} nodes -> {after}; at level all: {all:?}");
+        sizes.insert(name, (before, after, ops, all));
     }
     let count = |name: &str, op: &str| sizes[name].2.iter().filter(|o| *o == op).count();
     if sizes.contains_key("resnet18") {
-        let (before, after, _) = &sizes["resnet18"];
+        let (before, after, _, all) = &sizes["resnet18"];
         assert!(after < before, "resnet18: {before} -> {after}");
         assert_eq!(count("resnet18", "BatchNormalization"), 0, "every BN folds into its Conv");
         // Each main-path Conv fuses with its ReLU or residual Add; the three 1x1 downsample Convs
         // stay plain: their output is the residual Z of the next FusedConv.
         assert_eq!(count("resnet18", "Conv"), 3, "{:?}", sizes["resnet18"].2);
+        if nchwc_block().is_some() {
+            // Level all: the whole network blocked, one reorder before Flatten.
+            let blocked = all.iter().filter(|o| o.as_str() == "ai.onyx:NchwcConv").count();
+            assert_eq!(blocked, 20, "{all:?}");
+            assert_eq!(all.iter().filter(|o| o.contains("Reorder")).count(), 1, "{all:?}");
+        }
     }
     if sizes.contains_key("bert4") {
-        let (before, after, _) = &sizes["bert4"];
+        let (before, after, _, _) = &sizes["bert4"];
         assert!(after < before, "bert4: {before} -> {after}");
         assert_eq!(count("bert4", "Erf"), 0, "the Gelu patterns fuse");
         assert_eq!(count("bert4", "com.microsoft:BiasGelu"), 4);
@@ -709,6 +802,9 @@ fn generated_models_are_the_same_optimized_and_smaller() {
     }
     if sizes.contains_key("mobilenet_block") {
         assert_eq!(count("mobilenet_block", "Clip"), 0, "Conv+Clip fuse");
+    }
+    if let (Some((_, _, _, all)), Some(_)) = (sizes.get("mobilenet_v2"), nchwc_block()) {
+        assert!(!all.iter().any(|o| o == "Conv" || o == "com.microsoft:FusedConv"), "every conv blocked: {all:?}");
     }
 }
 

@@ -7,7 +7,8 @@
 //!   FusedConv, MatMul+Add → Gemm, Transpose+MatMul → FusedMatMul, Gelu / BiasGelu /
 //!   FastGelu, LayerNormalization and SkipLayerNormalization (with its bias) from their
 //!   decomposed forms, multi-head attention blocks → Attention;
-//! - all: extended (layout choices come later).
+//! - all ([`nchwc`]): extended, then convolution chains moved into the blocked NCHWc layout of
+//!   the provider that runs them, when it has one (the CPU EP with AVX2 or AVX-512).
 //!
 //! No rewrite changes results or what a caller can see: an intermediate value that is a graph
 //! output or has other readers stops a fusion, and so do non-constant parameters, other axes or
@@ -21,6 +22,7 @@ mod conv;
 mod fold;
 mod gelu;
 mod matmul;
+mod nchwc;
 mod norm;
 #[cfg(test)]
 mod tests;
@@ -155,6 +157,12 @@ pub fn optimize(
             if !changed {
                 break;
             }
+        }
+    }
+    if level >= OptimizationLevel::All {
+        let converted = nchwc::nchwc(model, providers)?;
+        if converted > 0 {
+            report.passes.insert("nchwc".to_string(), converted);
         }
     }
     report.after = op_counts(&model.graph);
