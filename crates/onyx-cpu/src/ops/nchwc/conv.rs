@@ -24,7 +24,7 @@ use onyx_core::ir::{Node, ONYX_DOMAIN};
 use onyx_core::{host_pool, DataType, Error, Location, Result, TensorView, Value};
 
 use self::depthwise::DepthwiseJob;
-use self::direct::DirectJob;
+use self::direct::{DirectItems, DirectJob};
 use self::lanes::{Lanes, Portable};
 use self::pack::{pad_bias, DenseWeights, DepthwiseWeights};
 use self::shape::{BlockEpilogue, ConvGeometry, InputLayout};
@@ -46,6 +46,31 @@ pub(crate) struct SharedOut(*mut f32);
 unsafe impl Send for SharedOut {}
 // SAFETY: as above.
 unsafe impl Sync for SharedOut {}
+
+/// Output channel blocks cut into `count` groups of at most `max` blocks, as even as possible
+/// (6 blocks by 4: 3 + 3, not 4 + 2), so that every register tile is wide.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct BlockGroups {
+    blocks: usize,
+    count: usize,
+}
+
+impl BlockGroups {
+    fn new(blocks: usize, max: usize) -> Self {
+        BlockGroups { blocks, count: blocks.div_ceil(max.max(1)) }
+    }
+
+    /// The widest group.
+    fn widest(&self) -> usize {
+        self.blocks.div_ceil(self.count.max(1))
+    }
+
+    /// First block and number of blocks of group `g`.
+    fn group(&self, g: usize) -> (usize, usize) {
+        let (base, extra) = (self.blocks / self.count, self.blocks % self.count);
+        (g * base + g.min(extra), base + usize::from(g < extra))
+    }
+}
 
 /// How an output is cut into work items: (image, group of output blocks, rows, columns), the
 /// columns fastest.
@@ -87,6 +112,9 @@ impl Items {
         (n, group, rows, cols)
     }
 }
+
+/// Items per thread wanted, so that uneven items even out.
+const ITEMS_PER_THREAD: usize = 4;
 
 /// Multiply-adds below which a convolution runs on the calling thread.
 const SERIAL_WORK: usize = 1 << 17;
@@ -147,23 +175,23 @@ impl Path {
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::depthwise::{self, DepthwiseJob};
-    use super::direct::{self, DirectJob};
+    use super::direct::{self, DirectItems, DirectJob};
     use super::lanes::{Avx2, Avx512};
 
     /// # Safety
     /// AVX-512F, and `direct::run_item`'s contract.
     #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn direct_avx512(job: &DirectJob<'_>, item: usize) {
+    pub(super) unsafe fn direct_avx512(job: &DirectJob<'_>, items: &DirectItems, item: usize) {
         // SAFETY: the caller's contract.
-        unsafe { direct::run_item::<Avx512>(job, item) }
+        unsafe { direct::run_item::<Avx512>(job, items, item) }
     }
 
     /// # Safety
     /// AVX2 and FMA, and `direct::run_item`'s contract.
     #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn direct_avx2(job: &DirectJob<'_>, item: usize) {
+    pub(super) unsafe fn direct_avx2(job: &DirectJob<'_>, items: &DirectItems, item: usize) {
         // SAFETY: the caller's contract.
-        unsafe { direct::run_item::<Avx2>(job, item) }
+        unsafe { direct::run_item::<Avx2>(job, items, item) }
     }
 
     /// # Safety
@@ -185,9 +213,9 @@ mod x86 {
 
 /// # Safety
 /// `direct::run_item`'s contract (no instruction set needed).
-unsafe fn direct_portable<const N: usize>(job: &DirectJob<'_>, item: usize) {
+unsafe fn direct_portable<const N: usize>(job: &DirectJob<'_>, items: &DirectItems, item: usize) {
     // SAFETY: the caller's contract; plain arrays need no instruction set.
-    unsafe { direct::run_item::<Portable<N>>(job, item) }
+    unsafe { direct::run_item::<Portable<N>>(job, items, item) }
 }
 
 /// # Safety
@@ -198,12 +226,12 @@ unsafe fn depthwise_portable<const N: usize>(job: &DepthwiseJob<'_>, item: usize
 }
 
 /// Runs every work item of a direct convolution with lanes `V` through `item` (`V`'s form).
-fn drive_direct<V: Lanes>(job: &DirectJob<'_>, item: unsafe fn(&DirectJob<'_>, usize)) {
-    let items = job.items::<V>();
+fn drive_direct<V: Lanes>(job: &DirectJob<'_>, item: unsafe fn(&DirectJob<'_>, &DirectItems, usize)) {
+    let items = job.items::<V>(rayon::current_num_threads());
     // SAFETY: the caller picked `item` for a path this CPU runs and `V` of the job's block;
     // X, the weights and Y were checked against the geometry (`NchwcConv::run`); items are
     // disjoint.
-    for_each_item(items.count(), job.geometry.work(false), |i| unsafe { item(job, i) });
+    for_each_item(items.items.count(), job.geometry.work(false), |i| unsafe { item(job, &items, i) });
 }
 
 /// Runs every work item of a depthwise convolution through `item`.

@@ -1,8 +1,8 @@
 //! The direct NCHWc convolution (every input channel feeds every output channel): register
-//! tiles of up to `PIXELS` output pixels of one row by `BLOCKS` output channel blocks. For each
-//! input channel of each kernel tap the tile loads one weight vector per output block and
-//! broadcasts one input value per pixel: `PIXELS * BLOCKS` multiply-adds for
-//! `PIXELS + BLOCKS` loads. Pointwise convolutions run as one long row (`flattened`); a plain
+//! tiles of `P` output pixels of one row by `Q` output channel blocks (`P * Q` =
+//! `ACCUMULATORS`, e.g. 6 x 4, 8 x 3, 12 x 2 or 24 x 1 with AVX-512). For each input channel
+//! of each kernel tap the tile loads one weight vector per output block and broadcasts one
+//! input value per pixel: `P * Q` multiply-adds for `P + Q` loads. Pointwise convolutions run as one long row (`flattened`); a plain
 //! NCHW input (a 3-channel stem) is read through its own strides.
 //!
 //! Work is split into items of (image, group of output blocks, rows, columns) small enough
@@ -14,7 +14,7 @@ use std::ops::Range;
 use super::lanes::Lanes;
 use super::pack::DenseWeights;
 use super::shape::{interior, valid_taps, BlockEpilogue, ConvGeometry};
-use super::{Items, SharedOut};
+use super::{BlockGroups, Items, SharedOut, ITEMS_PER_THREAD};
 
 /// Output bytes one work item keeps (in L1 while all input blocks are added into it).
 const ITEM_BYTES: usize = 16 << 10;
@@ -33,37 +33,64 @@ pub(crate) struct DirectJob<'a> {
     pub y: SharedOut,
 }
 
+/// The work items of a direct convolution and the output block groups they take.
+pub(crate) struct DirectItems {
+    /// (image, block group, rows, columns).
+    pub items: Items,
+    /// How output blocks are grouped into register tiles.
+    pub groups: BlockGroups,
+}
+
 impl DirectJob<'_> {
-    /// How the output is split into work items for lanes `V`.
-    pub(super) fn items<V: Lanes>(&self) -> Items {
+    /// How the output is split into work items for lanes `V` and `threads` threads: each
+    /// item's output fits [`ITEM_BYTES`] (a long flattened row is cut into segments of whole
+    /// tiles), and there are enough items to keep every thread busy.
+    pub(super) fn items<V: Lanes>(&self, threads: usize) -> DirectItems {
         let g = &self.geometry;
-        let blocks = V::BLOCKS.min(g.out_blocks());
-        let row_bytes = g.cols.output * blocks * g.block * 4;
-        // A long row (a flattened pointwise one) is cut into segments of whole tiles.
-        let seg = if row_bytes <= ITEM_BYTES {
+        let groups = BlockGroups::new(g.out_blocks(), V::BLOCKS);
+        let pixel_bytes = groups.widest() * g.block * 4;
+        let unit = V::ACCUMULATORS;
+        let mut seg = if g.cols.output * pixel_bytes <= ITEM_BYTES {
             g.cols.output
         } else {
-            (ITEM_BYTES / (blocks * g.block * 4) / V::PIXELS * V::PIXELS).max(V::PIXELS)
+            (ITEM_BYTES / pixel_bytes / unit * unit).max(unit)
         };
-        let rows = (ITEM_BYTES / (seg * blocks * g.block * 4).max(1)).clamp(1, g.rows.output.max(1));
-        Items::new(g.batch, g.out_blocks().div_ceil(V::BLOCKS), g.rows.output, rows, g.cols.output, seg)
+        let mut rows = (ITEM_BYTES / (seg * pixel_bytes).max(1)).clamp(1, g.rows.output.max(1));
+        let items = |rows: usize, seg: usize| Items::new(g.batch, groups.count, g.rows.output, rows, g.cols.output, seg);
+        while items(rows, seg).count() < ITEMS_PER_THREAD * threads && (rows > 1 || seg > unit) {
+            if rows > 1 {
+                rows = rows.div_ceil(2);
+            } else {
+                seg = (seg / 2 / unit * unit).max(unit);
+            }
+        }
+        DirectItems { items: items(rows, seg), groups }
     }
 }
+
+/// Pixels of a full register tile of `blocks` output blocks.
+fn full_tile<V: Lanes>(blocks: usize) -> usize {
+    V::ACCUMULATORS / blocks.max(1)
+}
+
+/// Most pixels of a tile that is not full (the rest of a row).
+const PARTIAL_TILE: usize = 6;
 
 /// Computes work item `item` of `job` with lanes `V` (`V::WIDTH == job.geometry.block`).
 ///
 /// # Safety
 /// The CPU has `V`'s instruction set; `job.x` and `job.weights` match `job.geometry` (the
 /// caller checked their lengths); `job.y` points to `geometry.out_len()` writable elements
-/// that only this call writes in this item's range (items are disjoint).
+/// that only this call writes in this item's range (items are disjoint); `items` is
+/// `job.items::<V>(..)`.
 #[inline(always)]
-pub(super) unsafe fn run_item<V: Lanes>(job: &DirectJob<'_>, item: usize) {
+pub(super) unsafe fn run_item<V: Lanes>(job: &DirectJob<'_>, items: &DirectItems, item: usize) {
     let g = &job.geometry;
     let b = g.block;
     debug_assert_eq!(V::WIDTH, b);
-    let (n, group, rows, cols) = job.items::<V>().decode(item);
-    let first_block = group * V::BLOCKS;
-    let blocks = V::BLOCKS.min(g.out_blocks() - first_block);
+    let (n, group, rows, cols) = items.items.decode(item);
+    let (first_block, blocks) = items.groups.group(group);
+    let full = full_tile::<V>(blocks);
     let w = &job.weights;
     let out_block_len = g.out_block_len();
     let y_item = n * g.out_blocks() * out_block_len + first_block * out_block_len;
@@ -83,7 +110,8 @@ pub(super) unsafe fn run_item<V: Lanes>(job: &DirectJob<'_>, item: usize) {
             let mut ow = cols.start;
             while ow < cols.end {
                 let (count, taps_w) = if (inner_lo..inner_hi).contains(&ow) {
-                    (V::PIXELS.min(inner_hi.min(cols.end) - ow), (0, g.cols.kernel))
+                    let run = inner_hi.min(cols.end) - ow;
+                    (if run >= full { full } else { run.min(PARTIAL_TILE) }, (0, g.cols.kernel))
                 } else {
                     (1, valid_taps(&g.cols, ow))
                 };
@@ -130,11 +158,18 @@ struct Tile {
     accumulate: bool,
 }
 
-/// Calls `Tile::run` with `P` and `Q` fixed at compile time (`pixels <= 6`, `blocks <= 4`).
+/// Calls `Tile::run` with `P` and `Q` fixed at compile time: the partial tiles (`pixels <=
+/// 6`, `blocks <= 4`) and the full ones of each lane type (24 x 1, 12 x 2, 8 x 3; 12 x 1;
+/// 8 x 1).
 macro_rules! dispatch {
     ($self:ident, $pixels:ident, $blocks:ident, $args:tt, [$($p:literal),*], $qs:tt) => {
-        match $pixels {
-            $($p => dispatch!(@q $self, $p, $blocks, $args, $qs),)*
+        match ($pixels, $blocks) {
+            (24, 1) => $self.run::<V, 24, 1> $args,
+            (12, 1) => $self.run::<V, 12, 1> $args,
+            (8, 1) => $self.run::<V, 8, 1> $args,
+            (12, 2) => $self.run::<V, 12, 2> $args,
+            (8, 3) => $self.run::<V, 8, 3> $args,
+            $(($p, _) => dispatch!(@q $self, $p, $blocks, $args, $qs),)*
             _ => unreachable!("tile of {} pixels", $pixels),
         }
     };
@@ -150,7 +185,7 @@ impl Tile {
     /// [`Tile::run`] for `pixels` and `blocks` known at run time.
     ///
     /// # Safety
-    /// As [`Tile::run`]; `pixels <= V::PIXELS`, `blocks <= V::BLOCKS`.
+    /// As [`Tile::run`]; `pixels` and `blocks` one of the sizes of `dispatch!`.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     unsafe fn run_dyn<V: Lanes>(

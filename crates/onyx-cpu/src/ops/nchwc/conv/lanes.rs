@@ -9,8 +9,9 @@
 pub(super) trait Lanes: Copy {
     /// Lanes of the vector: the block size `b` it serves.
     const WIDTH: usize;
-    /// Most output pixels of one register tile.
-    const PIXELS: usize;
+    /// Accumulator registers of one register tile: `pixels * blocks` of them (the rest hold
+    /// the weights and a broadcast input).
+    const ACCUMULATORS: usize;
     /// Most output channel blocks of one register tile.
     const BLOCKS: usize;
 
@@ -48,7 +49,7 @@ pub(super) struct Portable<const N: usize>([f32; N]);
 
 impl<const N: usize> Lanes for Portable<N> {
     const WIDTH: usize = N;
-    const PIXELS: usize = 4;
+    const ACCUMULATORS: usize = 8;
     const BLOCKS: usize = 2;
 
     #[inline(always)]
@@ -91,8 +92,9 @@ mod x86 {
 
     impl Lanes for Avx512 {
         const WIDTH: usize = 16;
-        // 6 x 4 accumulators + 4 weight vectors + 1 broadcast: 29 of the 32 registers.
-        const PIXELS: usize = 6;
+        // 24 accumulators (6 pixels x 4 blocks ... 24 x 1) + up to 4 weight vectors + 1
+        // broadcast: at most 29 of the 32 registers.
+        const ACCUMULATORS: usize = 24;
         const BLOCKS: usize = 4;
 
         #[inline(always)]
@@ -128,8 +130,9 @@ mod x86 {
 
     impl Lanes for Avx2 {
         const WIDTH: usize = 8;
-        // 4 x 3 accumulators + 3 weight vectors + 1 broadcast: the 16 registers.
-        const PIXELS: usize = 4;
+        // 12 accumulators (4 pixels x 3 blocks ... 12 x 1) + up to 3 weight vectors + 1
+        // broadcast: the 16 registers.
+        const ACCUMULATORS: usize = 12;
         const BLOCKS: usize = 3;
 
         #[inline(always)]

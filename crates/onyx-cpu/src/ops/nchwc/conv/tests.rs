@@ -228,6 +228,8 @@ fn dense_cases() -> Vec<Case> {
         Case { residual: true, ..Case::new(40, 70, [9, 13], [1, 1], 1, 0) },
         Case { residual: true, bias: false, activation: "", ..Case::new(64, 96, [15, 15], [1, 1], 1, 0) },
         Case::new(16, 16, [7, 7], [1, 1], 2, 0),
+        Case { residual: true, ..Case::new(20, 16, [9, 13], [1, 1], 1, 0) },
+        Case::new(7, 30, [5, 61], [3, 3], 1, 1),
         Case { dilations: [2, 2], pads: [2, 1, 0, 2], activation: "LeakyRelu", params: vec![0.2], ..Case::new(5, 9, [8, 10], [3, 3], 1, 0) },
         Case { residual: true, activation: "Sigmoid", ..Case::new(20, 18, [1, 1], [3, 3], 1, 1) },
         Case { strides: [2, 1], activation: "Clip", params: vec![0.0, 0.3], ..Case::new(8, 12, [11, 9], [5, 3], 1, 2) },
@@ -287,6 +289,24 @@ fn work_is_split_into_disjoint_items_covering_the_output() {
         }
     }
     assert!(seen.iter().all(|&s| s == 1));
+}
+
+#[test]
+fn block_groups_are_even_and_cover_every_block_once() {
+    for blocks in 1..30 {
+        for max in 1..5 {
+            let g = BlockGroups::new(blocks, max);
+            let mut next = 0;
+            for i in 0..g.count {
+                let (first, count) = g.group(i);
+                assert_eq!(first, next);
+                assert!((1..=max).contains(&count) && count + 1 >= g.widest(), "{blocks} by {max}: {count}");
+                next += count;
+            }
+            assert_eq!(next, blocks);
+        }
+    }
+    assert_eq!((BlockGroups::new(6, 4).group(0), BlockGroups::new(6, 4).group(1)), ((0, 3), (3, 3)));
 }
 
 /// Building and running with bad input gives errors that name the problem.
