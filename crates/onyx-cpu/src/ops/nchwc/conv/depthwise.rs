@@ -61,12 +61,20 @@ pub(super) unsafe fn run_item<V: Lanes>(job: &DepthwiseJob<'_>, item: usize) {
             // (interior pixels with every tap, edge pixels one by one with their valid taps);
             // the caller's contract covers the rest.
             unsafe {
-                if (inner_lo..inner_hi).contains(&ow) && ow + WIDE <= inner_hi {
-                    tile::<V, WIDE>(x, w, g, oh, ow, taps_h, (0, g.cols.kernel), y_row);
-                    ow += WIDE;
-                } else if (inner_lo..inner_hi).contains(&ow) {
-                    tile::<V, 1>(x, w, g, oh, ow, taps_h, (0, g.cols.kernel), y_row);
-                    ow += 1;
+                if (inner_lo..inner_hi).contains(&ow) {
+                    let count = WIDE.min(inner_hi.min(cols.end) - ow);
+                    let all = (0, g.cols.kernel);
+                    match count {
+                        8 => tile::<V, 8>(x, w, g, oh, ow, taps_h, all, y_row),
+                        7 => tile::<V, 7>(x, w, g, oh, ow, taps_h, all, y_row),
+                        6 => tile::<V, 6>(x, w, g, oh, ow, taps_h, all, y_row),
+                        5 => tile::<V, 5>(x, w, g, oh, ow, taps_h, all, y_row),
+                        4 => tile::<V, 4>(x, w, g, oh, ow, taps_h, all, y_row),
+                        3 => tile::<V, 3>(x, w, g, oh, ow, taps_h, all, y_row),
+                        2 => tile::<V, 2>(x, w, g, oh, ow, taps_h, all, y_row),
+                        _ => tile::<V, 1>(x, w, g, oh, ow, taps_h, all, y_row),
+                    }
+                    ow += count;
                 } else {
                     tile::<V, 1>(x, w, g, oh, ow, taps_h, valid_taps(&g.cols, ow), y_row);
                     ow += 1;
@@ -99,20 +107,43 @@ unsafe fn tile<V: Lanes, const P: usize>(
     y_row: *mut f32,
 ) {
     let (b, layout) = (g.block, g.input);
+    // Narrow tiles keep two sums per pixel (even and odd taps), so that two chains of
+    // dependent multiply-adds overlap.
     let mut acc = [V::zero(); P];
+    let mut odd = [V::zero(); P];
     let pixel_step = g.cols.stride * layout.pixel;
     for kh in taps_h.0..taps_h.1 {
         let row = x.wrapping_offset(g.rows.input_index(oh, kh) * layout.row as isize);
-        for kw in taps_w.0..taps_w.1 {
+        let tap = |kw: usize| {
             let first = row.wrapping_offset(g.cols.input_index(ow, kw) * layout.pixel as isize);
+            (first, w.wrapping_add((kh * g.cols.kernel + kw) * b))
+        };
+        let mut kw = taps_w.0;
+        while kw < taps_w.1 {
+            let (first, w_tap) = tap(kw);
             // SAFETY: the tap's weights are inside the block's packed weights; the inputs are
             // pixels of X read by valid taps (the caller's contract).
             unsafe {
-                let wv = V::load(w.wrapping_add((kh * g.cols.kernel + kw) * b));
+                let wv = V::load(w_tap);
                 for (p, acc) in acc.iter_mut().enumerate() {
                     *acc = V::mul_add(V::load(first.wrapping_add(p * pixel_step)), wv, *acc);
                 }
+                if P <= 4 && kw + 1 < taps_w.1 {
+                    let (first, w_tap) = tap(kw + 1);
+                    let wv = V::load(w_tap);
+                    for (p, odd) in odd.iter_mut().enumerate() {
+                        *odd = V::mul_add(V::load(first.wrapping_add(p * pixel_step)), wv, *odd);
+                    }
+                    kw += 1;
+                }
             }
+            kw += 1;
+        }
+    }
+    if P <= 4 {
+        for (acc, &odd) in acc.iter_mut().zip(&odd) {
+            // SAFETY: the caller's contract (the instruction set).
+            *acc = unsafe { V::add(*acc, odd) };
         }
     }
     for (p, acc) in acc.iter().enumerate() {

@@ -14,6 +14,7 @@ use std::ops::Range;
 use super::lanes::Lanes;
 use super::pack::DenseWeights;
 use super::shape::{interior, valid_taps, BlockEpilogue, ConvGeometry};
+use crate::ops::contrib::Activation;
 use super::{BlockGroups, Items, SharedOut, ITEMS_PER_THREAD};
 
 /// Output bytes one work item keeps (in L1 while all input blocks are added into it).
@@ -95,6 +96,7 @@ pub(super) unsafe fn run_item<V: Lanes>(job: &DirectJob<'_>, items: &DirectItems
     let out_block_len = g.out_block_len();
     let y_item = n * g.out_blocks() * out_block_len + first_block * out_block_len;
     let (inner_lo, inner_hi) = interior(&g.cols);
+    let in_registers = RegisterEpilogue::new(&job.epilogue, first_block, b, y_item);
     for in_block in 0..g.in_blocks() {
         let tile = Tile {
             x: job.x.as_ptr().wrapping_add(n * g.input.image + in_block * g.input.group),
@@ -103,6 +105,7 @@ pub(super) unsafe fn run_item<V: Lanes>(job: &DirectJob<'_>, items: &DirectItems
             w_block: w.out_block_len(),
             y_block: out_block_len,
             accumulate: in_block > 0,
+            finish: if in_block + 1 == g.in_blocks() { in_registers } else { None },
         };
         for oh in rows.clone() {
             let taps_h = valid_taps(&g.rows, oh);
@@ -123,7 +126,9 @@ pub(super) unsafe fn run_item<V: Lanes>(job: &DirectJob<'_>, items: &DirectItems
             }
         }
     }
-    finish(job, n, first_block, blocks, rows, cols);
+    if in_registers.is_none() {
+        finish(job, n, first_block, blocks, rows, cols);
+    }
 }
 
 /// Applies the epilogue to the item's output.
@@ -156,6 +161,58 @@ struct Tile {
     y_block: usize,
     /// Add to Y (not the first input block) rather than overwrite it.
     accumulate: bool,
+    /// The epilogue applied in registers (the last input block), if any.
+    finish: Option<RegisterEpilogue>,
+}
+
+/// An epilogue simple enough for registers: bias, residual, then a clamp (Relu, Clip or none).
+#[derive(Clone, Copy)]
+struct RegisterEpilogue {
+    /// The bias at the item's first output block (null: none).
+    bias: *const f32,
+    /// The residual at the item's first output block of the image (null: none); laid out as Y.
+    residual: *const f32,
+    /// Lower and upper bounds (infinite when absent).
+    bounds: Option<(f32, f32)>,
+}
+
+impl RegisterEpilogue {
+    /// `v` finished: plus the bias at `bias_at`, plus the residual at `residual_at`, clamped.
+    ///
+    /// # Safety
+    /// `V`'s instruction set; the offsets inside the bias and the residual when present.
+    #[inline(always)]
+    unsafe fn apply<V: Lanes>(&self, mut v: V, bias_at: usize, residual_at: usize) -> V {
+        // SAFETY: the caller's contract.
+        unsafe {
+            if !self.bias.is_null() {
+                v = V::add(v, V::load(self.bias.add(bias_at)));
+            }
+            if !self.residual.is_null() {
+                v = V::add(v, V::load(self.residual.add(residual_at)));
+            }
+            if let Some((lo, hi)) = self.bounds {
+                v = V::at_most(V::value(hi), V::at_least(V::value(lo), v));
+            }
+        }
+        v
+    }
+
+    /// The register form of `epilogue` for the item whose Y starts at `y_item` (first output
+    /// block `first_block`), when its activation is a clamp.
+    fn new(epilogue: &BlockEpilogue<'_>, first_block: usize, b: usize, y_item: usize) -> Option<Self> {
+        let bounds = match epilogue.activation {
+            Activation::None => None,
+            Activation::Relu => Some((0.0, f32::INFINITY)),
+            Activation::Clip { min, max } => Some((min, max)),
+            _ => return None,
+        };
+        Some(RegisterEpilogue {
+            bias: epilogue.bias.map_or(std::ptr::null(), |bias| bias[first_block * b..].as_ptr()),
+            residual: epilogue.residual.map_or(std::ptr::null(), |z| z[y_item..].as_ptr()),
+            bounds,
+        })
+    }
 }
 
 /// Calls `Tile::run` with `P` and `Q` fixed at compile time: the partial tiles (`pixels <=
@@ -257,10 +314,18 @@ impl Tile {
                 }
             }
         }
+        let row = oh * g.cols.output * b;
         for (p, acc) in acc.iter().enumerate() {
-            for (q, acc) in acc.iter().enumerate() {
-                // SAFETY: as for the loads above.
-                unsafe { acc.store(y_at(p, q)) };
+            for (q, &acc) in acc.iter().enumerate() {
+                // SAFETY: as for the loads above; the epilogue's bias holds the Q blocks' lanes
+                // and its residual is laid out as Y (the caller's contract).
+                unsafe {
+                    let v = match &self.finish {
+                        Some(e) => e.apply(acc, q * b, q * self.y_block + row + (ow + p) * b),
+                        None => acc,
+                    };
+                    v.store(y_at(p, q))
+                }
             }
         }
     }

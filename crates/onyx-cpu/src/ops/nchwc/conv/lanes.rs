@@ -35,6 +35,26 @@ pub(super) trait Lanes: Copy {
     /// # Safety
     /// As [`Lanes::zero`].
     unsafe fn mul_add(a: Self, b: Self, c: Self) -> Self;
+    /// `a + b` lane by lane.
+    ///
+    /// # Safety
+    /// As [`Lanes::zero`].
+    unsafe fn add(a: Self, b: Self) -> Self;
+    /// `v` in every lane.
+    ///
+    /// # Safety
+    /// As [`Lanes::zero`].
+    unsafe fn value(v: f32) -> Self;
+    /// Lane by lane `if bound > x { bound } else { x }`: a NaN `x` stays NaN.
+    ///
+    /// # Safety
+    /// As [`Lanes::zero`].
+    unsafe fn at_least(bound: Self, x: Self) -> Self;
+    /// Lane by lane `if bound < x { bound } else { x }`: a NaN `x` stays NaN.
+    ///
+    /// # Safety
+    /// As [`Lanes::zero`].
+    unsafe fn at_most(bound: Self, x: Self) -> Self;
     /// Writes the lanes to `p..p + WIDTH`.
     ///
     /// # Safety
@@ -69,6 +89,22 @@ impl<const N: usize> Lanes for Portable<N> {
     #[inline(always)]
     unsafe fn mul_add(a: Self, b: Self, c: Self) -> Self {
         Portable(std::array::from_fn(|i| a.0[i] * b.0[i] + c.0[i]))
+    }
+    #[inline(always)]
+    unsafe fn add(a: Self, b: Self) -> Self {
+        Portable(std::array::from_fn(|i| a.0[i] + b.0[i]))
+    }
+    #[inline(always)]
+    unsafe fn value(v: f32) -> Self {
+        Portable([v; N])
+    }
+    #[inline(always)]
+    unsafe fn at_least(bound: Self, x: Self) -> Self {
+        Portable(std::array::from_fn(|i| if bound.0[i] > x.0[i] { bound.0[i] } else { x.0[i] }))
+    }
+    #[inline(always)]
+    unsafe fn at_most(bound: Self, x: Self) -> Self {
+        Portable(std::array::from_fn(|i| if bound.0[i] < x.0[i] { bound.0[i] } else { x.0[i] }))
     }
     #[inline(always)]
     unsafe fn store(self, p: *mut f32) {
@@ -118,6 +154,27 @@ mod x86 {
             Avx512(unsafe { _mm512_fmadd_ps(a.0, b.0, c.0) })
         }
         #[inline(always)]
+        unsafe fn add(a: Self, b: Self) -> Self {
+            // SAFETY: the caller guarantees AVX-512F.
+            Avx512(unsafe { _mm512_add_ps(a.0, b.0) })
+        }
+        #[inline(always)]
+        unsafe fn value(v: f32) -> Self {
+            // SAFETY: the caller guarantees AVX-512F.
+            Avx512(unsafe { _mm512_set1_ps(v) })
+        }
+        #[inline(always)]
+        unsafe fn at_least(bound: Self, x: Self) -> Self {
+            // SAFETY: the caller guarantees AVX-512F. `max_ps(a, b)` answers b when either is
+            // NaN: a NaN x stays.
+            Avx512(unsafe { _mm512_max_ps(bound.0, x.0) })
+        }
+        #[inline(always)]
+        unsafe fn at_most(bound: Self, x: Self) -> Self {
+            // SAFETY: as `at_least`.
+            Avx512(unsafe { _mm512_min_ps(bound.0, x.0) })
+        }
+        #[inline(always)]
         unsafe fn store(self, p: *mut f32) {
             // SAFETY: AVX-512F and 16 writable elements: the caller's contract.
             unsafe { _mm512_storeu_ps(p, self.0) }
@@ -154,6 +211,26 @@ mod x86 {
         unsafe fn mul_add(a: Self, b: Self, c: Self) -> Self {
             // SAFETY: the caller guarantees FMA.
             Avx2(unsafe { _mm256_fmadd_ps(a.0, b.0, c.0) })
+        }
+        #[inline(always)]
+        unsafe fn add(a: Self, b: Self) -> Self {
+            // SAFETY: the caller guarantees AVX2.
+            Avx2(unsafe { _mm256_add_ps(a.0, b.0) })
+        }
+        #[inline(always)]
+        unsafe fn value(v: f32) -> Self {
+            // SAFETY: the caller guarantees AVX2.
+            Avx2(unsafe { _mm256_set1_ps(v) })
+        }
+        #[inline(always)]
+        unsafe fn at_least(bound: Self, x: Self) -> Self {
+            // SAFETY: the caller guarantees AVX2. `max_ps(a, b)` answers b when either is NaN.
+            Avx2(unsafe { _mm256_max_ps(bound.0, x.0) })
+        }
+        #[inline(always)]
+        unsafe fn at_most(bound: Self, x: Self) -> Self {
+            // SAFETY: as `at_least`.
+            Avx2(unsafe { _mm256_min_ps(bound.0, x.0) })
         }
         #[inline(always)]
         unsafe fn store(self, p: *mut f32) {
