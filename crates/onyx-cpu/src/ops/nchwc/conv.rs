@@ -13,7 +13,7 @@ mod direct;
 mod lanes;
 mod pack;
 mod scalar;
-mod shape;
+pub(super) mod shape;
 
 use std::ops::Range;
 

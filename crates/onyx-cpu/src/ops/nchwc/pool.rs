@@ -1,10 +1,10 @@
 //! `ai.onyx` pooling on blocked NCHWc tensors: NchwcMaxPool and NchwcAveragePool (the ONNX
 //! ops' attributes, explicit pads) and NchwcGlobalAveragePool / NchwcGlobalMaxPool.
 //!
-//! A blocked `[N, C/b, H, W, b]` tensor is a 3-D pooling input whose last axis (the lanes) has a
-//! unit window, so the windowed ops run the plain pooling kernels with that axis added: their
-//! inner loops then run along the `b` contiguous lanes. The global ones sum (or take the max
-//! of) every pixel's lane vector.
+//! NchwcMaxPool takes, for each output pixel, the lane-wise max of the `b`-lane vectors of its
+//! window's pixels. A blocked `[N, C/b, H, W, b]` tensor is also a 3-D pooling input whose last
+//! axis (the lanes) has a unit window, so NchwcAveragePool runs the plain pooling kernel with
+//! that axis added. The global ones sum (or take the max of) every pixel's lane vector.
 
 use rayon::prelude::*;
 
@@ -12,7 +12,9 @@ use onyx_core::ep::{Kernel, NodeContext, ValueRef};
 use onyx_core::ir::{AttrValue, Node, ONYX_DOMAIN};
 use onyx_core::{host_pool, DataType, Error, Location, Result, Value};
 
+use super::conv::shape::valid_taps;
 use super::reorder::block_attr;
+use crate::ops::conv::geometry::{Axis, WindowAttrs};
 use crate::ops::matmul::gemm::PARALLEL_WORK;
 use crate::ops::pool::{pool_op, PoolOp, Reduce};
 use crate::ops::util;
@@ -68,7 +70,84 @@ fn with_lane_axis(node: &Node) -> Result<Node> {
 fn windowed(ctx: &NodeContext<'_>, reduce: Reduce) -> Result<Box<dyn Kernel>> {
     let node = ctx.node;
     let block = block_attr(node)?;
-    Ok(Box::new(BlockedPool { at: node.location(), block, pool: pool_op(&with_lane_axis(node)?, reduce)? }))
+    // The checks of the plain op (and its kernel, for AveragePool).
+    let pool = pool_op(&with_lane_axis(node)?, reduce)?;
+    if reduce == Reduce::Max {
+        let window = WindowAttrs::from_node(node)?;
+        let ceil_mode = node.int_or("ceil_mode", 0)? != 0;
+        return Ok(Box::new(BlockedMaxPool { at: node.location(), block, window, ceil_mode }));
+    }
+    Ok(Box::new(BlockedPool { at: node.location(), block, pool }))
+}
+
+/// NchwcMaxPool: lane-wise max over each window.
+struct BlockedMaxPool {
+    at: Location,
+    block: usize,
+    window: WindowAttrs,
+    ceil_mode: bool,
+}
+
+impl Kernel for BlockedMaxPool {
+    fn run(&self, inputs: &[Option<ValueRef<'_>>], _wanted: &[bool]) -> Result<Vec<Value>> {
+        let (at, b) = (&self.at, self.block);
+        let x = util::input(inputs, 0, at)?;
+        check_blocked(&x, b, at)?;
+        let &[n, blocks, h, w, _] = x.shape() else { unreachable!("checked rank 5") };
+        let kernel = self.window.kernel_shape.as_deref().unwrap_or_default();
+        let axes = self.window.resolve(&[n, blocks, h, w], kernel, self.ceil_mode, at)?;
+        let (rows, cols) = (axes[0], axes[1]);
+        let shape = vec![n, blocks, rows.output, cols.output, b];
+        let mut y = host_pool::take::<f32>(onyx_core::element_count(&shape).map_err(|e| e.at(at))?);
+        let xs = x.as_slice::<f32>()?;
+        let row_len = (cols.output * b).max(1);
+        let one = |(r, dst): (usize, &mut [f32])| {
+            let (plane, oh) = (r / rows.output, r % rows.output);
+            let src = &xs[plane * h * w * b..][..h * w * b];
+            util::simd_body(MaxRow { src, rows: &rows, cols: &cols, oh, b, dst })
+        };
+        if y.len().saturating_mul(rows.kernel * cols.kernel) >= PARALLEL_WORK {
+            y.par_chunks_mut(row_len).enumerate().for_each(one);
+        } else {
+            y.chunks_mut(row_len).enumerate().for_each(one);
+        }
+        Ok(vec![util::out(shape, y)?])
+    }
+}
+
+/// One output row of NchwcMaxPool: `dst[ow][lane]` = the max over the window of (oh, ow) in
+/// `src` (one blocked plane); NaNs never win, as in the plain MaxPool.
+struct MaxRow<'a> {
+    src: &'a [f32],
+    rows: &'a Axis,
+    cols: &'a Axis,
+    oh: usize,
+    b: usize,
+    dst: &'a mut [f32],
+}
+
+impl util::SimdBody for MaxRow<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn run(self) {
+        let MaxRow { src, rows, cols, oh, b, dst } = self;
+        let (h0, h1) = valid_taps(rows, oh);
+        for (ow, out) in dst.chunks_exact_mut(b).enumerate() {
+            out.fill(f32::NEG_INFINITY);
+            let (w0, w1) = valid_taps(cols, ow);
+            for kh in h0..h1 {
+                let ih = rows.input_index(oh, kh) as usize;
+                for kw in w0..w1 {
+                    let iw = cols.input_index(ow, kw) as usize;
+                    let pixel = &src[(ih * cols.input + iw) * b..][..b];
+                    for (m, &v) in out.iter_mut().zip(pixel) {
+                        *m = if v > *m { v } else { *m };
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// Checks that `x` is a blocked f32 tensor of block `b`.
