@@ -314,17 +314,24 @@ impl Tile {
                 }
             }
         }
-        let row = oh * g.cols.output * b;
         for (p, acc) in acc.iter().enumerate() {
-            for (q, &acc) in acc.iter().enumerate() {
-                // SAFETY: as for the loads above; the epilogue's bias holds the Q blocks' lanes
-                // and its residual is laid out as Y (the caller's contract).
-                unsafe {
-                    let v = match &self.finish {
-                        Some(e) => e.apply(acc, q * b, q * self.y_block + row + (ow + p) * b),
-                        None => acc,
-                    };
-                    v.store(y_at(p, q))
+            for (q, acc) in acc.iter().enumerate() {
+                // SAFETY: as for the loads above.
+                unsafe { acc.store(y_at(p, q)) };
+            }
+        }
+        // The epilogue reads the tile back from L1 rather than from the accumulators: code
+        // after the loop that reads them keeps a wide tile from staying in registers.
+        if let Some(e) = &self.finish {
+            let row = oh * g.cols.output * b;
+            for q in 0..Q {
+                for p in 0..P {
+                    // SAFETY: as above; the epilogue's bias holds the Q blocks' lanes and its
+                    // residual is laid out as Y (the caller's contract).
+                    unsafe {
+                        let v = e.apply(V::load(y_at(p, q)), q * b, q * self.y_block + row + (ow + p) * b);
+                        v.store(y_at(p, q));
+                    }
                 }
             }
         }
