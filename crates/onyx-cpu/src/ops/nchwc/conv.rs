@@ -70,6 +70,15 @@ impl BlockGroups {
         let (base, extra) = (self.blocks / self.count, self.blocks % self.count);
         (g * base + g.min(extra), base + usize::from(g < extra))
     }
+
+    /// First block and number of blocks of the group holding `block`.
+    fn of_block(&self, block: usize) -> (usize, usize) {
+        let (base, extra) = (self.blocks / self.count, self.blocks % self.count);
+        // The first `extra` groups have `base + 1` blocks.
+        let wide = extra * (base + 1);
+        let g = if block < wide { block / (base + 1) } else { extra + (block - wide) / base.max(1) };
+        self.group(g)
+    }
 }
 
 /// How an output is cut into work items: (image, group of output blocks, rows, columns), the
@@ -142,6 +151,20 @@ pub(crate) enum Path {
 }
 
 impl Path {
+    /// Most output blocks of one register tile on this path.
+    fn blocks(self) -> usize {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Path::Avx512 => lanes::Avx512::BLOCKS,
+            #[cfg(target_arch = "x86_64")]
+            Path::Avx2 => lanes::Avx2::BLOCKS,
+            #[cfg(not(target_arch = "x86_64"))]
+            Path::Avx512 | Path::Avx2 => 1,
+            Path::Portable => Portable::<8>::BLOCKS,
+            Path::Scalar => 1,
+        }
+    }
+
     /// The fastest path this CPU has for `block`.
     pub fn best(block: usize) -> Path {
         #[cfg(target_arch = "x86_64")]
@@ -292,7 +315,8 @@ pub(crate) struct NchwcConv {
 
 /// Builds an NchwcConv kernel: checks the attributes and packs the constant weights.
 fn build(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
-    let mut conv = NchwcConv::new(ctx.node, ctx.constant(1).map(|w| w.view()).transpose()?)?;
+    let w = ctx.constant(1).map(|w| w.view()).transpose()?;
+    let mut conv = NchwcConv::new(ctx.node, w, |block| Path::best(block))?;
     if let Some(b) = ctx.constant(2) {
         let b = b.view()?;
         conv.check_bias(&b)?;
@@ -302,8 +326,9 @@ fn build(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
 }
 
 impl NchwcConv {
-    /// Decodes `node` with its constant weights `w` (`None`: not a constant, an error).
-    fn new(node: &Node, w: Option<TensorView<'_>>) -> Result<Self> {
+    /// Decodes `node` with its constant weights `w` (`None`: not a constant, an error), packed
+    /// for the path `path(block)` will run.
+    fn new(node: &Node, w: Option<TensorView<'_>>, path: impl Fn(usize) -> Path) -> Result<Self> {
         let at = node.location();
         let block = node.get_int("block")?.ok_or_else(|| Error::attribute(&at, "block", "a channel block size", "none"))?;
         if !(1..=64).contains(&block) {
@@ -335,14 +360,15 @@ impl NchwcConv {
             ));
         }
         let (block, data) = (block as usize, w.as_slice::<f32>()?);
+        let path = path(block);
         let c_in = if depthwise { c_out } else { per_group };
         let weights = if depthwise {
             Weights::Depthwise(DepthwiseWeights::pack(data, c_out, kh * kw, block))
         } else {
-            Weights::Dense(DenseWeights::pack(data, [c_out, c_in, kh, kw], block))
+            Weights::Dense(DenseWeights::pack(data, [c_out, c_in, kh, kw], block, path.blocks()))
         };
         let activation = Activation::from_node(node)?;
-        Ok(NchwcConv { at, window, block, activation, c_in, c_out, kernel: [kh, kw], weights, bias: None, path: Path::best(block) })
+        Ok(NchwcConv { at, window, block, activation, c_in, c_out, kernel: [kh, kw], weights, bias: None, path })
     }
 
     fn check_bias(&self, b: &TensorView<'_>) -> Result<()> {
@@ -383,8 +409,9 @@ impl NchwcConv {
         vec![g.batch, g.out_blocks(), g.rows.output, g.cols.output, self.block]
     }
 
-    /// The convolution on `path` (tests pick it; the kernel runs `self.path`).
-    fn run_on(&self, inputs: &[Option<ValueRef<'_>>], path: Path) -> Result<Value> {
+    /// The convolution.
+    fn run_on(&self, inputs: &[Option<ValueRef<'_>>]) -> Result<Value> {
+        let path = self.path;
         let at = &self.at;
         let x = util::input(inputs, 0, at)?;
         util::expect_dtype(&x, &[DataType::Float], 0, at)?;
@@ -426,7 +453,7 @@ impl NchwcConv {
 
 impl Kernel for NchwcConv {
     fn run(&self, inputs: &[Option<ValueRef<'_>>], _wanted: &[bool]) -> Result<Vec<Value>> {
-        Ok(vec![self.run_on(inputs, self.path)?])
+        Ok(vec![self.run_on(inputs)?])
     }
 }
 

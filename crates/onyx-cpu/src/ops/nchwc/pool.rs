@@ -131,6 +131,42 @@ impl util::SimdBody for MaxRow<'_> {
 
     #[inline(always)]
     fn run(self) {
+        match self.b {
+            16 => self.run_lanes::<16>(),
+            8 => self.run_lanes::<8>(),
+            _ => self.run_any(),
+        }
+    }
+}
+
+impl MaxRow<'_> {
+    /// The row with `B` lanes known at compile time (one vector max per tap).
+    #[inline(always)]
+    fn run_lanes<const B: usize>(self) {
+        let MaxRow { src, rows, cols, oh, dst, .. } = self;
+        let (h0, h1) = valid_taps(rows, oh);
+        for (ow, out) in dst.chunks_exact_mut(B).enumerate() {
+            let mut m = [f32::NEG_INFINITY; B];
+            let (w0, w1) = valid_taps(cols, ow);
+            for kh in h0..h1 {
+                let ih = rows.input_index(oh, kh) as usize;
+                for kw in w0..w1 {
+                    let iw = cols.input_index(ow, kw) as usize;
+                    let Some(pixel) = src.get((ih * cols.input + iw) * B..).and_then(|p| p.first_chunk::<B>()) else {
+                        continue;
+                    };
+                    for (m, &v) in m.iter_mut().zip(pixel) {
+                        *m = if v > *m { v } else { *m };
+                    }
+                }
+            }
+            out.copy_from_slice(&m);
+        }
+    }
+
+    /// The row for any block size.
+    #[inline(always)]
+    fn run_any(self) {
         let MaxRow { src, rows, cols, oh, b, dst } = self;
         let (h0, h1) = valid_taps(rows, oh);
         for (ow, out) in dst.chunks_exact_mut(b).enumerate() {

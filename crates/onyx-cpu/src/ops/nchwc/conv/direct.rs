@@ -48,7 +48,8 @@ impl DirectJob<'_> {
     /// tiles), and there are enough items to keep every thread busy.
     pub(super) fn items<V: Lanes>(&self, threads: usize) -> DirectItems {
         let g = &self.geometry;
-        let groups = BlockGroups::new(g.out_blocks(), V::BLOCKS);
+        let groups = self.weights.groups;
+        debug_assert_eq!(groups, BlockGroups::new(g.out_blocks(), V::BLOCKS));
         let pixel_bytes = groups.widest() * g.block * 4;
         let unit = V::ACCUMULATORS;
         let mut seg = if g.cols.output * pixel_bytes <= ITEM_BYTES {
@@ -101,8 +102,8 @@ pub(super) unsafe fn run_item<V: Lanes>(job: &DirectJob<'_>, items: &DirectItems
         let tile = Tile {
             x: job.x.as_ptr().wrapping_add(n * g.input.image + in_block * g.input.group),
             channels: g.channels_in_block(in_block),
-            w: w.data.as_ptr().wrapping_add(first_block * w.out_block_len() + in_block * w.taps * b * b),
-            w_block: w.out_block_len(),
+            w: w.data.as_ptr().wrapping_add(w.at(first_block, in_block, 0, 0)),
+            w_channel: blocks * b,
             y_block: out_block_len,
             accumulate: in_block > 0,
             finish: if in_block + 1 == g.in_blocks() { in_registers } else { None },
@@ -153,10 +154,11 @@ struct Tile {
     x: *const f32,
     /// Real channels of the input block.
     channels: usize,
-    /// Packed weights at the item's first output block and this input block.
+    /// Packed weights at the item's block group and this input block.
     w: *const f32,
-    /// Elements between output blocks in the packed weights.
-    w_block: usize,
+    /// Elements between input channels in the packed weights (the group's output blocks are
+    /// contiguous between them).
+    w_channel: usize,
     /// Elements between output blocks in Y.
     y_block: usize,
     /// Add to Y (not the first input block) rather than overwrite it.
@@ -296,14 +298,15 @@ impl Tile {
             let row = self.x.wrapping_offset(ih * layout.row as isize);
             for kw in taps_w.0..taps_w.1 {
                 let first = row.wrapping_offset(g.cols.input_index(ow, kw) * layout.pixel as isize);
-                let w_tap = self.w.wrapping_add((kh * g.cols.kernel + kw) * b * b);
+                let w_tap = self.w.wrapping_add((kh * g.cols.kernel + kw) * b * self.w_channel);
                 for c in 0..self.channels {
                     let x_c = first.wrapping_add(c * layout.channel);
                     // SAFETY: the weights of channel c at this tap for the Q blocks are inside
                     // the packed weights; the P inputs are pixels of X read by a valid tap (the
                     // caller's contract).
                     unsafe {
-                        let w: [V; Q] = std::array::from_fn(|q| V::load(w_tap.wrapping_add(q * self.w_block + c * b)));
+                        let w_c = w_tap.wrapping_add(c * self.w_channel);
+                        let w: [V; Q] = std::array::from_fn(|q| V::load(w_c.wrapping_add(q * b)));
                         for (p, acc) in acc.iter_mut().enumerate() {
                             let x = V::splat(x_c.wrapping_add(p * pixel_step));
                             for (acc, &w) in acc.iter_mut().zip(&w) {

@@ -1,9 +1,12 @@
 //! Weights and bias repacked once, at build, into the order the NCHWc tiles read them.
 
-/// The weights of a convolution with every input channel (group 1), as
-/// `[ceil(OC/b)][ceil(IC/b)][kH * kW][b (input channel)][b (output channel)]`: at one tap and
-/// one input channel, the `b` output channels of a block are one vector. Channels past OC or
-/// IC are zero.
+use super::BlockGroups;
+
+/// The weights of a convolution with every input channel (group 1), in the order the register
+/// tiles read them: output blocks in the groups of [`BlockGroups`] (at most `max_blocks` each),
+/// and inside a group of `q` blocks `[ceil(IC/b)][kH * kW][b (input channel)][q][b (output
+/// channel)]`, so that at one tap and one input channel the group's `q` weight vectors are
+/// contiguous. Channels past OC or IC are zero.
 #[derive(Debug)]
 pub(crate) struct DenseWeights {
     /// The packed elements.
@@ -14,27 +17,44 @@ pub(crate) struct DenseWeights {
     pub in_blocks: usize,
     /// `kH * kW`.
     pub taps: usize,
+    /// How output blocks are grouped.
+    pub groups: BlockGroups,
 }
 
 impl DenseWeights {
-    /// Packs ONNX weights `w` of shape `[oc, ic, kh, kw]`.
-    pub fn pack(w: &[f32], [oc, ic, kh, kw]: [usize; 4], block: usize) -> Self {
+    /// Packs ONNX weights `w` of shape `[oc, ic, kh, kw]` for tiles of at most `max_blocks`
+    /// output blocks.
+    pub fn pack(w: &[f32], [oc, ic, kh, kw]: [usize; 4], block: usize, max_blocks: usize) -> Self {
         let (taps, in_blocks, out_blocks) = (kh * kw, ic.div_ceil(block), oc.div_ceil(block));
-        let mut data = vec![0.0; out_blocks * in_blocks * taps * block * block];
+        let mut packed = DenseWeights {
+            data: vec![0.0; out_blocks * in_blocks * taps * block * block],
+            block,
+            in_blocks,
+            taps,
+            groups: BlockGroups::new(out_blocks, max_blocks),
+        };
         for o in 0..oc {
             for i in 0..ic {
                 for t in 0..taps {
-                    let at = (((o / block * in_blocks + i / block) * taps + t) * block + i % block) * block + o % block;
-                    data[at] = w[(o * ic + i) * taps + t];
+                    let at = packed.at(o / block, i / block, t, i % block) + o % block;
+                    packed.data[at] = w[(o * ic + i) * taps + t];
                 }
             }
         }
-        DenseWeights { data, block, in_blocks, taps }
+        packed
     }
 
-    /// Elements between two output channel blocks.
-    pub fn out_block_len(&self) -> usize {
-        self.in_blocks * self.taps * self.block * self.block
+    /// Where the `b` lanes of output block `out_block` start, for input block `in_block`, tap
+    /// `tap` and input channel `channel` of the block.
+    pub fn at(&self, out_block: usize, in_block: usize, tap: usize, channel: usize) -> usize {
+        let (first, q) = self.groups.of_block(out_block);
+        let b = self.block;
+        self.group_start(first) + (((in_block * self.taps + tap) * b + channel) * q + out_block - first) * b
+    }
+
+    /// Where the group whose first output block is `first_block` starts.
+    pub fn group_start(&self, first_block: usize) -> usize {
+        first_block * self.in_blocks * self.taps * self.block * self.block
     }
 }
 
@@ -74,12 +94,15 @@ mod tests {
 
     #[test]
     fn dense_packing_puts_each_weight_at_its_block_lane() {
-        let (oc, ic, taps, b) = (5, 3, 2, 4);
+        let (oc, ic, taps, b) = (9, 3, 2, 4);
         let w: Vec<f32> = (0..oc * ic * taps).map(|v| v as f32 + 1.0).collect();
-        let p = DenseWeights::pack(&w, [oc, ic, 1, 2], b);
-        assert_eq!(p.data.len(), 2 * 1 * taps * b * b);
-        // Output channel 4 is lane 0 of output block 1; input channel 2, tap 1.
-        assert_eq!(p.data[p.out_block_len() + (b + 2) * b], w[(4 * ic + 2) * taps + 1]);
+        // Three output blocks in groups of at most 2: (0, 1) and (2).
+        let p = DenseWeights::pack(&w, [oc, ic, 1, 2], b, 2);
+        assert_eq!(p.data.len(), 3 * taps * b * b);
+        // Output channel 5 is lane 1 of block 1 (second of its group); input channel 2, tap 1.
+        assert_eq!(p.data[((b + 2) * 2 + 1) * b + 1], w[(5 * ic + 2) * taps + 1]);
+        // Output channel 8: lane 0 of block 2, alone in its group.
+        assert_eq!(p.data[2 * taps * b * b + (b + 2) * b], w[(8 * ic + 2) * taps + 1]);
         // Every weight lands once; the rest is padding.
         assert_eq!(p.data.iter().filter(|&&v| v != 0.0).count(), w.len());
     }

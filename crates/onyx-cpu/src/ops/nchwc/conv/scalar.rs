@@ -16,8 +16,9 @@ pub(super) fn direct(job: &DirectJob<'_>) {
         let mut sum = 0.0;
         for c in 0..g.c_in {
             let x_c = n * g.input.image + c / g.block * g.input.group + c % g.block * g.input.channel;
-            let w_c = (o / g.block * w.in_blocks + c / g.block) * w.taps * g.block * g.block + c % g.block * g.block + o % g.block;
-            sum += taps_sum(g, oh, ow, |tap, at| job.x[x_c + at] * w.data[w_c + tap * g.block * g.block]);
+            sum += taps_sum(g, oh, ow, |tap, at| {
+                job.x[x_c + at] * w.data[w.at(o / g.block, c / g.block, tap, c % g.block) + o % g.block]
+            });
         }
         sum
     });

@@ -155,12 +155,12 @@ impl Case {
 
     /// The NchwcConv kernel with block `b` and its inputs (X blocked, its padding channels NaN:
     /// a kernel that read them would spread NaN into real channels, unless X is NCHW).
-    fn prepare(&self, [x, w, b_, z]: &[Vec<f32>; 4], b: usize, bias_constant: bool) -> (NchwcConv, Vec<Option<Value>>) {
+    fn prepare(&self, [x, w, b_, z]: &[Vec<f32>; 4], b: usize, path: Path, bias_constant: bool) -> (NchwcConv, Vec<Option<Value>>) {
         let [h, wd] = self.hw;
         let [oh, ow] = self.out_hw();
         let per_group = self.c_in / self.group();
         let w = Tensor::from_vec(vec![self.c_out, per_group, self.kernel[0], self.kernel[1]], w.clone()).unwrap();
-        let mut conv = NchwcConv::new(&self.nchwc_node(b), Some(w.view().unwrap())).unwrap();
+        let mut conv = NchwcConv::new(&self.nchwc_node(b), Some(w.view().unwrap()), |_| path).unwrap();
         let x = if self.nchw_input {
             Tensor::from_vec(vec![self.batch, self.c_in, h, wd], x.clone())
         } else {
@@ -185,9 +185,9 @@ impl Case {
     /// NchwcConv's output on `path` with block `b`, back in NCHW; checks that padding channels
     /// of a dense convolution's output are finite.
     fn run(&self, inputs: &[Vec<f32>; 4], b: usize, path: Path, bias_constant: bool) -> Vec<f32> {
-        let (conv, values) = self.prepare(inputs, b, bias_constant);
+        let (conv, values) = self.prepare(inputs, b, path, bias_constant);
         let [oh, ow] = self.out_hw();
-        let y = run_values(&conv, &values, path);
+        let y = run_values(&conv, &values);
         let y = y.as_tensor().unwrap();
         assert_eq!(y.shape(), [self.batch, self.c_out.div_ceil(b), oh, ow, b]);
         let y = y.as_slice::<f32>().unwrap();
@@ -210,10 +210,10 @@ impl Case {
     }
 }
 
-/// Runs `conv` on `values` on `path`.
-fn run_values(conv: &NchwcConv, values: &[Option<Value>], path: Path) -> Value {
+/// Runs `conv` on `values`.
+fn run_values(conv: &NchwcConv, values: &[Option<Value>]) -> Value {
     let refs: Vec<Option<ValueRef<'_>>> = values.iter().map(|v| v.as_ref().map(ValueRef::Value)).collect();
-    conv.run_on(&refs, path).unwrap()
+    conv.run_on(&refs).unwrap()
 }
 
 /// Dense cases: resnet-like 3x3 and strided ones, the 7x7 stem from plain NCHW, pointwise
@@ -304,6 +304,10 @@ fn block_groups_are_even_and_cover_every_block_once() {
                 next += count;
             }
             assert_eq!(next, blocks);
+            for block in 0..blocks {
+                let (first, count) = g.of_block(block);
+                assert!((first..first + count).contains(&block) && g.group((0..g.count).find(|&i| g.group(i).0 == first).unwrap()) == (first, count));
+            }
         }
     }
     assert_eq!((BlockGroups::new(6, 4).group(0), BlockGroups::new(6, 4).group(1)), ((0, 3), (3, 3)));
@@ -314,7 +318,7 @@ fn block_groups_are_even_and_cover_every_block_once() {
 fn bad_input_is_an_error_naming_it() {
     let case = Case::new(17, 40, [5, 5], [3, 3], 1, 1);
     let w = Tensor::from_vec(vec![40, 17, 3, 3], vec![0.5f32; 40 * 17 * 9]).unwrap();
-    let err = |n: &Node, w: Option<&Tensor>| NchwcConv::new(n, w.map(|w| w.view().unwrap())).unwrap_err().to_string();
+    let err = |n: &Node, w: Option<&Tensor>| NchwcConv::new(n, w.map(|w| w.view().unwrap()), Path::best).unwrap_err().to_string();
     assert!(err(&case.nchwc_node(16), None).contains("constant weights"));
     let mut grouped = case.nchwc_node(16);
     grouped.attributes.retain(|a| a.name != "group");
@@ -327,11 +331,11 @@ fn bad_input_is_an_error_naming_it() {
     same.attributes.push(onyx_core::ir::Attribute { name: "auto_pad".into(), value: string("SAME_UPPER") });
     assert!(err(&same, Some(&w)).contains("auto_pad"));
 
-    let conv = NchwcConv::new(&case.nchwc_node(16), Some(w.view().unwrap())).unwrap();
+    let conv = NchwcConv::new(&case.nchwc_node(16), Some(w.view().unwrap()), |_| Path::Scalar).unwrap();
     let run = |x: Tensor, z: Option<Tensor>| {
         let values = [Some(Value::Tensor(x)), None, None, z.map(Value::Tensor)];
         let refs: Vec<Option<ValueRef<'_>>> = values.iter().map(|v| v.as_ref().map(ValueRef::Value)).collect();
-        conv.run_on(&refs, Path::Scalar).unwrap_err().to_string()
+        conv.run_on(&refs).unwrap_err().to_string()
     };
     let e = run(Tensor::from_vec(vec![1, 1, 5, 5, 16], vec![0.0f32; 400]).unwrap(), None);
     assert!(e.contains("[N, 2, H, W, 16]") && e.contains("[1, 1, 5, 5, 16]"), "{e}");
@@ -384,9 +388,9 @@ fn nchwc_timings() {
         let nchw = time(&mut || {
             case.run_reference(&conv, &values, activation);
         });
-        let (conv, values) = case.prepare(&inputs, b, true);
+        let (conv, values) = case.prepare(&inputs, b, Path::best(b), true);
         let blocked = time(&mut || {
-            run_values(&conv, &values, Path::best(b));
+            run_values(&conv, &values);
         });
         println!("{name:24} nchw {nchw:7.3} ms  nchwc {blocked:7.3} ms  ratio {:.2}", blocked / nchw);
     }
