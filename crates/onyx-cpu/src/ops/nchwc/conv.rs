@@ -38,6 +38,23 @@ pub fn register(r: &mut Registry) {
     r.add_in(ONYX_DOMAIN, "NchwcConv", build);
 }
 
+/// One convolution for the tiles: inputs, packed weights `W`, sizes and where the output goes.
+pub(crate) struct ConvJob<'a, W> {
+    /// X, blocked or (direct convolutions only) plain NCHW: `geometry.input` tells.
+    pub x: &'a [f32],
+    /// The packed weights.
+    pub weights: &'a W,
+    /// Sizes (a pointwise direct convolution's already `flattened`).
+    pub geometry: ConvGeometry,
+    /// Bias, residual and activation.
+    pub epilogue: BlockEpilogue<'a>,
+    /// Y, `geometry.out_len()` elements.
+    pub y: SharedOut,
+}
+
+/// Output bytes one work item covers (in L1 while every input block is added into it).
+const ITEM_BYTES: usize = 16 << 10;
+
 /// A pointer to the output that the threads writing disjoint work items share.
 #[derive(Clone, Copy)]
 pub(crate) struct SharedOut(*mut f32);

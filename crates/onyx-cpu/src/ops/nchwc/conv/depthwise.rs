@@ -4,28 +4,14 @@
 
 use super::lanes::Lanes;
 use super::pack::DepthwiseWeights;
-use super::shape::{interior, valid_taps, BlockEpilogue, ConvGeometry};
-use super::{Items, SharedOut};
+use super::shape::{interior, valid_taps, ConvGeometry};
+use super::{ConvJob, Items, ITEM_BYTES};
 
 /// Output pixels of one interior tile.
 const WIDE: usize = 8;
 
-/// Output bytes one work item covers.
-const ITEM_BYTES: usize = 16 << 10;
-
-/// One depthwise convolution.
-pub(crate) struct DepthwiseJob<'a> {
-    /// X, blocked.
-    pub x: &'a [f32],
-    /// The packed weights.
-    pub weights: &'a DepthwiseWeights,
-    /// Sizes (`c_in == c_out`, a blocked input).
-    pub geometry: ConvGeometry,
-    /// Bias, residual and activation.
-    pub epilogue: BlockEpilogue<'a>,
-    /// Y, `geometry.out_len()` elements.
-    pub y: SharedOut,
-}
+/// A depthwise convolution (`c_in == c_out`, a blocked input).
+pub(crate) type DepthwiseJob<'a> = ConvJob<'a, DepthwiseWeights>;
 
 impl DepthwiseJob<'_> {
     /// How the output is split into work items: (image, channel block, rows).

@@ -15,24 +15,10 @@ use super::lanes::Lanes;
 use super::pack::DenseWeights;
 use super::shape::{interior, valid_taps, BlockEpilogue, ConvGeometry};
 use crate::ops::contrib::Activation;
-use super::{BlockGroups, Items, SharedOut, ITEMS_PER_THREAD};
+use super::{BlockGroups, ConvJob, Items, ITEMS_PER_THREAD, ITEM_BYTES};
 
-/// Output bytes one work item keeps (in L1 while all input blocks are added into it).
-const ITEM_BYTES: usize = 16 << 10;
-
-/// One direct convolution: inputs, weights, sizes and where the output goes.
-pub(crate) struct DirectJob<'a> {
-    /// X, blocked or plain NCHW (`geometry.input` tells).
-    pub x: &'a [f32],
-    /// The packed weights.
-    pub weights: &'a DenseWeights,
-    /// Sizes (already `flattened` for pointwise convolutions).
-    pub geometry: ConvGeometry,
-    /// Bias, residual and activation.
-    pub epilogue: BlockEpilogue<'a>,
-    /// Y, `geometry.out_len()` elements.
-    pub y: SharedOut,
-}
+/// A direct convolution.
+pub(crate) type DirectJob<'a> = ConvJob<'a, DenseWeights>;
 
 /// The work items of a direct convolution and the output block groups they take.
 pub(crate) struct DirectItems {
