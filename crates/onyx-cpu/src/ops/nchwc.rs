@@ -4,7 +4,9 @@
 //! A blocked tensor of logical shape `[N, C, H, W]` with block `b` has the shape
 //! `[N, ceil(C/b), H, W, b]`: element `(n, c, h, w)` sits at `[n][c / b][h][w][c % b]`, so the
 //! `b` channels of one pixel are one SIMD vector (16 f32 for AVX-512, 8 for AVX2). Channels past
-//! `C` in the last block are padding: they hold finite values that no real channel depends on.
+//! `C` in the last block are padding: zero after ReorderInput, anything after an elementwise op
+//! (0/0 is NaN), and never read into a real channel: NchwcConv reads only the real input
+//! channels, every other kernel works lane by lane.
 //!
 //! - [`reorder`]: ReorderInput (NCHW → blocked) and ReorderOutput (blocked → NCHW);
 //! - [`conv`]: NchwcConv (direct, pointwise, depthwise and NCHW-input convolutions, with the
