@@ -82,7 +82,14 @@ pub fn bench(model: &Path, inputs: &[String], options: Options, args: &SessionAr
         bar.inc(1);
     }
     bar.finish_and_clear();
-    let host = shared.as_ref().map(|_| GpuHost { before, created, warm, after: stats(&shared), runs });
+    let host = shared.as_ref().map(|_| GpuHost {
+        before,
+        created,
+        warm,
+        after: stats(&shared),
+        runs,
+        slowest: shared.as_ref().map(|g| g.compile_times().into_iter().take(SLOWEST_COMPILES).collect()).unwrap_or_default(),
+    });
     times.sort_by(f64::total_cmp);
     let mean = times.iter().sum::<f64>() / times.len().max(1) as f64;
     let report = serde_json::json!({
@@ -141,7 +148,12 @@ struct GpuHost {
     warm: HostStats,
     after: HostStats,
     runs: usize,
+    /// The pipelines whose compilation took longest (key, ms): what a cold start waits for.
+    slowest: Vec<(String, f64)>,
 }
+
+/// Pipelines listed by compile time.
+const SLOWEST_COMPILES: usize = 5;
 
 impl GpuHost {
     fn per_run(&self) -> (f64, f64, f64) {
@@ -161,6 +173,8 @@ impl GpuHost {
             self.created.pipelines - self.before.pipelines,
             self.warm.compile_ms - self.before.compile_ms
         );
+        let slowest: Vec<String> = self.slowest.iter().map(|(key, ms)| format!("{key} {ms:.1} ms")).collect();
+        println!("wgpu slowest     {}", slowest.join(", "));
         println!("wgpu per run     {dispatches:.0} dispatches, host recording {record_us:.0} us, bind groups reused {reused:.1}%");
         println!(
             "peak device memory {:.1} MiB (buffers the session and its runs hold; {:.1} MiB after session creation)",
@@ -174,6 +188,7 @@ impl GpuHost {
         serde_json::json!({
             "session_pipelines": self.created.pipelines - self.before.pipelines,
             "compile_ms": self.warm.compile_ms - self.before.compile_ms,
+            "slowest_compiles": self.slowest.iter().map(|(key, ms)| serde_json::json!({"key": key, "ms": ms})).collect::<Vec<_>>(),
             "dispatches_per_run": dispatches,
             "record_us_per_run": record_us,
             "bind_groups_reused_percent": reused,

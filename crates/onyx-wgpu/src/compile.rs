@@ -9,7 +9,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
 use std::time::Instant;
 
 use onyx_core::{Error, Result};
@@ -22,6 +22,8 @@ pub(crate) struct Pipeline {
     compiled: OnceLock<std::result::Result<Compiled, String>>,
     /// The shader variant's key (names the kernel in profiles).
     pub key: String,
+    /// Nanoseconds its compilation took (0 until done).
+    compile_ns: AtomicU64,
 }
 
 /// A pipeline ready to dispatch.
@@ -43,8 +45,15 @@ impl Pipeline {
         let key = self.key.as_str();
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| compile(device, key, source)))
             .unwrap_or_else(|_| Err(format!("wgpu: compiling shader '{key}' panicked")));
+        let ns = start.elapsed().as_nanos() as u64;
+        self.compile_ns.store(ns, Ordering::Relaxed);
         let _ = self.compiled.set(outcome);
-        start.elapsed().as_nanos() as u64
+        ns
+    }
+
+    /// Milliseconds its compilation took (0 until done).
+    pub fn compile_ms(&self) -> f64 {
+        self.compile_ns.load(Ordering::Relaxed) as f64 / 1e6
     }
 }
 
@@ -92,22 +101,55 @@ pub(crate) struct Compiler {
     jobs: Mutex<Option<Sender<Job>>>,
     /// Nanoseconds of compilation so far, all threads together.
     ns: Arc<AtomicU64>,
+    /// Compilations queued or under way.
+    pending: Arc<Pending>,
+}
+
+/// A count of compilations not finished, to wait on.
+#[derive(Default)]
+struct Pending {
+    count: Mutex<usize>,
+    done: Condvar,
+}
+
+impl Pending {
+    fn add(&self, n: isize) {
+        let mut count = self.count.lock().unwrap_or_else(PoisonError::into_inner);
+        *count = count.saturating_add_signed(n);
+        if *count == 0 {
+            self.done.notify_all();
+        }
+    }
+
+    fn wait(&self) {
+        let mut count = self.count.lock().unwrap_or_else(PoisonError::into_inner);
+        while *count > 0 {
+            count = self.done.wait(count).unwrap_or_else(PoisonError::into_inner);
+        }
+    }
 }
 
 impl Compiler {
     /// A pipeline for `key` whose compilation from `source` has been queued (or, without
     /// compiler threads, is done).
     pub fn request(&self, device: &wgpu::Device, key: &str, source: String) -> Arc<Pipeline> {
-        let pipeline = Arc::new(Pipeline { compiled: OnceLock::new(), key: key.to_string() });
+        let pipeline = Arc::new(Pipeline { compiled: OnceLock::new(), key: key.to_string(), compile_ns: AtomicU64::new(0) });
         let job = (pipeline.clone(), source);
+        self.pending.add(1);
         let unsent = match self.sender(device) {
             Some(jobs) => jobs.send(job).err().map(|e| e.0),
             None => Some(job),
         };
         if let Some((p, source)) = unsent {
             self.ns.fetch_add(p.compile(device, source), Ordering::Relaxed);
+            self.pending.add(-1);
         }
         pipeline
+    }
+
+    /// Blocks until every compilation requested so far is done.
+    pub fn wait(&self) {
+        self.pending.wait();
     }
 
     /// Milliseconds of compilation so far (summed over threads).
@@ -124,9 +166,9 @@ impl Compiler {
             let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, MAX_THREADS);
             let started = (0..threads)
                 .filter(|i| {
-                    let (rx, device, ns) = (rx.clone(), device.clone(), self.ns.clone());
+                    let (rx, device, ns, pending) = (rx.clone(), device.clone(), self.ns.clone(), self.pending.clone());
                     let worker = std::thread::Builder::new().name(format!("onyx-wgpu-compile-{i}"));
-                    worker.spawn(move || work(&rx, &device, &ns)).is_ok()
+                    worker.spawn(move || work(&rx, &device, &ns, &pending)).is_ok()
                 })
                 .count();
             if started == 0 {
@@ -139,11 +181,12 @@ impl Compiler {
 }
 
 /// A compiler thread: compiles queued shaders until the device's context is dropped.
-fn work(jobs: &Mutex<Receiver<Job>>, device: &wgpu::Device, ns: &AtomicU64) {
+fn work(jobs: &Mutex<Receiver<Job>>, device: &wgpu::Device, ns: &AtomicU64, pending: &Pending) {
     loop {
         let job = jobs.lock().unwrap_or_else(PoisonError::into_inner).recv();
         let Ok((pipeline, source)) = job else { return };
         ns.fetch_add(pipeline.compile(device, source), Ordering::Relaxed);
+        pending.add(-1);
     }
 }
 
@@ -176,5 +219,23 @@ mod tests {
         let alias = ctx.pipeline("test/alias", || GOOD.replace("64", "32")).unwrap();
         assert!(std::sync::Arc::ptr_eq(&many[0], &alias));
         assert_eq!(ctx.pipeline_count(), 7);
+    }
+
+    #[test]
+    fn waiting_for_pipelines_returns_once_all_are_compiled() {
+        if crate::testkit::provider().is_none() {
+            return;
+        }
+        let ctx = GpuContext::new(&WgpuOptions::default()).unwrap();
+        ctx.wait_for_pipelines();
+        for i in 0..5 {
+            ctx.pipeline(&format!("test/wait/{i}"), || GOOD.replace("64", &(16 * (i + 1)).to_string())).unwrap();
+        }
+        ctx.pipeline("test/wait/bad", || "fn main( {".to_string()).unwrap();
+        ctx.wait_for_pipelines();
+        let times = ctx.compile_times();
+        assert_eq!(times.len(), 6);
+        assert!(times.iter().all(|(_, ms)| *ms > 0.0), "{times:?}");
+        assert!(times.windows(2).all(|w| w[0].1 >= w[1].1), "slowest first: {times:?}");
     }
 }

@@ -47,6 +47,8 @@ pub struct GpuContext {
     pub(crate) lost: Arc<Mutex<Option<String>>>,
     /// The first error the device reported outside an error scope since the last check.
     error: Arc<Mutex<Option<String>>>,
+    /// Whether f16 products use cooperative matrices (see [`GpuContext::has_cooperative_matrix`]).
+    cooperative: bool,
 }
 
 /// Counters of host work, for `onyx bench`.
@@ -88,6 +90,22 @@ const WANTED_FEATURES: wgpu::Features = wgpu::Features::SHADER_F16
     .union(wgpu::Features::SUBGROUP)
     .union(wgpu::Features::TIMESTAMP_QUERY)
     .union(wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES);
+
+/// Whether Onyx's cooperative GEMM can run on `adapter`: f16 shaders, subgroups of exactly 32
+/// invocations (the kernel gives each subgroup of its 256 invocations two output fragments) and
+/// a 16x16x16 f16 x f16 + f32 configuration.
+fn has_f16_tensor_cores(adapter: &wgpu::Adapter) -> bool {
+    let needed =
+        wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX | wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP;
+    let info = adapter.get_info();
+    adapter.features().contains(needed)
+        && info.subgroup_min_size == 32
+        && info.subgroup_max_size == 32
+        && adapter.cooperative_matrix_properties().iter().any(|c| {
+            use wgpu::CooperativeScalarType::{F16, F32};
+            (c.m_size, c.n_size, c.k_size) == (16, 16, 16) && c.ab_type == F16 && c.cr_type == F32
+        })
+}
 
 /// Each context gets its own `Device::Wgpu` number.
 static NEXT_ID: AtomicU32 = AtomicU32::new(0);
@@ -143,25 +161,38 @@ impl GpuContext {
                 format!("wgpu: adapter index {index} asked for, but only {count} adapter(s) match the options")
             })
         })?;
-        let desc = wgpu::DeviceDescriptor {
+        let cooperative = !options.no_cooperative_matrix && has_f16_tensor_cores(&adapter);
+        let mut desc = wgpu::DeviceDescriptor {
             label: Some("onyx"),
             required_features: adapter.features() & WANTED_FEATURES,
             required_limits: adapter.limits(),
             ..Default::default()
         };
+        if cooperative {
+            desc.required_features |= wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
+            // SAFETY: the token only unlocks wgpu's experimental features, and the one
+            // requested is the cooperative matrix feature. Onyx uses it in one kernel (the f16
+            // tiled GEMM of ops/matmul/tiled.rs), only with the 16x16x16 f16 -> f32
+            // configuration the adapter reported above, loading and storing fragments in
+            // workgroup arrays at offsets that stay inside them (checked by that kernel's
+            // tests on a GPU that has them).
+            desc.experimental_features = unsafe { wgpu::ExperimentalFeatures::enabled() };
+        }
         let (device, queue) = pollster::block_on(adapter.request_device(&desc))
             .map_err(|e| Error::Device(format!("wgpu: cannot open {}: {e}", adapter.get_info().name)))?;
-        Ok(Self::wrap(device, queue, adapter.get_info()))
+        Ok(Self::build(device, queue, adapter.get_info(), cooperative))
     }
 
     /// Uses the application's own device and queue: all of Onyx's work is submitted on that
     /// queue, ordered with the application's own submissions. `info` describes the adapter for
     /// reports (`adapter.get_info()`).
+    /// Onyx's f16 products use cooperative matrices only on a device it opens itself (it must
+    /// know the adapter's configurations).
     pub fn from_device(device: wgpu::Device, queue: wgpu::Queue, info: wgpu::AdapterInfo) -> Arc<GpuContext> {
-        Self::wrap(device, queue, info)
+        Self::build(device, queue, info, false)
     }
 
-    fn wrap(device: wgpu::Device, queue: wgpu::Queue, info: wgpu::AdapterInfo) -> Arc<GpuContext> {
+    fn build(device: wgpu::Device, queue: wgpu::Queue, info: wgpu::AdapterInfo, cooperative: bool) -> Arc<GpuContext> {
         let (lost, error) = (Arc::new(Mutex::new(None)), Arc::new(Mutex::new(None)));
         let on_error = error.clone();
         device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| record_fault(&on_error, e.to_string())));
@@ -189,6 +220,7 @@ impl GpuContext {
             profiles: Mutex::new(vec![]),
             lost,
             error,
+            cooperative,
         })
     }
 
@@ -210,6 +242,12 @@ impl GpuContext {
     /// The [`Device`] values on this GPU carry.
     pub fn onyx_device(&self) -> Device {
         Device::Wgpu(self.id)
+    }
+
+    /// Whether f16 matrix products run on cooperative matrices (16x16x16 fragments, f32
+    /// accumulators, subgroups of 32).
+    pub fn has_cooperative_matrix(&self) -> bool {
+        self.cooperative
     }
 
     /// Whether shaders may use `f16`.
@@ -281,7 +319,23 @@ impl GpuContext {
         self.bind_groups.clear();
     }
 
-    /// Number of distinct pipelines made so far.
+    /// Every distinct pipeline made so far, by key, with the milliseconds its compilation took
+    /// (0 while it compiles), slowest first: what a cold start waits for.
+    pub fn compile_times(&self) -> Vec<(String, f64)> {
+        let sources = self.sources.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut times: Vec<(String, f64)> = sources.values().map(|p| (p.key.clone(), p.compile_ms())).collect();
+        times.sort_by(|a, b| b.1.total_cmp(&a.1));
+        times
+    }
+
+    /// Blocks until every pipeline requested so far has compiled (or failed). Sessions wait
+    /// for this when dropped: a process must not exit while compiler threads are inside the
+    /// driver (the NVIDIA driver crashes when torn down under them).
+    pub fn wait_for_pipelines(&self) {
+        self.compiler.wait();
+    }
+
+        /// Number of distinct pipelines made so far.
     pub fn pipeline_count(&self) -> usize {
         self.sources.lock().unwrap_or_else(PoisonError::into_inner).len()
     }

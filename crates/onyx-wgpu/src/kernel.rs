@@ -28,6 +28,14 @@ pub(crate) struct GpuKernel {
     pub at: Location,
 }
 
+/// A session drops its kernels when it is dropped: the pipelines they asked for finish
+/// compiling first (see [`GpuContext::wait_for_pipelines`]).
+impl Drop for GpuKernel {
+    fn drop(&mut self) {
+        self.ctx.wait_for_pipelines();
+    }
+}
+
 impl Kernel for GpuKernel {
     fn run(&self, inputs: &[Option<ValueRef<'_>>], _wanted: &[bool]) -> Result<Vec<Value>> {
         let mut run = GpuRun::new(self.ctx.clone());
@@ -158,6 +166,20 @@ pub(crate) fn enables(dtype: DataType) -> &'static str {
         "enable f16;\n"
     } else {
         ""
+    }
+}
+
+/// The static shape of input `i`, when a constant or shape inference gives every dim.
+pub(crate) fn static_shape(ctx: &onyx_core::ep::NodeContext<'_>, i: usize) -> Option<Vec<usize>> {
+    use onyx_core::types::{Dim, ValueType};
+    if let Some(t) = ctx.constant(i) {
+        return Some(t.shape().to_vec());
+    }
+    match ctx.input_types.get(i)? {
+        ValueType::Tensor(t) => {
+            t.shape.as_ref()?.iter().map(|d| if let Dim::Fixed(n) = d { Some(*n) } else { None }).collect()
+        }
+        _ => None,
     }
 }
 

@@ -27,12 +27,17 @@ pub struct WgpuOptions {
     pub power_preference: wgpu::PowerPreference,
     /// Backends to look at; empty means all that are compiled in.
     pub backends: wgpu::Backends,
+    /// Keeps the f16 matrix products off the adapter's cooperative matrices (tensor cores),
+    /// which Onyx otherwise uses where the adapter offers them (wgpu's experimental
+    /// `EXPERIMENTAL_COOPERATIVE_MATRIX`): the way back if a driver gets them wrong.
+    pub no_cooperative_matrix: bool,
 }
 
 impl WgpuOptions {
     /// Sets one option from its string form, as the CLI's `--provider-option key=value` gives it.
     /// Keys: `adapter`, `vendor`, `device_type` (discrete, integrated, virtual, cpu),
-    /// `power` (high-performance, low-power, default), `backend` (vulkan, metal, dx12).
+    /// `power` (high-performance, low-power, default), `backend` (vulkan, metal, dx12),
+    /// `cooperative_matrix` (true, false).
     pub fn set(&mut self, key: &str, value: &str) -> Result<()> {
         let bad = |expected: &str| Error::InvalidArgument(format!("wgpu option {key}: expected {expected}, got '{value}'"));
         match key {
@@ -71,9 +76,17 @@ impl WgpuOptions {
                     _ => return Err(bad("vulkan, metal, dx12 or all")),
                 }
             }
+            "cooperative_matrix" => {
+                self.no_cooperative_matrix = match value {
+                    "true" | "1" => false,
+                    "false" | "0" => true,
+                    _ => return Err(bad("true or false")),
+                }
+            }
             _ => {
                 return Err(Error::InvalidArgument(format!(
-                    "unknown wgpu option '{key}' (known: adapter, vendor, device_type, power, backend)"
+                    "unknown wgpu option '{key}' (known: adapter, vendor, device_type, power, backend, \
+                     cooperative_matrix)"
                 )))
             }
         }
@@ -114,6 +127,10 @@ mod tests {
         assert_eq!(o.vendor_id, Some(vendor::NVIDIA));
         assert_eq!(o.device_type, Some(wgpu::DeviceType::Cpu));
         assert_eq!(o.adapter_index, Some(1));
+        assert!(!o.no_cooperative_matrix);
+        o.set("cooperative_matrix", "false").unwrap();
+        assert!(o.no_cooperative_matrix);
+        assert!(o.set("cooperative_matrix", "maybe").unwrap_err().to_string().contains("maybe"));
         let e = o.set("power", "fast").unwrap_err().to_string();
         assert!(e.contains("power") && e.contains("fast"), "{e}");
         assert!(o.set("colour", "red").unwrap_err().to_string().contains("colour"));

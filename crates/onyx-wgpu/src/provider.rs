@@ -67,6 +67,7 @@ pub fn describe_adapters() -> Vec<DeviceDescription> {
                     ("shader_f16".into(), has(wgpu::Features::SHADER_F16).into()),
                     ("subgroups".into(), has(wgpu::Features::SUBGROUP).into()),
                     ("timestamp_query".into(), has(wgpu::Features::TIMESTAMP_QUERY).into()),
+                    ("cooperative_matrix".into(), cooperative_matrices(a)),
                     ("max_buffer_size".into(), limits.max_buffer_size.to_string()),
                     ("max_storage_buffer_binding_size".into(), limits.max_storage_buffer_binding_size.to_string()),
                     ("max_compute_workgroup_storage_size".into(), limits.max_compute_workgroup_storage_size.to_string()),
@@ -75,6 +76,19 @@ pub fn describe_adapters() -> Vec<DeviceDescription> {
             }
         })
         .collect()
+}
+
+/// The adapter's cooperative matrix configurations (tensor cores), as `MxNxK A->C` items.
+fn cooperative_matrices(adapter: &wgpu::Adapter) -> String {
+    if !adapter.features().contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX) {
+        return "no".into();
+    }
+    let configs: Vec<String> = adapter
+        .cooperative_matrix_properties()
+        .iter()
+        .map(|c| format!("{}x{}x{} {:?}->{:?}", c.m_size, c.n_size, c.k_size, c.ab_type, c.cr_type))
+        .collect();
+    configs.join(", ")
 }
 
 impl ExecutionProvider for WgpuProvider {

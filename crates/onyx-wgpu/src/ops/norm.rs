@@ -13,13 +13,12 @@
 use std::sync::Arc;
 
 use onyx_core::ep::{NodeContext, ValueRef};
-use onyx_core::types::{Dim, ValueType};
 use onyx_core::{DataType, Error, Location, Result, Value};
 
 use super::reduce::{float_type, normalize_axis, Lanes, ALL_LANES};
 use super::{float_inputs, input_dtype, Registry};
 use crate::context::{GpuContext, Pipeline};
-use crate::kernel::{enables, gpu_input, grid, opt_gpu_input, u32_of, GpuOp, GpuTensor, OnGpu, FLAT_INDEX};
+use crate::kernel::{enables, gpu_input, grid, opt_gpu_input, static_shape, u32_of, GpuOp, GpuTensor, OnGpu, FLAT_INDEX};
 use crate::run::GpuRun;
 
 mod skip;
@@ -370,16 +369,6 @@ fn param_map(param: &[usize], norm: &[usize]) -> Option<ParamMap> {
         return None;
     }
     Some(ParamMap { div: norm[last + 1..].iter().product(), modulo: norm[first..=last].iter().product() })
-}
-
-/// The static shape of input `i`, when inference knows every dim.
-fn static_shape(ctx: &NodeContext<'_>, i: usize) -> Option<Vec<usize>> {
-    match ctx.input_types.get(i)? {
-        ValueType::Tensor(t) => {
-            t.shape.as_ref()?.iter().map(|d| if let Dim::Fixed(n) = d { Some(*n) } else { None }).collect()
-        }
-        _ => None,
-    }
 }
 
 /// Float data; stash type float (any float type when Mean and InvStdDev are not read); scale

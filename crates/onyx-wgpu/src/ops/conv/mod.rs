@@ -16,7 +16,7 @@
 use std::sync::Arc;
 
 use onyx_core::ep::{NodeContext, ValueRef};
-use onyx_core::types::{Dim, ValueType};
+use onyx_core::types::ValueType;
 use onyx_core::{DataType, Error, Location, Result, Value};
 
 mod shaders;
@@ -29,7 +29,7 @@ use super::matmul::{dispatch_z, storage_type, Activation};
 use super::{float_inputs, input_dtype, Registry};
 use crate::buffer::GpuBuffer;
 use crate::context::GpuContext;
-use crate::kernel::{gpu_input, grid, opt_gpu_input, u32_of, GpuOp, OnGpu};
+use crate::kernel::{gpu_input, grid, opt_gpu_input, static_shape, u32_of, GpuOp, OnGpu};
 use crate::run::GpuRun;
 
 pub(crate) fn register(r: &mut Registry) {
@@ -79,19 +79,6 @@ fn build_conv_transpose(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<
     build(ctx, gpu, Kind::Transpose)
 }
 
-/// The static shape of input `i`, when inference or a constant gives it.
-fn static_shape(ctx: &NodeContext<'_>, i: usize) -> Option<Vec<usize>> {
-    if let Some(t) = ctx.constant(i) {
-        return Some(t.shape().to_vec());
-    }
-    match ctx.input_types.get(i)? {
-        ValueType::Tensor(t) => {
-            t.shape.as_ref()?.iter().map(|d| if let Dim::Fixed(n) = d { Some(*n) } else { None }).collect()
-        }
-        _ => None,
-    }
-}
-
 fn build(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>, kind: Kind) -> Result<Box<dyn GpuOp>> {
     let node = ctx.node;
     let at = node.location();
@@ -111,9 +98,18 @@ fn build(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>, kind: Kind) -> Result<Box
             if kind == Kind::Conv { w.get(1).map_or(0, |c| c * op.group) } else { w.first().copied().unwrap_or(0) };
         let mut x = vec![1, c_in];
         x.extend(w.iter().skip(2).map(|k| k * 4 + 16));
+        let variant_of = |s: &ConvShape| Variant::of(kind, s, node.input(2).is_some(), node.input(3).is_some(), act);
         if let Ok(s) = op.shape(&x, &w, None) {
-            let variant = Variant::of(kind, &s, node.input(2).is_some(), node.input(3).is_some(), act);
-            op.prepared = Some((variant.clone(), variant.compile(gpu, dtype)?));
+            let variant = variant_of(&s);
+            let kernel = variant.compile(gpu, dtype)?;
+            // With the real input's shape known, split-K's pipelines compile now too.
+            let real = static_shape(ctx, 0).and_then(|x| op.shape(&x, &w, None).ok());
+            if let (ConvKernel::Tiled(tiled), Some(s)) = (&kernel, real) {
+                if variant_of(&s) == variant {
+                    tiled.prepare(gpu, s.gemm_sizes())?;
+                }
+            }
+            op.prepared = Some((variant, kernel));
         }
     }
     Ok(Box::new(op))
@@ -211,7 +207,7 @@ impl ConvOp {
             }
             ConvKernel::Tiled(tiled) => {
                 let mut p = s.params(s.mg(), at)?;
-                tiled.record(run, &mut p, buffers, [s.mg(), s.batch * s.out_len(), s.cg() * s.k_len(), s.group], at)
+                tiled.record(run, &mut p, buffers, s.gemm_sizes(), at)
             }
         }
     }

@@ -252,7 +252,10 @@ impl Variant {
         let tiled = |b: &str, a: Walk| {
             let hooks = head.clone() + &subst(GEMM_COMMON) + b;
             let buffers = 3 + self.bias as usize + self.residual as usize;
-            Tiled::new(gpu, TiledSource { key: key.clone(), dtype, hooks, a, b: Walk::Outer, buffers })
+            // Cooperative matrices do not pay here (resnet50 fp16 on an H100: no faster, and
+            // three times the compile time, these hooks gathering input windows).
+            let cooperative = false;
+            Tiled::new(gpu, TiledSource { key: key.clone(), dtype, hooks, a, b: Walk::Outer, buffers, cooperative })
                 .map(ConvKernel::Tiled)
         };
         match self.algo {

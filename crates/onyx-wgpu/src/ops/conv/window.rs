@@ -280,6 +280,11 @@ impl ConvShape {
         self.c_out / self.group
     }
 
+    /// The implicit GEMM's sizes for the tiled kernel: M, N, K and groups.
+    pub(super) fn gemm_sizes(&self) -> [usize; 4] {
+        [self.mg(), self.batch * self.out_len(), self.cg() * self.k_len(), self.group]
+    }
+
     /// The kernel's taps along depth, height and width.
     pub(super) fn kernel(&self) -> [usize; 3] {
         self.axes.map(|a| a.kernel)

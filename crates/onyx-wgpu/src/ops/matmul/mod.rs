@@ -8,7 +8,7 @@
 //! Operands are read in place through strides: Gemm's transA/transB and broadcast batch
 //! dimensions cost no copy. Everything is computed in f32; f16 tensors are converted on load.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use onyx_core::ep::{NodeContext, ValueRef};
 use onyx_core::types::ValueType;
@@ -24,7 +24,7 @@ pub(crate) use tiled::{dispatch_z, fill, Tiled, TiledSource, Walk, RESERVED};
 use super::{float_inputs, input_dtype, Registry};
 use crate::buffer::GpuBuffer;
 use crate::context::{GpuContext, Pipeline};
-use crate::kernel::{enables, gpu_input, opt_gpu_input, strides, u32_of, wgsl_type, GpuOp, OnGpu};
+use crate::kernel::{enables, gpu_input, opt_gpu_input, static_shape, strides, u32_of, wgsl_type, GpuOp, OnGpu};
 use crate::run::GpuRun;
 
 pub(crate) fn register(r: &mut Registry) {
@@ -157,6 +157,11 @@ fn c_parts(ty: &str, has_c: bool, beta: usize, c_index: &str) -> (String, String
 
 /// The tiled GEMM kernel for `dtype`, load orders and C.
 fn tiled_pipeline(gpu: &GpuContext, dtype: DataType, a: Walk, b: Walk, has_c: bool) -> Result<Tiled> {
+    Tiled::new(gpu, gemm_source(dtype, a, b, has_c)?)
+}
+
+/// The tiled kernel's description for a strided product in `dtype` with these load orders and C.
+pub(crate) fn gemm_source(dtype: DataType, a: Walk, b: Walk, has_c: bool) -> Result<TiledSource> {
     let ty = storage_type(dtype)?;
     let (binding, term, tag) = c_parts(ty, has_c, 15, "m * p[12] + n * p[13]");
     let key = format!("matmul/tiled/{ty}/{}{}/{tag}", a.name(), b.name());
@@ -164,7 +169,7 @@ fn tiled_pipeline(gpu: &GpuContext, dtype: DataType, a: Walk, b: Walk, has_c: bo
         GEMM_HOOKS,
         &[("$C_BINDING", &binding), ("$C_TERM", &term), ("$BATCH", BATCH_OFFSETS), ("$ACT", "v"), ("$TY", ty)],
     );
-    Tiled::new(gpu, TiledSource { key, dtype, hooks, a, b, buffers: 3 + has_c as usize })
+    Ok(TiledSource { key, dtype, hooks, a, b, buffers: 3 + has_c as usize, cooperative: true })
 }
 
 /// The GEMV pipeline for `dtype`, lane layout (`k_walk`: consecutive lanes walk K) and C.
@@ -197,23 +202,58 @@ fn gemv_pipeline(gpu: &GpuContext, dtype: DataType, k_walk: bool, has_c: bool) -
     })
 }
 
-/// The pipelines one MatMul or Gemm node may use, made when the node is built (shared between
-/// nodes through the context's cache).
+/// The pipelines one MatMul or Gemm node may use (shared between nodes through the context's
+/// cache). [`Pipelines::prepare`] makes, when the node is built, those its static shape will
+/// use (all of them when the shape is not known); a run makes any other on first use.
 struct Pipelines {
-    tiled: Tiled,
+    dtype: DataType,
+    /// Load orders of the tiled kernel.
+    a: Walk,
+    b: Walk,
+    has_c: bool,
+    tiled: OnceLock<Tiled>,
     /// GEMV with lanes walking N.
-    gemv_n: Arc<Pipeline>,
+    gemv_n: OnceLock<Arc<Pipeline>>,
     /// GEMV with lanes walking K.
-    gemv_k: Arc<Pipeline>,
+    gemv_k: OnceLock<Arc<Pipeline>>,
 }
 
 impl Pipelines {
-    fn new(gpu: &GpuContext, dtype: DataType, a: Walk, b: Walk, has_c: bool) -> Result<Pipelines> {
-        Ok(Pipelines {
-            tiled: tiled_pipeline(gpu, dtype, a, b, has_c)?,
-            gemv_n: gemv_pipeline(gpu, dtype, false, has_c)?,
-            gemv_k: gemv_pipeline(gpu, dtype, true, has_c)?,
-        })
+    fn new(dtype: DataType, a: Walk, b: Walk, has_c: bool) -> Pipelines {
+        Pipelines { dtype, a, b, has_c, tiled: OnceLock::new(), gemv_n: OnceLock::new(), gemv_k: OnceLock::new() }
+    }
+
+    fn tiled(&self, gpu: &GpuContext) -> Result<&Tiled> {
+        if let Some(t) = self.tiled.get() {
+            return Ok(t);
+        }
+        let tiled = tiled_pipeline(gpu, self.dtype, self.a, self.b, self.has_c)?;
+        Ok(self.tiled.get_or_init(|| tiled))
+    }
+
+    fn gemv(&self, gpu: &GpuContext, k_walk: bool) -> Result<&Arc<Pipeline>> {
+        let cell = if k_walk { &self.gemv_k } else { &self.gemv_n };
+        if let Some(p) = cell.get() {
+            return Ok(p);
+        }
+        let pipeline = gemv_pipeline(gpu, self.dtype, k_walk, self.has_c)?;
+        Ok(cell.get_or_init(|| pipeline))
+    }
+
+    /// Starts compiling what `product` (when its shape is known as the session is built) will
+    /// use, or every kernel when it is not known.
+    fn prepare(&self, gpu: &GpuContext, product: Option<&Product>) -> Result<()> {
+        match product {
+            None => {
+                self.tiled(gpu)?;
+                self.gemv(gpu, false)?;
+                self.gemv(gpu, true).map(drop)
+            }
+            Some(p) => match p.gemv_walk() {
+                Some(k_walk) => self.gemv(gpu, k_walk).map(drop),
+                None => self.tiled(gpu)?.prepare(gpu, [p.m, p.n, p.k, p.batches()]),
+            },
+        }
     }
 }
 
@@ -267,6 +307,19 @@ impl Product {
         self.batch.iter().product()
     }
 
+    /// For a product of one row or one column, the GEMV kernel's lane layout (whether lanes
+    /// walk K); `None` for the tiled kernel.
+    fn gemv_walk(&self) -> Option<bool> {
+        let (outputs, w_n, w_k) = if self.m == 1 {
+            (self.n, self.b.1, self.b.0)
+        } else if self.n == 1 {
+            (self.m, self.a.0, self.a.1)
+        } else {
+            return None;
+        };
+        Some(w_k == 1 && (w_n != 1 || outputs == 1))
+    }
+
     /// Batch params: rank, dims, then the strides of the two operands given.
     fn batch_params(&self, p: &mut Vec<u32>, first: &[usize], second: &[usize], at: &Location) -> Result<()> {
         p.push(self.batch.len() as u32);
@@ -303,7 +356,7 @@ impl Product {
                 at,
             )
         } else {
-            self.record_tiled(run, &pipes.tiled, ops, at)
+            self.record_tiled(run, pipes.tiled(run.context())?, ops, at)
         }
     }
 
@@ -333,9 +386,9 @@ impl Product {
         ops: &Operands<'_>,
         at: &Location,
     ) -> Result<()> {
-        let k_walk = w_k == 1 && (w_n != 1 || outputs == 1);
-        let (pipeline, per_group) =
-            if k_walk { (&pipes.gemv_k, GEMV_K_WALK.0) } else { (&pipes.gemv_n, GEMV_N_WALK.0) };
+        let k_walk = self.gemv_walk() == Some(true);
+        let pipeline = pipes.gemv(run.context(), k_walk)?;
+        let per_group = if k_walk { GEMV_K_WALK.0 } else { GEMV_N_WALK.0 };
         let mut p = vec![];
         push_all(&mut p, &[outputs, self.k, 0, x_k, w_n, w_k, c_n], at)?;
         p.extend([self.alpha.to_bits(), self.beta.to_bits()]);
@@ -413,8 +466,14 @@ impl MatMul {
     fn new(ctx: &NodeContext<'_>, gpu: &GpuContext, alpha: f32, trans: [bool; 2]) -> Result<MatMul> {
         let a = if trans[0] { Walk::Outer } else { Walk::K };
         let b = if trans[1] { Walk::K } else { Walk::Outer };
-        let pipes = Pipelines::new(gpu, node_dtype(ctx)?, a, b, false)?;
-        Ok(MatMul { pipes, alpha, trans, at: ctx.node.location() })
+        let pipes = Pipelines::new(node_dtype(ctx)?, a, b, false);
+        let at = ctx.node.location();
+        let product = static_shape(ctx, 0)
+            .zip(static_shape(ctx, 1))
+            .and_then(|(a, b)| plan_transposed(&a, &b, trans, &at).ok())
+            .map(|(product, _)| product);
+        pipes.prepare(gpu, product.as_ref())?;
+        Ok(MatMul { pipes, alpha, trans, at })
     }
 }
 
@@ -534,8 +593,11 @@ fn build_gemm(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<dyn Gp
     let has_c = n.input(2).is_some() && beta != 0.0;
     let a = if trans_a { Walk::Outer } else { Walk::K };
     let b = if trans_b { Walk::K } else { Walk::Outer };
-    let pipes = Pipelines::new(gpu, node_dtype(ctx)?, a, b, has_c)?;
-    Ok(Box::new(Gemm { pipes, alpha, beta, trans_a, trans_b, has_c, at: n.location() }))
+    let pipes = Pipelines::new(node_dtype(ctx)?, a, b, has_c);
+    let gemm = Gemm { pipes, alpha, beta, trans_a, trans_b, has_c, at: n.location() };
+    let product = static_shape(ctx, 0).zip(static_shape(ctx, 1)).and_then(|(a, b)| gemm.product(&a, &b).ok());
+    gemm.pipes.prepare(gpu, product.as_ref())?;
+    Ok(Box::new(gemm))
 }
 
 /// Strides that read a C of shape `c` as an `m x n` matrix under unidirectional broadcasting,
@@ -742,6 +804,23 @@ pub(crate) mod tests {
         f16_case("Gemm", &[&[53, 37], &[71, 53], &[71]], 82)
             .attrs(vec![int("transA", 1), int("transB", 1)])
             .check(2e-3, 5e-3);
+        // Every load order, several tiles with ragged edges, K not a multiple of the K step.
+        for (ta, tb) in [(0, 0), (0, 1), (1, 0), (1, 1)] {
+            let a: &[usize] = if ta == 1 { &[77, 130] } else { &[130, 77] };
+            let b: &[usize] = if tb == 1 { &[97, 77] } else { &[77, 97] };
+            f16_case("Gemm", &[a, b, &[130, 1]], 83 + 10 * ta + tb)
+                .attrs(vec![int("transA", ta as i64), int("transB", tb as i64), float("alpha", 0.5)])
+                .check(2e-3, 5e-3);
+        }
+        // Split-K (few output tiles, long K) and broadcast batches.
+        f16_case("MatMul", &[&[20, 1000], &[1000, 30]], 90).check(3e-3, 5e-3);
+        f16_case("MatMul", &[&[3, 1, 65, 40], &[2, 40, 66]], 91).check(2e-3, 5e-3);
+        let ctx = crate::testkit::provider().unwrap().context().clone();
+        if ctx.has_cooperative_matrix() {
+            let keys: Vec<String> = ctx.compile_times().into_iter().map(|(key, _)| key).collect();
+            assert!(keys.iter().any(|k| k.starts_with("matmul/tiled/f16") && k.ends_with("/coop")), "{keys:?}");
+            assert!(keys.iter().any(|k| k.starts_with("matmul/tiled/f16") && k.ends_with("/coop/slice")), "{keys:?}");
+        }
     }
 
     /// GPU time per run of `op` on `inputs`: `iters` runs recorded into one submission, after
@@ -777,7 +856,7 @@ pub(crate) mod tests {
         eprintln!("adapter: {:?}", ctx.adapter_info().name);
         let at = onyx_core::Location::default();
         let matmul = MatMul {
-            pipes: Pipelines::new(ctx, onyx_core::DataType::Float, Walk::K, Walk::Outer, false).unwrap(),
+            pipes: Pipelines::new(onyx_core::DataType::Float, Walk::K, Walk::Outer, false),
             alpha: 1.0,
             trans: [false, false],
             at: at.clone(),
@@ -801,7 +880,7 @@ pub(crate) mod tests {
                 4.0 * (m * k + k * n + m * n) as f64 / t / 1e9
             );
         }
-        let pipes = Pipelines::new(ctx, onyx_core::DataType::Float, Walk::K, Walk::K, true).unwrap();
+        let pipes = Pipelines::new(onyx_core::DataType::Float, Walk::K, Walk::K, true);
         let gemm = Gemm { pipes, alpha: 1.0, beta: 1.0, trans_a: false, trans_b: true, has_c: true, at };
         for (m, k, n) in [(128, 768, 3072), (1, 4096, 4096)] {
             let inputs = [rand(&[m, k], -1.0, 1.0, 1), rand(&[n, k], -1.0, 1.0, 2), rand(&[n], -1.0, 1.0, 3)];

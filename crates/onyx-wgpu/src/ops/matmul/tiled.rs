@@ -82,12 +82,7 @@ var<workgroup> As: array<vec4<f32>, 272>;
 var<workgroup> Bs: array<vec4<f32>, 272>;
 $HOOKS
 $PART
-fn store_row(m: u32, n: u32, v: vec4<f32>) {
-    if (m >= p[0]) { return; }
-    for (var j = 0u; j < 4u; j++) {
-        if (n + j < p[1]) { store(m, n + j, v[j]); }
-    }
-}
+$STORE_ROW
 @compute @workgroup_size(16, 16, 1)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) t: u32) {
     let M = p[0];
@@ -103,9 +98,70 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     var acc1 = vec4<f32>(0.0);
     var acc2 = vec4<f32>(0.0);
     var acc3 = vec4<f32>(0.0);
-    // The operands of the next K step are loaded into registers while this step computes.
-    var ra0 = 0.0; var ra1 = 0.0; var ra2 = 0.0; var ra3 = 0.0;
-    var rb0 = 0.0; var rb1 = 0.0; var rb2 = 0.0; var rb3 = 0.0;
+    $K_LOOP
+    let m = m0 + ty * 4u;
+    let n = n0 + tx * 4u;
+    $STORE(m, n, acc0);
+    $STORE(m + 1u, n, acc1);
+    $STORE(m + 2u, n, acc2);
+    $STORE(m + 3u, n, acc3);
+}
+"#;
+
+/// The tiled kernel on cooperative matrices (f16 operands, f32 accumulators): the same
+/// hooks, tile, K step and dispatch as [`TILED`]. Each of the 8 subgroups (of 32
+/// invocations) multiplies 16 rows of the A tile by 32 columns of the B tile, two 16x16
+/// fragments; the fragments go through workgroup memory to the hooks' store.
+const COOP_TILED: &str = r#"$ENABLE
+enable wgpu_cooperative_matrix;
+const BM: u32 = 64u;
+const BN: u32 = 64u;
+const BK: u32 = 16u;
+const THREADS: u32 = 256u;
+// Row-major tiles (A: m by k, B: k by n, C: m by n), rows padded against bank conflicts; every
+// fragment starts on a 16-byte boundary.
+const AROW: u32 = 24u;
+const BROW: u32 = 72u;
+const CROW: u32 = 68u;
+var<workgroup> As: array<f16, 1536>;
+var<workgroup> Bs: array<f16, 1152>;
+var<workgroup> Cs: array<f32, 4352>;
+$HOOKS
+$PART
+$STORE_ROW
+@compute @workgroup_size(256, 1, 1)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) t: u32,
+        @builtin(subgroup_id) sg: u32) {
+    let M = p[0];
+    let N = p[1];
+    $SLICE
+    setup(z + p[3]);
+    let m0 = wid.y * BM;
+    let n0 = wid.x * BN;
+    $B_COLS
+    let fa = (sg / 2u) * 16u * AROW;
+    let fb = (sg % 2u) * 32u;
+    var c0 = coop_mat16x16<f32, C>();
+    var c1 = coop_mat16x16<f32, C>();
+    $K_LOOP
+    let fc = (sg / 2u) * 16u * CROW + fb;
+    coopStoreT(c0, &Cs[fc], CROW);
+    coopStoreT(c1, &Cs[fc + 16u], CROW);
+    workgroupBarrier();
+    let tx = t % 16u;
+    let ty = t / 16u;
+    let m = m0 + ty * 4u;
+    let n = n0 + tx * 4u;
+    for (var i = 0u; i < 4u; i++) {
+        let c = (ty * 4u + i) * CROW + tx * 4u;
+        $STORE(m + i, n, vec4<f32>(Cs[c], Cs[c + 1u], Cs[c + 2u], Cs[c + 3u]));
+    }
+}
+"#;
+
+/// The K loop both kernels share: each step stages the operand values loaded into registers,
+/// loads the next step's while this one computes (`$INNER`).
+const K_LOOP: &str = r#"$REGS
     $LOAD(kbeg)
     for (var k0 = kbeg; k0 < kend; k0 += BK) {
         $STAGE
@@ -116,15 +172,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
         $INNER
         workgroupBarrier();
+    }"#;
+
+/// Stores one row of 4 accumulators through the hooks.
+const STORE_ROW: &str = r#"fn store_row(m: u32, n: u32, v: vec4<f32>) {
+    if (m >= p[0]) { return; }
+    for (var j = 0u; j < 4u; j++) {
+        if (n + j < p[1]) { store(m, n + j, v[j]); }
     }
-    let m = m0 + ty * 4u;
-    let n = n0 + tx * 4u;
-    $STORE(m, n, acc0);
-    $STORE(m + 1u, n, acc1);
-    $STORE(m + 2u, n, acc2);
-    $STORE(m + 3u, n, acc3);
-}
-"#;
+}"#;
 
 /// The K range of a workgroup without split-K.
 const WHOLE_K: &str = "let z = wid.z; let kbeg = 0u; let kend = p[2];";
@@ -194,6 +250,13 @@ fn inner_product() -> String {
         .join("\n        ")
 }
 
+/// The cooperative kernel's products of one staged K step (16): two fragment products.
+const COOP_PRODUCT: &str = "let a = coopLoadT<coop_mat16x16<f16, A>>(&As[fa], AROW);
+        let b0 = coopLoadT<coop_mat16x16<f16, B>>(&Bs[fb], BROW);
+        let b1 = coopLoadT<coop_mat16x16<f16, B>>(&Bs[fb + 16u], BROW);
+        c0 = coopMultiplyAdd(a, b0, c0);
+        c1 = coopMultiplyAdd(a, b1, c1);";
+
 /// A tiled kernel's description: everything its shaders are generated from.
 #[derive(Clone, Debug)]
 pub(crate) struct TiledSource {
@@ -207,26 +270,54 @@ pub(crate) struct TiledSource {
     pub b: Walk,
     /// Bindings the hooks declare after the params (the partial tiles come next).
     pub buffers: usize,
+    /// Whether f16 products may run on cooperative matrices (where the GPU has them).
+    pub cooperative: bool,
 }
 
+/// K per step of the K loop (the templates' `BK`).
+const BK: usize = 16;
+
+/// How a kernel stages its operand tiles: where a loaded value goes.
+struct Staging {
+    /// WGSL storing register `ra{i}` at tile position (`am`, `ak`), and `rb{i}` at (`bk`, `bn`).
+    put_a: &'static str,
+    put_b: &'static str,
+}
+
+/// The f32 kernel's staging: k-major vec4 tiles.
+const F32_STAGING: Staging = Staging {
+    put_a: "As[(ak * ROW + am) / 4u][am % 4u] = ra{i};",
+    put_b: "Bs[(bk * ROW + bn) / 4u][bn % 4u] = rb{i};",
+};
+
+/// The cooperative kernel's staging: row-major f16 tiles.
+const COOP_STAGING: Staging =
+    Staging { put_a: "As[am * AROW + ak] = f16(ra{i});", put_b: "Bs[bk * BROW + bn] = f16(rb{i});" };
+
 impl TiledSource {
-    fn shader(&self, mode: Mode) -> String {
+    /// The per-thread columns of B (`$B_COLS`) and the K loop (`$K_LOOP`) for `staging`, whose
+    /// step products are `inner`: every thread loads 4 values of each operand a step.
+    fn k_loop(&self, staging: &Staging, inner: &str) -> (String, String) {
+        let loads = BK * TILE / 256;
         let a_idx = match self.a {
             Walk::K => "let ak = idx % BK; let am = idx / BK;",
             Walk::Outer => "let am = idx % BM; let ak = idx / BM;",
         };
-        // Walking N, each thread loads one column for the whole K loop; walking K, four.
+        // Walking N, each thread loads one column for the whole K loop; walking K, `loads`.
         let (b_cols, b_idx) = match self.b {
-            Walk::Outer => {
-                ("let bn_t = t % BN; let col_t = col(n0 + bn_t);", "let bn = bn_t; let bk = idx / BN; let c = col_t;")
-            }
+            Walk::Outer => (
+                "let bn_t = t % BN; let col_t = col(n0 + bn_t);".to_string(),
+                "let bn = bn_t; let bk = idx / BN; let c = col_t;",
+            ),
             Walk::K => (
-                "var cols: array<Col, 4>; for (var i = 0u; i < 4u; i++) { cols[i] = col(n0 + (t + i * THREADS) / BK); }",
+                format!(
+                    "var cols: array<Col, {loads}>; for (var i = 0u; i < {loads}u; i++) {{ cols[i] = col(n0 + (t + i * THREADS) / BK); }}"
+                ),
                 "let bk = idx % BK; let bn = idx / BK; let c = cols[i];",
             ),
         };
         let load = |k: &str| {
-            (0..4)
+            (0..loads)
                 .map(|i| {
                     let b_idx = b_idx.replace("cols[i]", &format!("cols[{i}]"));
                     format!(
@@ -238,52 +329,55 @@ impl TiledSource {
                 })
                 .collect::<String>()
         };
-        let stage: String = (0..4)
+        let stage: String = (0..loads)
             .map(|i| {
                 let b_idx = b_idx.replace("cols[i]", &format!("cols[{i}]"));
+                let (put_a, put_b) = (staging.put_a.replace("{i}", &i.to_string()), staging.put_b.replace("{i}", &i.to_string()));
                 format!(
-                    "{{ let idx = t + {i}u * THREADS; {a_idx} As[(ak * ROW + am) / 4u][am % 4u] = ra{i}; }}\n        \
-                     {{ let idx = t + {i}u * THREADS; {b_idx} Bs[(bk * ROW + bn) / 4u][bn % 4u] = rb{i}; }}\n        "
+                    "{{ let idx = t + {i}u * THREADS; {a_idx} {put_a} }}\n        \
+                     {{ let idx = t + {i}u * THREADS; {b_idx} {put_b} }}\n        "
                 )
             })
             .collect();
-        let (load_first, load_next) = (load("kbeg"), load("kn"));
-        let inner = inner_product();
+        // The operands of the next K step are loaded into registers while this step computes.
+        let regs: String = (0..loads).map(|i| format!("var ra{i} = 0.0; var rb{i} = 0.0; ")).collect();
+        let k_loop = fill(
+            K_LOOP,
+            &[
+                ("$REGS", &regs),
+                ("$LOAD(kbeg)", &load("kbeg")),
+                ("$LOAD(kn)", &load("kn")),
+                ("$STAGE", &stage),
+                ("$INNER", inner),
+            ],
+        );
+        (b_cols, k_loop)
+    }
+
+    fn shader(&self, mode: Mode, cooperative: bool) -> String {
+        let (template, staging, inner) =
+            if cooperative { (COOP_TILED, &COOP_STAGING, COOP_PRODUCT.to_string()) } else { (TILED, &F32_STAGING, inner_product()) };
+        let (b_cols, k_loop) = self.k_loop(staging, &inner);
         let part = fill(PART, &[("$BINDING", &(self.buffers + 1).to_string())]);
         let enable = enables(self.dtype);
-        match mode {
-            Mode::Whole => fill(
-                TILED,
-                &[
-                    ("$HOOKS", &self.hooks),
-                    ("$PART", ""),
-                    ("$ENABLE", enable),
-                    ("$SLICE", WHOLE_K),
-                    ("$STORE", "store_row"),
-                    ("$LOAD(kbeg)", &load_first),
-                    ("$LOAD(kn)", &load_next),
-                    ("$STAGE", &stage),
-                    ("$B_COLS", b_cols),
-                    ("$INNER", &inner),
-                ],
-            ),
-            Mode::Slice => fill(
-                TILED,
-                &[
-                    ("$HOOKS", &self.hooks),
-                    ("$PART", &format!("var<private> part_z: u32;\n{part}")),
-                    ("$ENABLE", enable),
-                    ("$SLICE", &format!("{SLICE_K}\n    part_z = wid.z;")),
-                    ("$STORE", "part_row"),
-                    ("$LOAD(kbeg)", &load_first),
-                    ("$LOAD(kn)", &load_next),
-                    ("$STAGE", &stage),
-                    ("$B_COLS", b_cols),
-                    ("$INNER", &inner),
-                ],
-            ),
-            Mode::Reduce => format!("{enable}{}\n{}\n{REDUCE}", self.hooks, part.replace("part_z", "0u")),
-        }
+        let (part, slice, store) = match mode {
+            Mode::Whole => (String::new(), WHOLE_K.to_string(), "store_row"),
+            Mode::Slice => (format!("var<private> part_z: u32;\n{part}"), format!("{SLICE_K}\n    part_z = wid.z;"), "part_row"),
+            Mode::Reduce => return format!("{enable}{}\n{}\n{REDUCE}", self.hooks, part.replace("part_z", "0u")),
+        };
+        fill(
+            template,
+            &[
+                ("$HOOKS", &self.hooks),
+                ("$PART", &part),
+                ("$STORE_ROW", STORE_ROW),
+                ("$ENABLE", enable),
+                ("$SLICE", &slice),
+                ("$STORE", store),
+                ("$B_COLS", &b_cols),
+                ("$K_LOOP", &k_loop),
+            ],
+        )
     }
 }
 
@@ -291,25 +385,41 @@ impl TiledSource {
 /// (made on first use).
 pub(crate) struct Tiled {
     source: TiledSource,
+    /// Whether the products run on cooperative matrices (f16 on a GPU that has them).
+    cooperative: bool,
     whole: Arc<Pipeline>,
     split: OnceLock<[Arc<Pipeline>; 2]>,
 }
 
 impl Tiled {
-    /// Compiles (or reuses) the plain pipeline of `source`.
-    pub fn new(gpu: &GpuContext, source: TiledSource) -> Result<Tiled> {
-        let whole = gpu.pipeline(&source.key, || source.shader(Mode::Whole))?;
-        Ok(Tiled { source, whole, split: OnceLock::new() })
+    /// Compiles (or reuses) the plain pipeline of `source`: the cooperative kernel for f16
+    /// operands where the GPU has cooperative matrices.
+    pub fn new(gpu: &GpuContext, mut source: TiledSource) -> Result<Tiled> {
+        let cooperative = source.cooperative && source.dtype == DataType::Float16 && gpu.has_cooperative_matrix();
+        if cooperative {
+            source.key.push_str("/coop");
+        }
+        let whole = gpu.pipeline(&source.key, || source.shader(Mode::Whole, cooperative))?;
+        Ok(Tiled { source, cooperative, whole, split: OnceLock::new() })
     }
 
     fn split_pipelines(&self, gpu: &GpuContext) -> Result<&[Arc<Pipeline>; 2]> {
         if let Some(p) = self.split.get() {
             return Ok(p);
         }
-        let s = &self.source;
-        let slice = gpu.pipeline(&format!("{}/slice", s.key), || s.shader(Mode::Slice))?;
-        let reduce = gpu.pipeline(&format!("{}/reduce", s.key), || s.shader(Mode::Reduce))?;
+        let (s, cooperative) = (&self.source, self.cooperative);
+        let slice = gpu.pipeline(&format!("{}/slice", s.key), || s.shader(Mode::Slice, cooperative))?;
+        let reduce = gpu.pipeline(&format!("{}/reduce", s.key), || s.shader(Mode::Reduce, cooperative))?;
         Ok(self.split.get_or_init(|| [slice, reduce]))
+    }
+
+    /// Starts compiling split-K's pipelines when a product of these sizes (known when the
+    /// session is built) will use them, so that the first run does not wait for them.
+    pub fn prepare(&self, gpu: &GpuContext, sizes: [usize; 4]) -> Result<()> {
+        if split_k(gpu, sizes) > 1 {
+            self.split_pipelines(gpu)?;
+        }
+        Ok(())
     }
 
     /// Records the product: `params` are the hooks' params after [`RESERVED`] zeros, `buffers`
@@ -323,10 +433,9 @@ impl Tiled {
         at: &Location,
     ) -> Result<()> {
         let tiles = [n.div_ceil(TILE), m.div_ceil(TILE)];
-        let slices = slices(tiles[0] * tiles[1] * z, k);
-        let limit = run.context().device().limits().max_compute_workgroups_per_dimension as usize;
+        let slices = split_k(run.context(), [m, n, k, z]);
         params[0..3].copy_from_slice(&[u32_of(m, at)?, u32_of(n, at)?, u32_of(k, at)?]);
-        if slices == 1 || z * slices > limit {
+        if slices == 1 {
             params[4] = 1;
             let groups = [u32_of(tiles[0], at)?, u32_of(tiles[1], at)?, u32_of(z, at)?];
             return dispatch_z(run, &self.whole, params, 3, buffers, groups, at);
@@ -349,6 +458,18 @@ impl Tiled {
         drop(all);
         run.release_tensor(part);
         Ok(())
+    }
+}
+
+/// K slices of an `m x n` product over `k` with `z` batches: 1 (no split-K) when the output
+/// fills the GPU or the slices would pass the device's dispatch limit.
+fn split_k(gpu: &GpuContext, [m, n, k, z]: [usize; 4]) -> usize {
+    let slices = slices(n.div_ceil(TILE) * m.div_ceil(TILE) * z, k);
+    let limit = gpu.device().limits().max_compute_workgroups_per_dimension as usize;
+    if z * slices > limit {
+        1
+    } else {
+        slices
     }
 }
 
@@ -386,6 +507,30 @@ pub(crate) fn dispatch_z(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every shader of the tiled GEMM, cooperative ones included (which only a GPU with
+    /// cooperative matrices runs), passes naga's validation and SPIR-V translation.
+    #[test]
+    fn every_tiled_gemm_shader_translates() {
+        let walks = [Walk::K, Walk::Outer];
+        for (dtype, cooperative) in [(DataType::Float, false), (DataType::Float16, false), (DataType::Float16, true)] {
+            for (a, b, has_c) in walks.iter().flat_map(|&a| walks.iter().flat_map(move |&b| [(a, b, false), (a, b, true)])) {
+                let source = super::super::gemm_source(dtype, a, b, has_c).unwrap();
+                for mode in [Mode::Whole, Mode::Slice, Mode::Reduce] {
+                    let wgsl = source.shader(mode, cooperative);
+                    let what = format!("{dtype:?} {a:?} {b:?} c={has_c} {mode:?} cooperative={cooperative}");
+                    let module = naga::front::wgsl::parse_str(&wgsl)
+                        .unwrap_or_else(|e| panic!("{what}: {}\n{wgsl}", e.emit_to_string(&wgsl)));
+                    let info = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all())
+                        .validate(&module)
+                        .unwrap_or_else(|e| panic!("{what}: {e:?}"));
+                    naga::back::spv::write_vec(&module, &info, &Default::default(), None)
+                        .unwrap_or_else(|e| panic!("{what}: {e}"));
+                    assert_eq!(wgsl.contains("coopMultiplyAdd"), cooperative && mode != Mode::Reduce, "{what}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn slices_fill_small_outputs_only() {
