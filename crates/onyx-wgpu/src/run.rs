@@ -1,5 +1,7 @@
 //! One run's recording: every kernel of the run adds its dispatches to one compute pass of one
-//! command encoder, submitted once when the run ends (or before a value is read back).
+//! command encoder, submitted when the run ends (or before a value is read back). Long runs are
+//! submitted in growing segments as they are recorded, so that the GPU works on the first
+//! kernels while the host records the rest.
 
 use std::any::Any;
 use std::collections::HashMap;
@@ -18,6 +20,12 @@ use crate::profile::Profiler;
 /// Bytes of one parameter chunk; a run grows more chunks as its kernels need them.
 const PARAMS_CHUNK: u64 = 64 * 1024;
 
+/// Dispatches of a run's first segment: submitted as soon as recorded, to start the GPU.
+const FIRST_SEGMENT: usize = 16;
+
+/// Most dispatches of one segment; each segment doubles the one before up to this.
+const MAX_SEGMENT: usize = 128;
+
 /// The parameters (shapes, strides, scalars) of a run's dispatches, packed into a few storage
 /// buffers that are written once, just before the run is submitted.
 struct ParamChunk {
@@ -34,6 +42,8 @@ pub struct GpuRun {
     dispatches: usize,
     /// Dispatches of earlier submissions of this run (counted in the context's stats).
     submitted: usize,
+    /// Dispatches after which the segment being recorded is submitted.
+    segment: usize,
     /// Buffers of tensors this run released, by size class: reused by later nodes of the run.
     free: HashMap<u64, Vec<wgpu::Buffer>>,
     /// Timestamps around the dispatches, when the context profiles.
@@ -59,6 +69,7 @@ impl GpuRun {
             chunks: vec![],
             dispatches: 0,
             submitted: 0,
+            segment: FIRST_SEGMENT,
             free: HashMap::new(),
             profiler,
             id,
@@ -126,6 +137,11 @@ impl GpuRun {
             profiler.dispatched(&self.ctx.device, pass, &pipeline.key, groups);
         }
         self.dispatches += 1;
+        // Profiled runs stay whole: their timestamps are resolved once per submission.
+        if self.dispatches - self.submitted >= self.segment && self.profiler.is_none() {
+            self.segment = (self.segment * 2).min(MAX_SEGMENT);
+            self.flush()?;
+        }
         Ok(())
     }
 
@@ -295,8 +311,9 @@ mod tests {
     use crate::testkit::{assert_close, rand};
     use crate::{WgpuOptions, WgpuProvider};
 
-    /// y = sigmoid((relu(x) + w) * x) + relu(x), over an awkward shape.
-    fn chain() -> Model {
+    /// y = sigmoid((relu(x) + w) * x) + relu(x), over an awkward shape, `blocks` times over
+    /// (each block's y the next one's x).
+    fn chain(blocks: usize) -> Model {
         let mut graph = Graph::default();
         let shape = vec![Dim::Fixed(3), Dim::Fixed(37)];
         graph.inputs.push(ValueInfo::new("x", ValueType::Tensor(TensorType { dtype: DataType::Float, shape: Some(shape) })));
@@ -308,13 +325,21 @@ mod tests {
             outputs: vec![output.into()],
             ..Default::default()
         };
-        graph.nodes = vec![
-            node("Relu", &["x"], "a"),
-            node("Add", &["a", "w"], "b"),
-            node("Mul", &["b", "x"], "c"),
-            node("Sigmoid", &["c"], "d"),
-            node("Add", &["d", "a"], "y"),
-        ];
+        for i in 0..blocks {
+            let name = |n: &str| match n {
+                "x" if i == 0 => n.to_string(),
+                "x" => format!("y{}", i - 1),
+                _ => format!("{n}{i}"),
+            };
+            let y = if i + 1 == blocks { "y".to_string() } else { name("y") };
+            graph.nodes.extend([
+                node("Relu", &[&name("x")], &name("a")),
+                node("Add", &[&name("a"), "w"], &name("b")),
+                node("Mul", &[&name("b"), &name("x")], &name("c")),
+                node("Sigmoid", &[&name("c")], &name("d")),
+                node("Add", &[&name("d"), &name("a")], &y),
+            ]);
+        }
         graph.outputs.push(ValueInfo::new("y", ValueType::Unknown));
         let mut model = Model { ir_version: 10, graph, ..Default::default() };
         model.opsets.insert(String::new(), 21);
@@ -322,18 +347,49 @@ mod tests {
     }
 
     fn sessions() -> Option<(Arc<WgpuProvider>, Session, Session)> {
+        sessions_of(1)
+    }
+
+    fn sessions_of(blocks: usize) -> Option<(Arc<WgpuProvider>, Session, Session)> {
         crate::testkit::provider()?;
         // A device of its own, so that other tests' runs leave its counters alone.
         let gpu = Arc::new(WgpuProvider::new(&WgpuOptions::default()).ok()?);
         let options = SessionOptions { providers: vec![gpu.clone()], ..Default::default() };
-        let on_gpu = Session::new(chain(), options).unwrap();
+        let on_gpu = Session::new(chain(blocks), options).unwrap();
         let options = SessionOptions { providers: vec![Arc::new(onyx_cpu::CpuProvider::new())], ..Default::default() };
-        Some((gpu, on_gpu, Session::new(chain(), options).unwrap()))
+        Some((gpu, on_gpu, Session::new(chain(blocks), options).unwrap()))
     }
 
     fn run(session: &Session, x: &Tensor) -> Tensor {
         let outputs = session.run([("x", Value::Tensor(x.clone()))]).unwrap();
         outputs.get("y").unwrap().as_tensor().unwrap().clone()
+    }
+
+    #[test]
+    fn long_runs_are_submitted_in_segments() {
+        let Some((gpu, session, cpu)) = sessions_of(40) else { return };
+        for seed in 0..3 {
+            run(&session, &rand(&[3, 37], -2.0, 2.0, seed));
+        }
+        let warm = gpu.context().host_stats();
+        let runs = 3;
+        for seed in 0..runs {
+            let x = rand(&[3, 37], -2.0, 2.0, 20 + seed);
+            assert_close(&run(&session, &x), &run(&cpu, &x), 1e-4, 1e-5, "40 blocks");
+        }
+        let after = gpu.context().host_stats();
+        let dispatches = ((after.dispatches - warm.dispatches) / runs) as usize;
+        let submissions = (after.submissions - warm.submissions) / runs;
+        // Segments of 16, 32, 64, 128, 128, ... dispatches, then the rest.
+        let (mut left, mut segment, mut expected) = (dispatches, super::FIRST_SEGMENT, 0);
+        while left > 0 {
+            left = left.saturating_sub(segment);
+            segment = (segment * 2).min(super::MAX_SEGMENT);
+            expected += 1;
+        }
+        assert!(dispatches > 3 * super::FIRST_SEGMENT, "{dispatches} dispatches per run");
+        assert_eq!(submissions, expected, "{dispatches} dispatches per run");
+        assert_eq!(after.bind_groups_made, warm.bind_groups_made, "a warm plan made new bind groups");
     }
 
     #[test]
