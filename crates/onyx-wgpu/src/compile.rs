@@ -15,7 +15,7 @@ use std::time::Instant;
 use onyx_core::{Error, Result};
 
 /// Compiler threads at most.
-const MAX_THREADS: usize = 8;
+const MAX_THREADS: usize = 16;
 
 /// A compute pipeline (compiled, being compiled or failed) and the layout of its one bind group.
 pub(crate) struct Pipeline {
