@@ -220,10 +220,10 @@ pub(crate) fn group_norm<T: Real>(
         let (mean, inv) = mean_inv_std(xc, eps);
         let first = (block % groups.max(1)) * per_group;
         for (c, (xs, ys)) in xc.chunks(inner.max(1)).zip(yc.chunks_mut(inner.max(1))).enumerate() {
-            let a = inv * scale[first + c];
-            let s = bias[first + c] - mean * a;
+            // Centered: `x * a + (bias - mean * a)` cancels where the variance is small.
+            let (a, b) = (inv * scale[first + c], bias[first + c]);
             for (y, &x) in ys.iter_mut().zip(xs) {
-                *y = x * a + s;
+                *y = (x - mean) * a + b;
             }
         }
     });

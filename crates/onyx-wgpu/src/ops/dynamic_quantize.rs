@@ -34,6 +34,13 @@ var<workgroup> lo: array<f32, 256>;
 var<workgroup> hi: array<f32, 256>;
 var<workgroup> nan: array<u32, 256>;
 
+// a / b correctly rounded like the CPU's: one residual step (WGSL's division may be 2.5 ulp off).
+fn div(a: f32, b: f32) -> f32 {
+    let q = a / b;
+    if (b != 0.0 && abs(q) < 1e30) { return q + fma(-q, b, a) / b; }
+    return q;
+}
+
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) l: u32) {
     var a = 0.0;
@@ -71,8 +78,8 @@ fn main(@builtin(local_invocation_index) l: u32) {
         let mx = hi[0];
         var range = mx - mn;
         if (mx == mn) { range = 1.0; }
-        let scale = range / 255.0;
-        let q = 0.0 - mn / scale;
+        let scale = div(range, 255.0);
+        let q = 0.0 - div(mn, scale);
         var zp = 0.0;
         if ((bitcast<u32>(q) & 0x7fffffffu) <= 0x7f800000u) { zp = round(clamp(q, 0.0, 255.0)); }
         s[0] = bitcast<u32>(scale);
@@ -131,7 +138,6 @@ impl GpuOp for DynamicQuantize {
 
 #[cfg(test)]
 mod tests {
-    use super::super::layout::tests::check_exact;
     use crate::testkit::{rand, t, Case};
 
     #[test]
@@ -145,8 +151,20 @@ mod tests {
             t(&[5], vec![1f32, f32::NAN, -2.0, 3.0, 0.0]),
             t(&[3], vec![f32::INFINITY, 1.0, -1.0]),
         ];
+        let Some(gpu) = crate::testkit::provider() else { return };
         for x in cases {
-            check_exact(&Case::new("DynamicQuantizeLinear", vec![x]).opset(11).outputs(3));
+            let case = Case::new("DynamicQuantizeLinear", vec![x.clone()]).opset(11).outputs(3);
+            let (want, got) = (case.run_cpu(), case.try_run_gpu(&gpu).unwrap());
+            // A GPU may round the scale one ulp away from the CPU (WGSL's division is within
+            // 2.5 ulp and Vulkan may split the fma of the residual step), and then a quantized
+            // value lands one step away.
+            let (w, g) = (want[1].as_slice::<f32>().unwrap()[0], got[1].as_slice::<f32>().unwrap()[0]);
+            assert!(w.to_bits().abs_diff(g.to_bits()) <= 1 || (w.is_nan() && g.is_nan()), "{x:?}: scale {g}, expected {w}");
+            for o in [0, 2] {
+                assert_eq!(got[o].shape(), want[o].shape(), "{x:?}: output {o}");
+                let (w, g) = (want[o].as_slice::<u8>().unwrap(), got[o].as_slice::<u8>().unwrap());
+                assert!(w.iter().zip(g).all(|(a, b)| a.abs_diff(*b) <= 1), "{x:?}: output {o} is {g:?}, expected {w:?}");
+            }
         }
     }
 }

@@ -176,10 +176,8 @@ struct RowNorm {
 /// round alike where `x - mean` cancels).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Form {
-    /// `(x - mean) * inv * scale + bias` (LayerNormalization).
+    /// `(x - mean) * inv * scale + bias` (Layer/Instance/GroupNormalization).
     Centered,
-    /// `x * a + (bias - mean * a)` with `a = inv * scale` (Instance/GroupNormalization).
-    Affine,
     /// `x * inv * scale` with `inv = 1 / sqrt(mean(x²) + epsilon)` (RMSNormalization).
     Rms,
 }
@@ -283,7 +281,6 @@ fn row_norm_shader(types: &[&str], enable: &str, form: Form, bias: bool, stats: 
     bindings += &format!("@group(0) @binding({next}) var<storage, read_write> y: array<{tx}>;\n");
     let value = match form {
         Form::Centered => format!("(f32(x[at]) - mean) * inv * s + {shift}"),
-        Form::Affine => format!("f32(x[at]) * (inv * s) + ({shift} - mean * (inv * s))"),
         Form::Rms => "f32(x[at]) * inv * s".to_string(),
     };
     // RMS rows are not shifted: their statistic is the mean square itself.
@@ -482,7 +479,7 @@ fn build_group_like(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>, groups: Option
     let node = ctx.node;
     let types = (0..3).map(|i| param_type(ctx, i)).collect::<Result<Vec<_>>>()?;
     Ok(Box::new(GroupNorm {
-        kernel: RowNorm::new(gpu, &types, Form::Affine, true, false)?,
+        kernel: RowNorm::new(gpu, &types, Form::Centered, true, false)?,
         epsilon: node.float_or("epsilon", 1e-5)?,
         groups,
         per_group_params: groups.is_some() && ctx.since_version < 21,

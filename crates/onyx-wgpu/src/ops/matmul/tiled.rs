@@ -284,8 +284,8 @@ struct Staging {
     put_b: &'static str,
 }
 
-/// The f32 kernel's staging: k-major vec4 tiles.
-const F32_STAGING: Staging = Staging {
+/// The plain kernel's staging: k-major vec4<f32> tiles (f16 operands widened).
+const PLAIN_STAGING: Staging = Staging {
     put_a: "As[(ak * ROW + am) / 4u][am % 4u] = ra{i};",
     put_b: "Bs[(bk * ROW + bn) / 4u][bn % 4u] = rb{i};",
 };
@@ -356,7 +356,7 @@ impl TiledSource {
 
     fn shader(&self, mode: Mode, cooperative: bool) -> String {
         let (template, staging, inner) =
-            if cooperative { (COOP_TILED, &COOP_STAGING, COOP_PRODUCT.to_string()) } else { (TILED, &F32_STAGING, inner_product()) };
+            if cooperative { (COOP_TILED, &COOP_STAGING, COOP_PRODUCT.to_string()) } else { (TILED, &PLAIN_STAGING, inner_product()) };
         let (b_cols, k_loop) = self.k_loop(staging, &inner);
         let part = fill(PART, &[("$BINDING", &(self.buffers + 1).to_string())]);
         let enable = enables(self.dtype);
