@@ -234,15 +234,16 @@ def table(rows):
 
 def host_table(rows):
     """Onyx wgpu's host side per model: session creation, first run, pipelines, recording."""
-    head = ("\n| model | onyx wgpu session ms | first run ms | pipelines | compile ms (all threads) "
-            "| dispatches/run | host recording us/run | bind groups reused |\n"
-            "| --- | --- | --- | --- | --- | --- | --- | --- |\n")
+    head = ("\n| model | onyx wgpu session ms | of which device open ms | first run ms | pipelines "
+            "| compile ms (all threads) | dispatches/run | host recording us/run | bind groups reused |\n"
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
     lines = []
     for r in rows:
         h = r.get("onyx_wgpu_host") or {}
         if not h:
             continue
-        lines.append(f"| {r['model']} | {fmt(r.get('onyx_wgpu_session_ms'), 0)} | {fmt(r.get('onyx_wgpu_first_ms'), 0)} | "
+        lines.append(f"| {r['model']} | {fmt(r.get('onyx_wgpu_session_ms'), 0)} | {fmt(h.get('device_open_ms'), 0)} | "
+                     f"{fmt(r.get('onyx_wgpu_first_ms'), 0)} | "
                      f"{h.get('session_pipelines', '—')} | {fmt(h.get('compile_ms'), 0)} | "
                      f"{fmt(h.get('dispatches_per_run'), 0)} | {fmt(h.get('record_us_per_run'), 0)} | "
                      f"{fmt(h.get('bind_groups_reused_percent'), 1)}% |")

@@ -58,12 +58,13 @@ pub fn bench(model: &Path, inputs: &[String], options: Options, args: &SessionAr
     if runs == 0 {
         return Err(onyx::Error::InvalidArgument("--runs: expected at least 1".into()));
     }
-    let shared = shared_gpu(args)?;
     let stats = |gpu: &Option<Arc<GpuContext>>| gpu.as_ref().map(|g| g.host_stats()).unwrap_or_default();
-    let before = stats(&shared);
+    // Without --profile the GPU opens inside the timed creation, as in an application.
+    let before = stats(&gpu);
     let start = Instant::now();
     let session = args.builder()?.commit_from_file(model)?;
     let session_create_ms = start.elapsed().as_secs_f64() * 1e3;
+    let shared = shared_gpu(args)?;
     let created = stats(&shared);
     let inputs = gather_inputs(&session, inputs)?;
     let start = Instant::now();
@@ -82,7 +83,8 @@ pub fn bench(model: &Path, inputs: &[String], options: Options, args: &SessionAr
         bar.inc(1);
     }
     bar.finish_and_clear();
-    let host = shared.as_ref().map(|_| GpuHost {
+    let host = shared.as_ref().map(|g| GpuHost {
+        open_ms: g.open_ms(),
         before,
         created,
         warm,
@@ -143,6 +145,8 @@ pub fn bench(model: &Path, inputs: &[String], options: Options, args: &SessionAr
 /// What the wgpu provider's host side cost: pipelines made while the session was created, and
 /// per timed run the dispatches, recording time and bind groups reused.
 struct GpuHost {
+    /// Milliseconds the GPU device took to open.
+    open_ms: f64,
     before: HostStats,
     created: HostStats,
     warm: HostStats,
@@ -167,6 +171,7 @@ impl GpuHost {
 
     fn print(&self) {
         let (dispatches, record_us, reused) = self.per_run();
+        println!("wgpu device open {:.2} ms (adapter and device, inside session create without --profile)", self.open_ms);
         println!(
             "wgpu pipelines   {} for the session, {:.1} ms of compiling (background threads, summed; \
              the first run waits for any not done)",
@@ -186,6 +191,7 @@ impl GpuHost {
     fn json(&self) -> serde_json::Value {
         let (dispatches, record_us, reused) = self.per_run();
         serde_json::json!({
+            "device_open_ms": self.open_ms,
             "session_pipelines": self.created.pipelines - self.before.pipelines,
             "compile_ms": self.warm.compile_ms - self.before.compile_ms,
             "slowest_compiles": self.slowest.iter().map(|(key, ms)| serde_json::json!({"key": key, "ms": ms})).collect::<Vec<_>>(),

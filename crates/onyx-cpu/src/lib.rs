@@ -2,6 +2,7 @@
 //! kernels are tested against. Kernels live in `ops/<family>.rs`.
 
 pub mod ops;
+mod parallel;
 mod provider;
 mod registry;
 

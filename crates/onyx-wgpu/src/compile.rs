@@ -2,13 +2,14 @@
 //!
 //! Making a pipeline (WGSL translated by naga, then compiled by the driver) costs milliseconds,
 //! and a model needs dozens. Kernels ask for their pipelines while the session is built, one
-//! node after another; each request queues the shader for a few compiler threads and returns at
+//! node after another; each request queues the shader for the compiler threads and returns at
 //! once, so the compilations overlap each other and the rest of session creation (weights
 //! upload, other nodes). A run waits for a pipeline only when it records the pipeline's first
-//! dispatch; a shader that does not compile is an error there.
+//! dispatch; a shader that does not compile is an error there. Urgent requests compile before
+//! background ones (tuned kernels that startup kernels stand in for until they are ready).
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{channel, Receiver, Sender};
+use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
 use std::time::Instant;
 
@@ -49,6 +50,11 @@ impl Pipeline {
         self.compile_ns.store(ns, Ordering::Relaxed);
         let _ = self.compiled.set(outcome);
         ns
+    }
+
+    /// Whether its compilation is over (compiled or failed): [`Pipeline::compiled`] will not wait.
+    pub fn is_ready(&self) -> bool {
+        self.compiled.get().is_some()
     }
 
     /// Milliseconds its compilation took (0 until done).
@@ -95,14 +101,70 @@ fn shader_module(device: &wgpu::Device, key: &str, source: String) -> wgpu::Shad
 
 type Job = (Arc<Pipeline>, String);
 
+/// When a requested pipeline is compiled relative to the others.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Priority {
+    /// Before any background one: a run will wait for it.
+    Urgent,
+    /// After every urgent one: a tuned kernel a startup kernel stands in for meanwhile.
+    Background,
+}
+
 /// The compiler threads of one device (started with the first request) and what they spent.
 #[derive(Default)]
 pub(crate) struct Compiler {
-    jobs: Mutex<Option<Sender<Job>>>,
+    queue: Arc<Queue>,
+    /// Whether the threads were started (`Some(false)`: none could start).
+    started: Mutex<Option<bool>>,
     /// Nanoseconds of compilation so far, all threads together.
     ns: Arc<AtomicU64>,
     /// Compilations queued or under way.
     pending: Arc<Pending>,
+}
+
+/// Shaders waiting for a compiler thread.
+#[derive(Default)]
+struct Queue {
+    jobs: Mutex<Jobs>,
+    added: Condvar,
+}
+
+#[derive(Default)]
+struct Jobs {
+    urgent: VecDeque<Job>,
+    background: VecDeque<Job>,
+    /// Set when the context is dropped: the threads end once the queue is empty.
+    closed: bool,
+}
+
+impl Queue {
+    fn push(&self, job: Job, priority: Priority) {
+        let mut jobs = self.jobs.lock().unwrap_or_else(PoisonError::into_inner);
+        match priority {
+            Priority::Urgent => jobs.urgent.push_back(job),
+            Priority::Background => jobs.background.push_back(job),
+        }
+        self.added.notify_one();
+    }
+
+    /// The next job, urgent ones first; `None` once closed and empty.
+    fn pop(&self) -> Option<Job> {
+        let mut jobs = self.jobs.lock().unwrap_or_else(PoisonError::into_inner);
+        loop {
+            if let Some(job) = jobs.urgent.pop_front().or_else(|| jobs.background.pop_front()) {
+                return Some(job);
+            }
+            if jobs.closed {
+                return None;
+            }
+            jobs = self.added.wait(jobs).unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    fn close(&self) {
+        self.jobs.lock().unwrap_or_else(PoisonError::into_inner).closed = true;
+        self.added.notify_all();
+    }
 }
 
 /// A count of compilations not finished, to wait on.
@@ -130,18 +192,15 @@ impl Pending {
 }
 
 impl Compiler {
-    /// A pipeline for `key` whose compilation from `source` has been queued (or, without
-    /// compiler threads, is done).
-    pub fn request(&self, device: &wgpu::Device, key: &str, source: String) -> Arc<Pipeline> {
+    /// A pipeline for `key` whose compilation from `source` has been queued with `priority`
+    /// (or, without compiler threads, is done).
+    pub fn request(&self, device: &wgpu::Device, key: &str, source: String, priority: Priority) -> Arc<Pipeline> {
         let pipeline = Arc::new(Pipeline { compiled: OnceLock::new(), key: key.to_string(), compile_ns: AtomicU64::new(0) });
-        let job = (pipeline.clone(), source);
         self.pending.add(1);
-        let unsent = match self.sender(device) {
-            Some(jobs) => jobs.send(job).err().map(|e| e.0),
-            None => Some(job),
-        };
-        if let Some((p, source)) = unsent {
-            self.ns.fetch_add(p.compile(device, source), Ordering::Relaxed);
+        if self.start(device) {
+            self.queue.push((pipeline.clone(), source), priority);
+        } else {
+            self.ns.fetch_add(pipeline.compile(device, source), Ordering::Relaxed);
             self.pending.add(-1);
         }
         pipeline
@@ -157,34 +216,33 @@ impl Compiler {
         self.ns.load(Ordering::Relaxed) as f64 / 1e6
     }
 
-    /// The queue of the compiler threads, started on first use; `None` if no thread starts.
-    fn sender(&self, device: &wgpu::Device) -> Option<Sender<Job>> {
-        let mut jobs = self.jobs.lock().unwrap_or_else(PoisonError::into_inner);
-        if jobs.is_none() {
-            let (tx, rx) = channel::<Job>();
-            let rx = Arc::new(Mutex::new(rx));
+    /// Starts the compiler threads on first use; whether any runs.
+    fn start(&self, device: &wgpu::Device) -> bool {
+        let mut started = self.started.lock().unwrap_or_else(PoisonError::into_inner);
+        *started.get_or_insert_with(|| {
             let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, MAX_THREADS);
-            let started = (0..threads)
+            (0..threads)
                 .filter(|i| {
-                    let (rx, device, ns, pending) = (rx.clone(), device.clone(), self.ns.clone(), self.pending.clone());
+                    let (queue, device, ns, pending) =
+                        (self.queue.clone(), device.clone(), self.ns.clone(), self.pending.clone());
                     let worker = std::thread::Builder::new().name(format!("onyx-wgpu-compile-{i}"));
-                    worker.spawn(move || work(&rx, &device, &ns, &pending)).is_ok()
+                    worker.spawn(move || work(&queue, &device, &ns, &pending)).is_ok()
                 })
-                .count();
-            if started == 0 {
-                return None;
-            }
-            *jobs = Some(tx);
-        }
-        jobs.clone()
+                .count()
+                > 0
+        })
+    }
+}
+
+impl Drop for Compiler {
+    fn drop(&mut self) {
+        self.queue.close();
     }
 }
 
 /// A compiler thread: compiles queued shaders until the device's context is dropped.
-fn work(jobs: &Mutex<Receiver<Job>>, device: &wgpu::Device, ns: &AtomicU64, pending: &Pending) {
-    loop {
-        let job = jobs.lock().unwrap_or_else(PoisonError::into_inner).recv();
-        let Ok((pipeline, source)) = job else { return };
+fn work(queue: &Queue, device: &wgpu::Device, ns: &AtomicU64, pending: &Pending) {
+    while let Some((pipeline, source)) = queue.pop() {
         ns.fetch_add(pipeline.compile(device, source), Ordering::Relaxed);
         pending.add(-1);
     }
@@ -192,7 +250,24 @@ fn work(jobs: &Mutex<Receiver<Job>>, device: &wgpu::Device, ns: &AtomicU64, pend
 
 #[cfg(test)]
 mod tests {
+    use super::*;
     use crate::{GpuContext, WgpuOptions};
+
+    #[test]
+    fn urgent_jobs_go_first_and_a_closed_queue_drains() {
+        let job = |key: &str| {
+            let p = Pipeline { compiled: OnceLock::new(), key: key.into(), compile_ns: AtomicU64::new(0) };
+            (Arc::new(p), String::new())
+        };
+        let queue = Queue::default();
+        queue.push(job("tuned 1"), Priority::Background);
+        queue.push(job("startup 1"), Priority::Urgent);
+        queue.push(job("tuned 2"), Priority::Background);
+        queue.push(job("startup 2"), Priority::Urgent);
+        queue.close();
+        let order: Vec<String> = std::iter::from_fn(|| queue.pop()).map(|(p, _)| p.key.clone()).collect();
+        assert_eq!(order, ["startup 1", "startup 2", "tuned 1", "tuned 2"]);
+    }
 
     const GOOD: &str = "@group(0) @binding(0) var<storage, read> p: array<u32>;\n\
         @group(0) @binding(1) var<storage, read_write> y: array<u32>;\n\

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use onyx_core::{Device, Error, Result};
 
 use crate::bind_cache::BindCache;
-use crate::compile::Compiler;
+use crate::compile::{Compiler, Priority};
 use crate::options::WgpuOptions;
 use crate::profile::SubmitProfile;
 use crate::recycle::Recycler;
@@ -49,6 +49,13 @@ pub struct GpuContext {
     error: Arc<Mutex<Option<String>>>,
     /// Whether f16 products use cooperative matrices (see [`GpuContext::has_cooperative_matrix`]).
     cooperative: bool,
+    /// Whether kernels made from now on get startup pipelines (see [`GpuContext::set_startup_kernels`]).
+    startup_kernels: AtomicBool,
+    /// How long opening the adapter and the device took (zero for the application's device).
+    opened_in: std::time::Duration,
+    /// Tests: runs use the startup pipelines even once the tuned ones are compiled.
+    #[cfg(test)]
+    pub(crate) always_startup: AtomicBool,
 }
 
 /// Counters of host work, for `onyx bench`.
@@ -149,6 +156,7 @@ impl GpuContext {
     /// Opens the adapter `options` choose and creates a device on it with every limit the
     /// adapter offers and the optional features Onyx uses.
     pub fn new(options: &WgpuOptions) -> Result<Arc<GpuContext>> {
+        let start = std::time::Instant::now();
         let found = adapters(options);
         let index = options.adapter_index.unwrap_or(0);
         let count = found.len();
@@ -180,7 +188,9 @@ impl GpuContext {
         }
         let (device, queue) = pollster::block_on(adapter.request_device(&desc))
             .map_err(|e| Error::Device(format!("wgpu: cannot open {}: {e}", adapter.get_info().name)))?;
-        Ok(Self::build(device, queue, adapter.get_info(), cooperative))
+        let gpu = Self::build(device, queue, adapter.get_info(), cooperative, start.elapsed());
+        gpu.set_startup_kernels(!options.no_startup_kernels);
+        Ok(gpu)
     }
 
     /// Uses the application's own device and queue: all of Onyx's work is submitted on that
@@ -189,10 +199,16 @@ impl GpuContext {
     /// Onyx's f16 products use cooperative matrices only on a device it opens itself (it must
     /// know the adapter's configurations).
     pub fn from_device(device: wgpu::Device, queue: wgpu::Queue, info: wgpu::AdapterInfo) -> Arc<GpuContext> {
-        Self::build(device, queue, info, false)
+        Self::build(device, queue, info, false, std::time::Duration::ZERO)
     }
 
-    fn build(device: wgpu::Device, queue: wgpu::Queue, info: wgpu::AdapterInfo, cooperative: bool) -> Arc<GpuContext> {
+    fn build(
+        device: wgpu::Device,
+        queue: wgpu::Queue,
+        info: wgpu::AdapterInfo,
+        cooperative: bool,
+        opened_in: std::time::Duration,
+    ) -> Arc<GpuContext> {
         let (lost, error) = (Arc::new(Mutex::new(None)), Arc::new(Mutex::new(None)));
         let on_error = error.clone();
         device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| record_fault(&on_error, e.to_string())));
@@ -221,6 +237,10 @@ impl GpuContext {
             lost,
             error,
             cooperative,
+            startup_kernels: AtomicBool::new(true),
+            opened_in,
+            #[cfg(test)]
+            always_startup: AtomicBool::new(false),
         })
     }
 
@@ -250,6 +270,29 @@ impl GpuContext {
         self.cooperative
     }
 
+    /// Whether the GEMM and convolution kernels made from now on (when sessions are built) also
+    /// get a startup pipeline (default: yes). A startup pipeline is a simple kernel that the
+    /// driver compiles in a fraction of the time of the tuned one; runs use it until the tuned
+    /// pipeline is compiled, so that a session's first runs do not wait for the driver's
+    /// compiler (the tuned convolution kernels take 0.1-0.3 s each on a cold NVIDIA driver).
+    /// The startup kernels sum in another order: outputs of the first runs may differ from
+    /// later ones in the last bits. Off, runs wait for the tuned pipelines and are
+    /// reproducible from the first.
+    pub fn set_startup_kernels(&self, enabled: bool) {
+        self.startup_kernels.store(enabled, Ordering::Relaxed);
+    }
+
+    /// Milliseconds [`GpuContext::new`] took to find the adapter and open the device (0 for
+    /// the application's device): the part of a cold start that is the driver's.
+    pub fn open_ms(&self) -> f64 {
+        self.opened_in.as_secs_f64() * 1e3
+    }
+
+    /// See [`GpuContext::set_startup_kernels`].
+    pub fn startup_kernels(&self) -> bool {
+        self.startup_kernels.load(Ordering::Relaxed)
+    }
+
     /// Whether shaders may use `f16`.
     pub fn has_f16(&self) -> bool {
         self.device.features().contains(wgpu::Features::SHADER_F16)
@@ -271,6 +314,16 @@ impl GpuContext {
     /// The compilation runs in the background (see `compile.rs`): a shader that does not
     /// compile is an error when a run first dispatches it.
     pub(crate) fn pipeline(&self, key: &str, source: impl FnOnce() -> String) -> Result<Arc<Pipeline>> {
+        self.pipeline_with(key, source, Priority::Urgent)
+    }
+
+    /// [`GpuContext::pipeline`] compiled with `priority` when it is new.
+    pub(crate) fn pipeline_with(
+        &self,
+        key: &str,
+        source: impl FnOnce() -> String,
+        priority: Priority,
+    ) -> Result<Arc<Pipeline>> {
         if let Some(p) = self.pipelines.lock().unwrap_or_else(PoisonError::into_inner).get(key) {
             return Ok(p.clone());
         }
@@ -280,7 +333,7 @@ impl GpuContext {
             match sources.get(&source) {
                 Some(p) => p.clone(),
                 None => {
-                    let p = self.compiler.request(&self.device, key, source.clone());
+                    let p = self.compiler.request(&self.device, key, source.clone(), priority);
                     sources.insert(source, p.clone());
                     p
                 }

@@ -31,13 +31,17 @@ pub struct WgpuOptions {
     /// which Onyx otherwise uses where the adapter offers them (wgpu's experimental
     /// `EXPERIMENTAL_COOPERATIVE_MATRIX`): the way back if a driver gets them wrong.
     pub no_cooperative_matrix: bool,
+    /// Makes runs wait for the tuned GEMM and convolution pipelines instead of running simple
+    /// startup kernels while the driver compiles them (see
+    /// [`GpuContext::set_startup_kernels`](crate::GpuContext::set_startup_kernels)).
+    pub no_startup_kernels: bool,
 }
 
 impl WgpuOptions {
     /// Sets one option from its string form, as the CLI's `--provider-option key=value` gives it.
     /// Keys: `adapter`, `vendor`, `device_type` (discrete, integrated, virtual, cpu),
     /// `power` (high-performance, low-power, default), `backend` (vulkan, metal, dx12),
-    /// `cooperative_matrix` (true, false).
+    /// `cooperative_matrix` (true, false), `startup_kernels` (true, false).
     pub fn set(&mut self, key: &str, value: &str) -> Result<()> {
         let bad = |expected: &str| Error::InvalidArgument(format!("wgpu option {key}: expected {expected}, got '{value}'"));
         match key {
@@ -83,10 +87,17 @@ impl WgpuOptions {
                     _ => return Err(bad("true or false")),
                 }
             }
+            "startup_kernels" => {
+                self.no_startup_kernels = match value {
+                    "true" | "1" => false,
+                    "false" | "0" => true,
+                    _ => return Err(bad("true or false")),
+                }
+            }
             _ => {
                 return Err(Error::InvalidArgument(format!(
                     "unknown wgpu option '{key}' (known: adapter, vendor, device_type, power, backend, \
-                     cooperative_matrix)"
+                     cooperative_matrix, startup_kernels)"
                 )))
             }
         }

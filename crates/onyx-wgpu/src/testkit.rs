@@ -12,19 +12,34 @@ use onyx_core::{DataType, Element, InputValue, Session, SessionOptions, Tensor, 
 use crate::{WgpuOptions, WgpuProvider};
 
 /// The provider every test shares (one device for the whole test binary), or `None` when no
-/// adapter exists outside CI.
+/// adapter exists outside CI. Its runs use the tuned pipelines only (no startup kernels).
 pub(crate) fn provider() -> Option<Arc<WgpuProvider>> {
     static PROVIDER: OnceLock<Option<Arc<WgpuProvider>>> = OnceLock::new();
+    PROVIDER.get_or_init(|| open(&WgpuOptions { no_startup_kernels: true, ..Default::default() })).clone()
+}
+
+/// A second provider (another device) whose runs use the startup kernels of the tiled GEMM
+/// and convolutions only, so that tests check those kernels too.
+pub(crate) fn startup_provider() -> Option<Arc<WgpuProvider>> {
+    static PROVIDER: OnceLock<Option<Arc<WgpuProvider>>> = OnceLock::new();
     PROVIDER
-        .get_or_init(|| match WgpuProvider::new(&WgpuOptions::default()) {
-            Ok(p) => Some(Arc::new(p)),
-            Err(e) if std::env::var("CI").is_ok_and(|v| v == "true") => panic!("CI=true and no wgpu adapter: {e}"),
-            Err(e) => {
-                eprintln!("skipping wgpu tests: {e}");
-                None
-            }
+        .get_or_init(|| {
+            let p = open(&WgpuOptions::default())?;
+            p.context().always_startup.store(true, std::sync::atomic::Ordering::Relaxed);
+            Some(p)
         })
         .clone()
+}
+
+fn open(options: &WgpuOptions) -> Option<Arc<WgpuProvider>> {
+    match WgpuProvider::new(options) {
+        Ok(p) => Some(Arc::new(p)),
+        Err(e) if std::env::var("CI").is_ok_and(|v| v == "true") => panic!("CI=true and no wgpu adapter: {e}"),
+        Err(e) => {
+            eprintln!("skipping wgpu tests: {e}");
+            None
+        }
+    }
 }
 
 /// An attribute.
@@ -192,14 +207,16 @@ impl Case {
     }
 
     /// Runs on both EPs and asserts that every output matches: same dtype and shape, values
-    /// within `atol + rtol * |cpu|`.
+    /// within `atol + rtol * |cpu|`; on wgpu with the tuned kernels and with the startup ones.
     pub fn check(&self, rtol: f32, atol: f32) {
-        let Some(gpu) = provider() else { return };
         let want = self.run_cpu();
-        let got = self.try_run_gpu(&gpu).unwrap_or_else(|e| panic!("{} on wgpu: {e}", self.op));
-        assert_eq!(got.len(), want.len());
-        for (o, (g, w)) in got.iter().zip(&want).enumerate() {
-            assert_close(g, w, rtol, atol, &format!("{} output {o}", self.op));
+        for (gpu, kernels) in [(provider(), "tuned"), (startup_provider(), "startup")] {
+            let Some(gpu) = gpu else { return };
+            let got = self.try_run_gpu(&gpu).unwrap_or_else(|e| panic!("{} on wgpu ({kernels} kernels): {e}", self.op));
+            assert_eq!(got.len(), want.len());
+            for (o, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert_close(g, w, rtol, atol, &format!("{} output {o} ({kernels} kernels)", self.op));
+            }
         }
     }
 }

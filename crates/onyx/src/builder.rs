@@ -93,10 +93,17 @@ impl SessionBuilder {
         self
     }
 
-    /// Loads an ONNX file (external data resolved in its folder) and creates the session.
+    /// Loads an ONNX file (external data resolved in its folder) and creates the session. The
+    /// providers open (a GPU device takes tens of milliseconds) while the file is decoded.
     pub fn commit_from_file(self, path: impl AsRef<Path>) -> Result<Session> {
-        let model = onyx_onnx::load_model(path.as_ref())?;
-        self.commit_from_model(model)
+        let path = path.as_ref();
+        let (model, providers) = std::thread::scope(|s| {
+            let providers = s.spawn(|| self.instantiate_providers());
+            let model = onyx_onnx::load_model(path);
+            let providers = providers.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            (model, providers)
+        });
+        self.commit(model?, providers?)
     }
 
     /// Creates the session from the bytes of an ONNX file without external data.
@@ -107,12 +114,21 @@ impl SessionBuilder {
 
     /// Creates the session from a loaded model.
     pub fn commit_from_model(self, model: Model) -> Result<Session> {
-        let mut options = self.options;
-        let mut providers = self.providers;
-        if providers.is_empty() {
-            providers.push(Provider::Cpu);
+        let providers = self.instantiate_providers()?;
+        self.commit(model, providers)
+    }
+
+    /// The listed providers (the CPU EP when none is), opened.
+    fn instantiate_providers(&self) -> Result<Vec<Arc<dyn ExecutionProvider>>> {
+        if self.providers.is_empty() {
+            return Ok(vec![Provider::Cpu.instantiate()?]);
         }
-        options.providers = providers.iter().map(Provider::instantiate).collect::<Result<_>>()?;
+        self.providers.iter().map(Provider::instantiate).collect()
+    }
+
+    fn commit(self, model: Model, providers: Vec<Arc<dyn ExecutionProvider>>) -> Result<Session> {
+        let mut options = self.options;
+        options.providers = providers;
         let existing_cpu = options.providers.iter().find(|p| p.name() == "cpu").cloned();
         options.fallback = if self.cpu_fallback {
             Some(existing_cpu.unwrap_or_else(|| Arc::new(CpuProvider::new())))

@@ -272,10 +272,17 @@ pub(crate) fn build_plan(
         host.push(if folded.is_some() { vec![] } else { host_inputs(&*providers.list[p], &contexts.of(node)?) });
     }
     prefer_host_for_shape_nodes(graph, providers, &contexts, &mut choice, &mut host)?;
+    // Every kernel first, then the constants' copies: a GPU EP's kernels start compiling in
+    // the background while the weights are uploaded.
+    let mut kernels = vec![];
+    for ((node, &p), folded) in graph.nodes.iter().zip(&choice).zip(&folded) {
+        kernels.push(if folded.is_some() { None } else { Some(providers.list[p].build_kernel(&contexts.of(node)?)?) });
+    }
     let mut assignments = vec![];
-    for (((node, &p), host), folded) in graph.nodes.iter().zip(&choice).zip(&host).zip(folded) {
-        if let Some(values) = folded {
-            for (name, value) in node.outputs.iter().zip(values) {
+    for ((((node, &p), host), folded), kernel) in graph.nodes.iter().zip(&choice).zip(&host).zip(folded).zip(kernels) {
+        // No kernel: the node was folded into constants.
+        let Some(kernel) = kernel else {
+            for (name, value) in node.outputs.iter().zip(folded.into_iter().flatten()) {
                 if !name.is_empty() {
                     let s = b.define(name, Device::Cpu);
                     b.constants.push((s, Value::Tensor(value)));
@@ -287,9 +294,8 @@ pub(crate) fn build_plan(
                 provider: FOLDED.to_string(),
             });
             continue;
-        }
+        };
         let provider = &providers.list[p];
-        let kernel = provider.build_kernel(&contexts.of(node)?)?;
         let device = provider.device();
         let mut step_inputs = vec![];
         for (i, name) in node.inputs.iter().enumerate() {

@@ -8,9 +8,9 @@
 //! Outputs of more than [`PAR_CHUNK`] elements are split into chunks computed in parallel.
 
 use onyx_core::{element_count, host_pool, Error, Location, Result};
-use rayon::prelude::*;
 
 use crate::ops::util;
+use crate::parallel;
 use crate::Registry;
 
 /// Elements per parallel task: outputs smaller than twice this run on one thread.
@@ -135,7 +135,7 @@ impl<const N: usize> Plan<N> {
             return;
         }
         let chunk = PAR_CHUNK.max(self.len.div_ceil(4 * rayon::current_num_threads()));
-        out.par_chunks_mut(chunk).enumerate().for_each(|(i, piece)| self.segments_from(i * chunk, piece, &row));
+        parallel::for_each_chunk_mut(out, chunk, &|i, piece| self.segments_from(i * chunk, piece, &row));
     }
 
     /// Walks `out`, which holds output elements `start..start + out.len()`, row segment by row
@@ -310,7 +310,7 @@ pub fn par_chunks_in_place<T: Send>(data: &mut [T], f: impl Fn(&mut [T]) + Sync)
         return;
     }
     let chunk = PAR_CHUNK.max(data.len().div_ceil(4 * rayon::current_num_threads()));
-    data.par_chunks_mut(chunk).for_each(&f);
+    parallel::for_each_chunk_mut(data, chunk, &|_, piece| f(piece));
 }
 
 /// Applies `f` to every triple of elements of `a`, `b` and `c` broadcast together (Where).
@@ -390,7 +390,7 @@ pub fn par_zip_chunks<A: Sync, B: Send>(src: &[A], dst: &mut [B], f: impl Fn(&[A
         return;
     }
     let chunk = PAR_CHUNK.max(src.len().div_ceil(4 * rayon::current_num_threads()));
-    dst.par_chunks_mut(chunk).zip(src.par_chunks(chunk)).for_each(|(d, s)| f(s, d));
+    parallel::for_each_chunk_pair(src, chunk, dst, chunk, &|_, s, d| f(s, d));
 }
 
 /// Maps every element of `src` through `f` into a new vector: in parallel for large slices.

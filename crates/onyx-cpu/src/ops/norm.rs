@@ -59,7 +59,7 @@ fn lane_sum<T: Real>(xs: &[T], f: impl Fn(f64) -> f64) -> f64 {
 fn for_chunks<T: Real>(x: &[T], y: &mut [T], len: usize, f: impl Fn(usize, &[T], &mut [T]) + Sync + Send) {
     let len = len.max(1);
     if y.len() >= PARALLEL_ELEMS {
-        y.par_chunks_mut(len).zip(x.par_chunks(len)).enumerate().for_each(|(i, (yc, xc))| f(i, xc, yc));
+        crate::parallel::for_each_chunk_pair(x, len, y, len, &|i, xc, yc| f(i, xc, yc));
     } else {
         y.chunks_mut(len).zip(x.chunks(len)).enumerate().for_each(|(i, (yc, xc))| f(i, xc, yc));
     }

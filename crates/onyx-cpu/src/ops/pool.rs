@@ -175,7 +175,7 @@ fn for_planes<T: Sync, U: Send>(
 ) {
     let (in_len, out_len) = (in_len.max(1), out_len.max(1));
     if work >= PARALLEL_WORK {
-        y.par_chunks_mut(out_len).zip(x.par_chunks(in_len)).enumerate().for_each(|(p, (yp, xp))| f(xp, yp, p));
+        crate::parallel::for_each_chunk_pair(x, in_len, y, out_len, &|p, xp, yp| f(xp, yp, p));
     } else {
         y.chunks_mut(out_len).zip(x.chunks(in_len)).enumerate().for_each(|(p, (yp, xp))| f(xp, yp, p));
     }

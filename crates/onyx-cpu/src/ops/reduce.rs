@@ -14,7 +14,7 @@ mod scan;
 
 use onyx_core::ep::{Kernel, NodeContext, ValueRef};
 use onyx_core::{DataType, Error, Location, Result, TensorView, Value};
-use rayon::prelude::*;
+use crate::parallel;
 
 use super::broadcast::PAR_CHUNK;
 use super::elementwise::num::{Int, Num, Real};
@@ -162,7 +162,8 @@ fn fold_row<T: Copy + Send + Sync>(
     if !parallel || row.len() < 2 * PAR_CHUNK {
         return fold_lanes(row, init, pre, comb);
     }
-    let partials: Vec<T> = row.par_chunks(PAR_CHUNK).map(|c| fold_lanes(c, init, pre, comb)).collect();
+    let chunk = |i: usize| &row[i * PAR_CHUNK..((i + 1) * PAR_CHUNK).min(row.len())];
+    let partials = parallel::map_indices(row.len().div_ceil(PAR_CHUNK), &|i| fold_lanes(chunk(i), init, pre, comb));
     partials.into_iter().fold(init, comb)
 }
 
@@ -174,7 +175,7 @@ fn for_rows<T: Sync, O: Send + Clone + Default>(x: &[T], r: usize, outer: usize,
         out.iter_mut().enumerate().for_each(|(o, v)| *v = work(row(o)));
     } else {
         let per_task = (PAR_CHUNK / r.max(1)).max(1);
-        out.par_chunks_mut(per_task).enumerate().for_each(|(t, chunk)| {
+        parallel::for_each_chunk_mut(&mut out, per_task, &|t, chunk| {
             for (j, v) in chunk.iter_mut().enumerate() {
                 *v = work(row(t * per_task + j));
             }
@@ -206,7 +207,7 @@ fn for_column_blocks<O: Send + Clone + Default>(
             tasks.push((o, b * block, seg));
         }
     }
-    tasks.into_par_iter().for_each(|(o, i0, seg)| work(o, i0, seg));
+    parallel::for_each_task(tasks, &|(o, i0, seg)| work(o, i0, seg));
     out
 }
 

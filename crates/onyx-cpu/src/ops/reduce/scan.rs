@@ -2,7 +2,7 @@
 
 use onyx_core::ep::{Kernel, NodeContext, ValueRef};
 use onyx_core::{DataType, Error, Location, Result, TensorView, Value};
-use rayon::prelude::*;
+use crate::parallel;
 
 use super::super::broadcast::PAR_CHUNK;
 use super::super::elementwise::num::Num;
@@ -69,7 +69,7 @@ fn arg_index<T: PartialOrd + Copy + Send + Sync>(x: &[T], (outer, n, inner): (us
     if outer * n * inner < 2 * PAR_CHUNK {
         out.chunks_mut(inner.max(1)).enumerate().for_each(|(o, idx)| column_block(o, idx));
     } else {
-        out.par_chunks_mut(inner.max(1)).enumerate().for_each(|(o, idx)| column_block(o, idx));
+        parallel::for_each_chunk_mut(&mut out, inner.max(1), &|o, idx| column_block(o, idx));
     }
     out
 }
@@ -142,7 +142,7 @@ fn cumsum<T: Num>(x: &[T], (outer, n, inner): (usize, usize, usize), exclusive: 
     if x.len() < 2 * PAR_CHUNK || outer < 2 {
         out.chunks_mut(block).enumerate().for_each(|(o, d)| scan(o, d));
     } else {
-        out.par_chunks_mut(block).enumerate().for_each(|(o, d)| scan(o, d));
+        parallel::for_each_chunk_mut(&mut out, block, &|o, d| scan(o, d));
     }
     out
 }

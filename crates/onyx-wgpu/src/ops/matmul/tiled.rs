@@ -8,12 +8,17 @@
 //! products of 128 rows), the K loop is cut into slices that run in parallel workgroups and
 //! write f32 partial tiles; a second dispatch sums the slices and applies the hook's store (the
 //! epilogue: bias, activation, residual) once per output.
+//!
+//! Startup: the tuned pipelines take the driver 0.1-0.3 s each to compile. Until they are
+//! ready, runs use a startup kernel on the same hooks ([`STARTUP`]: one thread per output, no
+//! tiles, nothing unrolled), which compiles in a fraction of that time.
 
 use std::sync::{Arc, OnceLock};
 
 use onyx_core::{DataType, Location, Result};
 
 use crate::buffer::GpuBuffer;
+use crate::compile::Priority;
 use crate::context::{GpuContext, Pipeline};
 use crate::kernel::{enables, grid, u32_of, OnGpu};
 use crate::run::GpuRun;
@@ -224,6 +229,29 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 }
 "#;
 
+/// The startup kernel: one thread per output element (x: column, y: row, z: batch), its K
+/// loop calling the hooks directly. Several times slower than the tiled kernel, but quick to
+/// compile: runs use it while the tiled pipelines compile.
+const STARTUP: &str = r#"$ENABLE
+$HOOKS
+@compute @workgroup_size(64, 1, 1)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
+    let n = gid.x;
+    let m = wid.y;
+    setup(wid.z + p[3]);
+    if (n >= p[1]) { return; }
+    let c = col(n);
+    var acc = 0.0;
+    for (var k = 0u; k < p[2]; k++) {
+        acc += load_a(m, k) * load_b(c, k);
+    }
+    store(m, n, acc);
+}
+"#;
+
+/// Columns of the output one workgroup of the startup kernel computes.
+const STARTUP_COLUMNS: usize = 64;
+
 /// What one generated shader of a [`Tiled`] kernel does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Mode {
@@ -233,6 +261,8 @@ enum Mode {
     Slice,
     /// The sum of the slices, stored through the hooks.
     Reduce,
+    /// The startup kernel.
+    Startup,
 }
 
 /// The products of one staged K step, unrolled in the source: the loop the WGSL compiler
@@ -364,6 +394,7 @@ impl TiledSource {
             Mode::Whole => (String::new(), WHOLE_K.to_string(), "store_row"),
             Mode::Slice => (format!("var<private> part_z: u32;\n{part}"), format!("{SLICE_K}\n    part_z = wid.z;"), "part_row"),
             Mode::Reduce => return format!("{enable}{}\n{}\n{REDUCE}", self.hooks, part.replace("part_z", "0u")),
+            Mode::Startup => return fill(STARTUP, &[("$ENABLE", enable), ("$HOOKS", &self.hooks)]),
         };
         fill(
             template,
@@ -381,14 +412,16 @@ impl TiledSource {
     }
 }
 
-/// The pipelines of one tiled kernel: the plain one (made with the node) and split-K's two
-/// (made on first use).
+/// The pipelines of one tiled kernel: the plain one (made with the node), split-K's two (made
+/// when the shape says they will be used) and the startup one (see [`STARTUP`]).
 pub(crate) struct Tiled {
     source: TiledSource,
     /// Whether the products run on cooperative matrices (f16 on a GPU that has them).
     cooperative: bool,
     whole: Arc<Pipeline>,
     split: OnceLock<[Arc<Pipeline>; 2]>,
+    /// The startup kernel, where the context makes them.
+    startup: Option<Arc<Pipeline>>,
 }
 
 impl Tiled {
@@ -396,20 +429,36 @@ impl Tiled {
     /// operands where the GPU has cooperative matrices.
     pub fn new(gpu: &GpuContext, mut source: TiledSource) -> Result<Tiled> {
         let cooperative = source.cooperative && source.dtype == DataType::Float16 && gpu.has_cooperative_matrix();
+        // Requested first: the compiler threads take it before the tiled pipelines.
+        let startup = if gpu.startup_kernels() {
+            Some(gpu.pipeline(&format!("{}/startup", source.key), || source.shader(Mode::Startup, false))?)
+        } else {
+            None
+        };
         if cooperative {
             source.key.push_str("/coop");
         }
-        let whole = gpu.pipeline(&source.key, || source.shader(Mode::Whole, cooperative))?;
-        Ok(Tiled { source, cooperative, whole, split: OnceLock::new() })
+        let priority = Self::priority(&startup);
+        let whole = gpu.pipeline_with(&source.key, || source.shader(Mode::Whole, cooperative), priority)?;
+        Ok(Tiled { source, cooperative, whole, split: OnceLock::new(), startup })
+    }
+
+    /// The tuned pipelines compile after every urgent one where a startup kernel stands in.
+    fn priority(startup: &Option<Arc<Pipeline>>) -> Priority {
+        if startup.is_some() {
+            Priority::Background
+        } else {
+            Priority::Urgent
+        }
     }
 
     fn split_pipelines(&self, gpu: &GpuContext) -> Result<&[Arc<Pipeline>; 2]> {
         if let Some(p) = self.split.get() {
             return Ok(p);
         }
-        let (s, cooperative) = (&self.source, self.cooperative);
-        let slice = gpu.pipeline(&format!("{}/slice", s.key), || s.shader(Mode::Slice, cooperative))?;
-        let reduce = gpu.pipeline(&format!("{}/reduce", s.key), || s.shader(Mode::Reduce, cooperative))?;
+        let (s, cooperative, priority) = (&self.source, self.cooperative, Self::priority(&self.startup));
+        let slice = gpu.pipeline_with(&format!("{}/slice", s.key), || s.shader(Mode::Slice, cooperative), priority)?;
+        let reduce = gpu.pipeline_with(&format!("{}/reduce", s.key), || s.shader(Mode::Reduce, cooperative), priority)?;
         Ok(self.split.get_or_init(|| [slice, reduce]))
     }
 
@@ -435,6 +484,11 @@ impl Tiled {
         let tiles = [n.div_ceil(TILE), m.div_ceil(TILE)];
         let slices = split_k(run.context(), [m, n, k, z]);
         params[0..3].copy_from_slice(&[u32_of(m, at)?, u32_of(n, at)?, u32_of(k, at)?]);
+        if let Some(startup) = self.startup_for(run.context(), slices, [m, n])? {
+            params[4] = 1;
+            let groups = [u32_of(n.div_ceil(STARTUP_COLUMNS), at)?, u32_of(m, at)?, u32_of(z, at)?];
+            return dispatch_z(run, startup, params, 3, buffers, groups, at);
+        }
         if slices == 1 {
             params[4] = 1;
             let groups = [u32_of(tiles[0], at)?, u32_of(tiles[1], at)?, u32_of(z, at)?];
@@ -458,6 +512,25 @@ impl Tiled {
         drop(all);
         run.release_tensor(part);
         Ok(())
+    }
+}
+
+impl Tiled {
+    /// The startup pipeline, when the tuned pipelines a product of `slices` K slices needs are
+    /// still compiling and an `m x n` output fits the startup kernel's grid.
+    fn startup_for(&self, gpu: &GpuContext, slices: usize, [m, n]: [usize; 2]) -> Result<Option<&Arc<Pipeline>>> {
+        let Some(startup) = &self.startup else { return Ok(None) };
+        #[cfg(test)]
+        let slices = if gpu.always_startup.load(std::sync::atomic::Ordering::Relaxed) { 0 } else { slices };
+        let ready = if slices == 0 {
+            false
+        } else if slices == 1 {
+            self.whole.is_ready()
+        } else {
+            self.split_pipelines(gpu)?.iter().all(|p| p.is_ready())
+        };
+        let limit = gpu.device().limits().max_compute_workgroups_per_dimension as usize;
+        Ok((!ready && m <= limit && n.div_ceil(STARTUP_COLUMNS) <= limit).then_some(startup))
     }
 }
 
@@ -516,7 +589,7 @@ mod tests {
         for (dtype, cooperative) in [(DataType::Float, false), (DataType::Float16, false), (DataType::Float16, true)] {
             for (a, b, has_c) in walks.iter().flat_map(|&a| walks.iter().flat_map(move |&b| [(a, b, false), (a, b, true)])) {
                 let source = super::super::gemm_source(dtype, a, b, has_c).unwrap();
-                for mode in [Mode::Whole, Mode::Slice, Mode::Reduce] {
+                for mode in [Mode::Whole, Mode::Slice, Mode::Reduce, Mode::Startup] {
                     let wgsl = source.shader(mode, cooperative);
                     let what = format!("{dtype:?} {a:?} {b:?} c={has_c} {mode:?} cooperative={cooperative}");
                     let module = naga::front::wgsl::parse_str(&wgsl)
@@ -526,7 +599,8 @@ mod tests {
                         .unwrap_or_else(|e| panic!("{what}: {e:?}"));
                     naga::back::spv::write_vec(&module, &info, &Default::default(), None)
                         .unwrap_or_else(|e| panic!("{what}: {e}"));
-                    assert_eq!(wgsl.contains("coopMultiplyAdd"), cooperative && mode != Mode::Reduce, "{what}");
+                    let tiled = matches!(mode, Mode::Whole | Mode::Slice);
+                    assert_eq!(wgsl.contains("coopMultiplyAdd"), cooperative && tiled, "{what}");
                 }
             }
         }
