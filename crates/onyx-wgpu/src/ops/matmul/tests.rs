@@ -199,26 +199,19 @@ fn bench_products() {
         (1, 4096, 4096),
     ] {
         let inputs = [rand(&[m, k], -1.0, 1.0, 1), rand(&[k, n], -1.0, 1.0, 2)];
-        let t = time_op(&matmul, &inputs, 20);
-        let flops = 2.0 * (m * k * n) as f64;
-        eprintln!(
-            "MatMul {m}x{k}x{n}: {:.1} us, {:.0} GFLOP/s, {:.0} GB/s",
-            t * 1e6,
-            flops / t / 1e9,
-            4.0 * (m * k + k * n + m * n) as f64 / t / 1e9
-        );
+        report("MatMul", [m, k, n], time_op(&matmul, &inputs, 20));
     }
     let pipes = Pipelines::new(onyx_core::DataType::Float, Walk::K, Walk::K, true);
     let gemm = Gemm { pipes, alpha: 1.0, beta: 1.0, trans_a: false, trans_b: true, has_c: true, at };
     for (m, k, n) in [(128, 768, 3072), (1, 4096, 4096)] {
         let inputs = [rand(&[m, k], -1.0, 1.0, 1), rand(&[n, k], -1.0, 1.0, 2), rand(&[n], -1.0, 1.0, 3)];
-        let t = time_op(&gemm, &inputs, 20);
-        let flops = 2.0 * (m * k * n) as f64;
-        eprintln!(
-            "Gemm transB {m}x{k}x{n}: {:.1} us, {:.0} GFLOP/s, {:.0} GB/s",
-            t * 1e6,
-            flops / t / 1e9,
-            4.0 * (m * k + k * n + m * n) as f64 / t / 1e9
-        );
+        report("Gemm transB", [m, k, n], time_op(&gemm, &inputs, 20));
     }
+}
+
+/// Prints the time `t` (seconds) of an `m x k` by `k x n` product with its FLOP rate and f32 traffic.
+fn report(what: &str, [m, k, n]: [usize; 3], t: f64) {
+    let flops = 2.0 * (m * k * n) as f64;
+    let bytes = 4.0 * (m * k + k * n + m * n) as f64;
+    eprintln!("{what} {m}x{k}x{n}: {:.1} us, {:.0} GFLOP/s, {:.0} GB/s", t * 1e6, flops / t / 1e9, bytes / t / 1e9);
 }

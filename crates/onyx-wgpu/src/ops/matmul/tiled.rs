@@ -462,6 +462,23 @@ impl Tiled {
         Ok(self.split.get_or_init(|| [slice, reduce]))
     }
 
+    /// The startup pipeline, when the tuned pipelines a product of `slices` K slices needs are
+    /// still compiling and an `m x n` output fits the startup kernel's grid.
+    fn startup_for(&self, gpu: &GpuContext, slices: usize, [m, n]: [usize; 2]) -> Result<Option<&Arc<Pipeline>>> {
+        let Some(startup) = &self.startup else { return Ok(None) };
+        #[cfg(test)]
+        let slices = if gpu.always_startup.load(std::sync::atomic::Ordering::Relaxed) { 0 } else { slices };
+        let ready = if slices == 0 {
+            false
+        } else if slices == 1 {
+            self.whole.is_ready()
+        } else {
+            self.split_pipelines(gpu)?.iter().all(|p| p.is_ready())
+        };
+        let limit = gpu.device().limits().max_compute_workgroups_per_dimension as usize;
+        Ok((!ready && m <= limit && n.div_ceil(STARTUP_COLUMNS) <= limit).then_some(startup))
+    }
+
     /// Starts compiling split-K's pipelines when a product of these sizes (known when the
     /// session is built) will use them, so that the first run does not wait for them.
     pub fn prepare(&self, gpu: &GpuContext, sizes: [usize; 4]) -> Result<()> {
@@ -512,25 +529,6 @@ impl Tiled {
         drop(all);
         run.release_tensor(part);
         Ok(())
-    }
-}
-
-impl Tiled {
-    /// The startup pipeline, when the tuned pipelines a product of `slices` K slices needs are
-    /// still compiling and an `m x n` output fits the startup kernel's grid.
-    fn startup_for(&self, gpu: &GpuContext, slices: usize, [m, n]: [usize; 2]) -> Result<Option<&Arc<Pipeline>>> {
-        let Some(startup) = &self.startup else { return Ok(None) };
-        #[cfg(test)]
-        let slices = if gpu.always_startup.load(std::sync::atomic::Ordering::Relaxed) { 0 } else { slices };
-        let ready = if slices == 0 {
-            false
-        } else if slices == 1 {
-            self.whole.is_ready()
-        } else {
-            self.split_pipelines(gpu)?.iter().all(|p| p.is_ready())
-        };
-        let limit = gpu.device().limits().max_compute_workgroups_per_dimension as usize;
-        Ok((!ready && m <= limit && n.div_ceil(STARTUP_COLUMNS) <= limit).then_some(startup))
     }
 }
 
