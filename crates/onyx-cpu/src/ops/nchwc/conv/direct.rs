@@ -62,7 +62,69 @@ fn full_tile<V: Lanes>(blocks: usize) -> usize {
 }
 
 /// Most pixels of a tile that is not full (the rest of a row).
-const PARTIAL_TILE: usize = 6;
+pub(super) const PARTIAL_TILE: usize = 6;
+
+/// Zeros that the pixels of a tile read for the taps that fall in the padding, when the
+/// input's channels are contiguous (the blocked layout; blocks up to 64 channels).
+static ZEROS: [f32; 64] = [0.0; 64];
+
+/// True when a tile may cover pixels whose taps fall in the column padding: their reads go
+/// to [`ZEROS`], which needs the channels of a block contiguous.
+fn masks_padding(g: &ConvGeometry) -> bool {
+    g.input.channel == 1 && g.block <= ZEROS.len()
+}
+
+/// The tiles of one output row segment `cols`, as (first pixel, pixels, column taps), with
+/// `full` pixels in a full tile. When [`masks_padding`], the segment is cut into tiles as even
+/// as the kernels allow (7 pixels: 4 + 3, not 6 + 1), each running every column tap;
+/// otherwise the pixels next to the padding go one by one with their valid taps.
+fn row_tiles(g: &ConvGeometry, cols: Range<usize>, full: usize) -> impl Iterator<Item = (usize, usize, (usize, usize))> + '_ {
+    let masked = masks_padding(g);
+    let (inner_lo, inner_hi) = if masked { (cols.start, cols.end) } else { interior(&g.cols) };
+    let mut ow = cols.start;
+    let mut even = EvenTiles::new(0, full);
+    std::iter::from_fn(move || {
+        if ow >= cols.end {
+            return None;
+        }
+        let tile = if (inner_lo..inner_hi).contains(&ow) {
+            if even.left == 0 {
+                even = EvenTiles::new(inner_hi.min(cols.end) - ow, full);
+            }
+            (ow, even.next(), (0, g.cols.kernel))
+        } else {
+            (ow, 1, valid_taps(&g.cols, ow))
+        };
+        ow += tile.1;
+        Some(tile)
+    })
+}
+
+/// A run of `left` pixels cut into as few tiles as the kernels allow, of sizes that differ by
+/// at most one: each `full` or at most [`PARTIAL_TILE`].
+pub(super) struct EvenTiles {
+    pub(super) left: usize,
+    tiles: usize,
+}
+
+impl EvenTiles {
+    pub(super) fn new(run: usize, full: usize) -> Self {
+        let fits = |tiles: usize| {
+            let big = run.div_ceil(tiles.max(1));
+            (big == full || big <= PARTIAL_TILE) && (run / tiles.max(1) == full || run / tiles.max(1) <= PARTIAL_TILE)
+        };
+        let tiles = (run.div_ceil(full.max(1))..=run).find(|&t| fits(t)).unwrap_or(run);
+        EvenTiles { left: run, tiles }
+    }
+
+    /// The next tile's pixels.
+    pub(super) fn next(&mut self) -> usize {
+        let size = self.left.div_ceil(self.tiles.max(1));
+        self.left -= size;
+        self.tiles -= 1;
+        size
+    }
+}
 
 /// Computes work item `item` of `job` with lanes `V` (`V::WIDTH == job.geometry.block`).
 ///
@@ -82,7 +144,6 @@ pub(super) unsafe fn run_item<V: Lanes>(job: &DirectJob<'_>, items: &DirectItems
     let w = &job.weights;
     let out_block_len = g.out_block_len();
     let y_item = n * g.out_blocks() * out_block_len + first_block * out_block_len;
-    let (inner_lo, inner_hi) = interior(&g.cols);
     let in_registers = RegisterEpilogue::new(&job.epilogue, first_block, b, y_item);
     for in_block in 0..g.in_blocks() {
         let tile = Tile {
@@ -97,19 +158,11 @@ pub(super) unsafe fn run_item<V: Lanes>(job: &DirectJob<'_>, items: &DirectItems
         for oh in rows.clone() {
             let taps_h = valid_taps(&g.rows, oh);
             let y_row = job.y.0.wrapping_add(y_item + oh * g.cols.output * b);
-            let mut ow = cols.start;
-            while ow < cols.end {
-                let (count, taps_w) = if (inner_lo..inner_hi).contains(&ow) {
-                    let run = inner_hi.min(cols.end) - ow;
-                    (if run >= full { full } else { run.min(PARTIAL_TILE) }, (0, g.cols.kernel))
-                } else {
-                    (1, valid_taps(&g.cols, ow))
-                };
+            for (ow, count, taps_w) in row_tiles(g, cols.clone(), full) {
                 // SAFETY: `count` pixels from `ow` lie in this item's columns and, with the
-                // taps `taps_h` x `taps_w`, read inside X (see `Tile::run`); the caller's
-                // contract covers the rest.
+                // taps `taps_h` x `taps_w`, read inside X or `ZEROS` (see `Tile::run`); the
+                // caller's contract covers the rest.
                 unsafe { tile.run_dyn::<V>(count, blocks, g, oh, ow, taps_h, taps_w, y_row) };
-                ow += count;
             }
         }
     }
@@ -253,9 +306,10 @@ impl Tile {
     /// output block), for `Q` output blocks, over taps `taps_h` x `taps_w`.
     ///
     /// # Safety
-    /// The CPU has `V`'s instruction set. Every tap in `taps_h` x `taps_w` of each of the `P`
-    /// pixels reads inside X (the callers take the interior's pixels with every tap, the
-    /// edges one by one with `valid_taps`); the `Q` blocks exist in the weights and in Y.
+    /// The CPU has `V`'s instruction set. Every row tap in `taps_h` reads inside X; every
+    /// column tap in `taps_w` of each of the `P` pixels reads inside X or, when
+    /// [`masks_padding`], falls in the padding (`row_tiles` gives such taps); the `Q` blocks
+    /// exist in the weights and in Y.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     unsafe fn run<V: Lanes, const P: usize, const Q: usize>(
@@ -283,22 +337,30 @@ impl Tile {
             let ih = g.rows.input_index(oh, kh);
             let row = self.x.wrapping_offset(ih * layout.row as isize);
             for kw in taps_w.0..taps_w.1 {
-                let first = row.wrapping_offset(g.cols.input_index(ow, kw) * layout.pixel as isize);
-                let w_tap = self.w.wrapping_add((kh * g.cols.kernel + kw) * b * self.w_channel);
-                for c in 0..self.channels {
-                    let x_c = first.wrapping_add(c * layout.channel);
-                    // SAFETY: the weights of channel c at this tap for the Q blocks are inside
-                    // the packed weights; the P inputs are pixels of X read by a valid tap (the
-                    // caller's contract).
-                    unsafe {
-                        let w_c = w_tap.wrapping_add(c * self.w_channel);
-                        let w: [V; Q] = std::array::from_fn(|q| V::load(w_c.wrapping_add(q * b)));
-                        for (p, acc) in acc.iter_mut().enumerate() {
-                            let x = V::splat(x_c.wrapping_add(p * pixel_step));
-                            for (acc, &w) in acc.iter_mut().zip(&w) {
-                                *acc = V::mul_add(x, w, *acc);
-                            }
+                let first = g.cols.input_index(ow, kw);
+                let pixels: [*const f32; P] = if first >= 0 && g.cols.input_index(ow + P - 1, kw) < g.cols.input as isize {
+                    std::array::from_fn(|p| row.wrapping_offset(first * layout.pixel as isize).wrapping_add(p * pixel_step))
+                } else {
+                    // Zeros where the tap falls in the padding (only with `masks_padding`: the
+                    // callers give the other tiles valid taps).
+                    std::array::from_fn(|p| {
+                        let iw = g.cols.input_index(ow + p, kw);
+                        if (0..g.cols.input as isize).contains(&iw) {
+                            row.wrapping_offset(iw * layout.pixel as isize)
+                        } else {
+                            ZEROS.as_ptr()
                         }
+                    })
+                };
+                let w_tap = self.w.wrapping_add((kh * g.cols.kernel + kw) * b * self.w_channel);
+                debug_assert_eq!(self.w_channel, Q * b);
+                // SAFETY: the caller's contract (see `Tile::channels`).
+                unsafe {
+                    if self.channels == V::WIDTH && layout.channel == 1 {
+                        // The common case with every address a constant offset: unrolled.
+                        Self::channels::<V, P, Q>(&mut acc, &pixels, w_tap, V::WIDTH, 1);
+                    } else {
+                        Self::channels::<V, P, Q>(&mut acc, &pixels, w_tap, self.channels, layout.channel);
                     }
                 }
             }
@@ -325,4 +387,35 @@ impl Tile {
             }
         }
     }
+
+    /// Adds the products of `channels` input channels (`channel` elements apart in X) at one
+    /// tap: `pixels[p]` is pixel p's input at the tap, `w_tap` the tap's packed weights (the
+    /// `Q` blocks of a channel contiguous, channels `Q * b` apart).
+    ///
+    /// # Safety
+    /// The CPU has `V`'s instruction set; `pixels[p] + c * channel` is readable for every
+    /// channel `c`, as are the `Q * b` weights of every channel from `w_tap`.
+    #[inline(always)]
+    unsafe fn channels<V: Lanes, const P: usize, const Q: usize>(
+        acc: &mut [[V; Q]; P],
+        pixels: &[*const f32; P],
+        w_tap: *const f32,
+        channels: usize,
+        channel: usize,
+    ) {
+        for c in 0..channels {
+            // SAFETY: the caller's contract.
+            unsafe {
+                let w_c = w_tap.wrapping_add(c * Q * V::WIDTH);
+                let w: [V; Q] = std::array::from_fn(|q| V::load(w_c.wrapping_add(q * V::WIDTH)));
+                for (acc, &x_p) in acc.iter_mut().zip(pixels) {
+                    let x = V::splat(x_p.wrapping_add(c * channel));
+                    for (acc, &w) in acc.iter_mut().zip(&w) {
+                        *acc = V::mul_add(x, w, *acc);
+                    }
+                }
+            }
+        }
+    }
+
 }

@@ -5,6 +5,7 @@ use onyx_core::ep::ValueRef;
 use onyx_core::ir::{AttrValue, Node};
 use onyx_core::{Tensor, Value};
 
+use super::direct::{EvenTiles, PARTIAL_TILE};
 use super::*;
 use crate::ops::conv::conv_for;
 use crate::ops::layout::testkit::rand_f32;
@@ -272,6 +273,20 @@ fn depthwise_matches_the_nchw_conv_on_every_path_and_block() {
     for (i, case) in depthwise_cases().iter().enumerate() {
         for b in [16, 8, 3] {
             case.check(b, 100 + 10 * i as u64 + b as u64);
+        }
+    }
+}
+
+#[test]
+fn row_runs_are_cut_into_even_tiles_the_kernels_have() {
+    for full in [4, 6, 8, 12, 24] {
+        for run in 0..80 {
+            let mut even = EvenTiles::new(run, full);
+            let sizes: Vec<usize> = std::iter::from_fn(|| (even.left > 0).then(|| even.next())).collect();
+            assert_eq!(sizes.iter().sum::<usize>(), run, "{run} by {full}: {sizes:?}");
+            assert!(sizes.iter().all(|&s| s == full || (1..=PARTIAL_TILE).contains(&s)), "{run} by {full}: {sizes:?}");
+            let (lo, hi) = (sizes.iter().min(), sizes.iter().max());
+            assert!(hi.zip(lo).is_none_or(|(h, l)| h - l <= 1), "{run} by {full}: {sizes:?}");
         }
     }
 }
