@@ -61,6 +61,10 @@ fn full_tile<V: Lanes>(blocks: usize) -> usize {
     V::ACCUMULATORS / blocks.max(1)
 }
 
+/// Multiply-add steps (taps x channels) a tile runs between loading and storing its
+/// accumulators: a pointwise convolution's tiles take several input blocks at once.
+const CHUNK_STEPS: usize = 64;
+
 /// Most pixels of a tile that is not full (the rest of a row).
 pub(super) const PARTIAL_TILE: usize = 6;
 
@@ -145,15 +149,20 @@ pub(super) unsafe fn run_item<V: Lanes>(job: &DirectJob<'_>, items: &DirectItems
     let out_block_len = g.out_block_len();
     let y_item = n * g.out_blocks() * out_block_len + first_block * out_block_len;
     let in_registers = RegisterEpilogue::new(&job.epilogue, first_block, b, y_item);
-    for in_block in 0..g.in_blocks() {
+    let chunk = (CHUNK_STEPS / (w.taps * b)).max(1);
+    for first_in in (0..g.in_blocks()).step_by(chunk) {
+        let last_in = (first_in + chunk).min(g.in_blocks());
         let tile = Tile {
-            x: job.x.as_ptr().wrapping_add(n * g.input.image + in_block * g.input.group),
-            channels: g.channels_in_block(in_block),
-            w: w.data.as_ptr().wrapping_add(w.at(first_block, in_block, 0, 0)),
+            x: job.x.as_ptr().wrapping_add(n * g.input.image + first_in * g.input.group),
+            x_block: g.input.group,
+            in_blocks: last_in - first_in,
+            last_channels: g.channels_in_block(last_in - 1),
+            w: w.data.as_ptr().wrapping_add(w.at(first_block, first_in, 0, 0)),
+            w_block: w.taps * b * blocks * b,
             w_channel: blocks * b,
             y_block: out_block_len,
-            accumulate: in_block > 0,
-            finish: if in_block + 1 == g.in_blocks() { in_registers } else { None },
+            accumulate: first_in > 0,
+            finish: if last_in == g.in_blocks() { in_registers } else { None },
         };
         for oh in rows.clone() {
             let taps_h = valid_taps(&g.rows, oh);
@@ -187,14 +196,20 @@ fn finish(job: &DirectJob<'_>, n: usize, first_block: usize, blocks: usize, rows
     }
 }
 
-/// What stays fixed while the tiles of one input channel block run.
+/// What stays fixed while the tiles of one chunk of input channel blocks run.
 struct Tile {
-    /// X at this image and input block.
+    /// X at this image and the chunk's first input block.
     x: *const f32,
-    /// Real channels of the input block.
-    channels: usize,
-    /// Packed weights at the item's block group and this input block.
+    /// Elements between input blocks in X.
+    x_block: usize,
+    /// Input blocks of the chunk.
+    in_blocks: usize,
+    /// Real channels of the chunk's last input block (the others have `b`).
+    last_channels: usize,
+    /// Packed weights at the item's block group and the chunk's first input block.
     w: *const f32,
+    /// Elements between input blocks in the packed weights.
+    w_block: usize,
     /// Elements between input channels in the packed weights (the group's output blocks are
     /// contiguous between them).
     w_channel: usize,
@@ -301,8 +316,8 @@ impl Tile {
         unsafe { dispatch!(self, pixels, blocks, (g, oh, ow, taps_h, taps_w, y_row), [1, 2, 3, 4, 5, 6], [1, 2, 3, 4]) }
     }
 
-    /// Adds (or writes, for the first input block) the products of this input block into the
-    /// `P` pixels from `ow` of output row `oh` (`y_row`: Y at that row of the item's first
+    /// Adds (or writes, for the first chunk) the products of this chunk's input blocks into
+    /// the `P` pixels from `ow` of output row `oh` (`y_row`: Y at that row of the item's first
     /// output block), for `Q` output blocks, over taps `taps_h` x `taps_w`.
     ///
     /// # Safety
@@ -321,7 +336,7 @@ impl Tile {
         taps_w: (usize, usize),
         y_row: *mut f32,
     ) {
-        let (b, layout) = (g.block, g.input);
+        let b = g.block;
         let y_at = |p: usize, q: usize| y_row.wrapping_add(q * self.y_block + (ow + p) * b);
         let mut acc = [[V::zero(); Q]; P];
         if self.accumulate {
@@ -332,38 +347,12 @@ impl Tile {
                 }
             }
         }
-        let pixel_step = g.cols.stride * layout.pixel;
-        for kh in taps_h.0..taps_h.1 {
-            let ih = g.rows.input_index(oh, kh);
-            let row = self.x.wrapping_offset(ih * layout.row as isize);
-            for kw in taps_w.0..taps_w.1 {
-                let first = g.cols.input_index(ow, kw);
-                let pixels: [*const f32; P] = if first >= 0 && g.cols.input_index(ow + P - 1, kw) < g.cols.input as isize {
-                    std::array::from_fn(|p| row.wrapping_offset(first * layout.pixel as isize).wrapping_add(p * pixel_step))
-                } else {
-                    // Zeros where the tap falls in the padding (only with `masks_padding`: the
-                    // callers give the other tiles valid taps).
-                    std::array::from_fn(|p| {
-                        let iw = g.cols.input_index(ow + p, kw);
-                        if (0..g.cols.input as isize).contains(&iw) {
-                            row.wrapping_offset(iw * layout.pixel as isize)
-                        } else {
-                            ZEROS.as_ptr()
-                        }
-                    })
-                };
-                let w_tap = self.w.wrapping_add((kh * g.cols.kernel + kw) * b * self.w_channel);
-                debug_assert_eq!(self.w_channel, Q * b);
-                // SAFETY: the caller's contract (see `Tile::channels`).
-                unsafe {
-                    if self.channels == V::WIDTH && layout.channel == 1 {
-                        // The common case with every address a constant offset: unrolled.
-                        Self::channels::<V, P, Q>(&mut acc, &pixels, w_tap, V::WIDTH, 1);
-                    } else {
-                        Self::channels::<V, P, Q>(&mut acc, &pixels, w_tap, self.channels, layout.channel);
-                    }
-                }
-            }
+        for in_block in 0..self.in_blocks {
+            let x = self.x.wrapping_add(in_block * self.x_block);
+            let w = self.w.wrapping_add(in_block * self.w_block);
+            let channels = if in_block + 1 == self.in_blocks { self.last_channels } else { b };
+            // SAFETY: the caller's contract, for each input block of the chunk.
+            unsafe { self.block::<V, P, Q>(&mut acc, x, w, channels, g, oh, ow, taps_h, taps_w) };
         }
         for (p, acc) in acc.iter().enumerate() {
             for (q, acc) in acc.iter().enumerate() {
@@ -386,6 +375,62 @@ impl Tile {
                 }
             }
         }
+    }
+
+    /// Adds the products of one input block (X at `x`, packed weights at `w`, `channels` real
+    /// channels) into `acc`, the tile of [`Tile::run`].
+    ///
+    /// # Safety
+    /// As [`Tile::run`], for this input block.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn block<V: Lanes, const P: usize, const Q: usize>(
+        &self,
+        acc: &mut [[V; Q]; P],
+        x: *const f32,
+        w: *const f32,
+        channels: usize,
+        g: &ConvGeometry,
+        oh: usize,
+        ow: usize,
+        taps_h: (usize, usize),
+        taps_w: (usize, usize),
+    ) {
+        let (b, layout) = (g.block, g.input);
+        let pixel_step = g.cols.stride * layout.pixel;
+        for kh in taps_h.0..taps_h.1 {
+            let ih = g.rows.input_index(oh, kh);
+            let row = x.wrapping_offset(ih * layout.row as isize);
+            for kw in taps_w.0..taps_w.1 {
+                let first = g.cols.input_index(ow, kw);
+                let pixels: [*const f32; P] = if first >= 0 && g.cols.input_index(ow + P - 1, kw) < g.cols.input as isize {
+                    std::array::from_fn(|p| row.wrapping_offset(first * layout.pixel as isize).wrapping_add(p * pixel_step))
+                } else {
+                    // Zeros where the tap falls in the padding (only with `masks_padding`: the
+                    // callers give the other tiles valid taps).
+                    std::array::from_fn(|p| {
+                        let iw = g.cols.input_index(ow + p, kw);
+                        if (0..g.cols.input as isize).contains(&iw) {
+                            row.wrapping_offset(iw * layout.pixel as isize)
+                        } else {
+                            ZEROS.as_ptr()
+                        }
+                    })
+                };
+                let w_tap = w.wrapping_add((kh * g.cols.kernel + kw) * b * self.w_channel);
+                debug_assert_eq!(self.w_channel, Q * b);
+                // SAFETY: the caller's contract (see `Tile::channels`).
+                unsafe {
+                    if channels == V::WIDTH && layout.channel == 1 {
+                        // The common case with every address a constant offset: unrolled.
+                        Self::channels::<V, P, Q>(acc, &pixels, w_tap, V::WIDTH, 1);
+                    } else {
+                        Self::channels::<V, P, Q>(acc, &pixels, w_tap, channels, layout.channel);
+                    }
+                }
+            }
+        }
+
     }
 
     /// Adds the products of `channels` input channels (`channel` elements apart in X) at one

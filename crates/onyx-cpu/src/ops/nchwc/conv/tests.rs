@@ -230,6 +230,8 @@ fn dense_cases() -> Vec<Case> {
         Case { residual: true, bias: false, activation: "", ..Case::new(64, 96, [15, 15], [1, 1], 1, 0) },
         Case::new(16, 16, [7, 7], [1, 1], 2, 0),
         Case { residual: true, ..Case::new(20, 16, [9, 13], [1, 1], 1, 0) },
+        // More input blocks than one chunk of a tile, the last one partial.
+        Case { residual: true, ..Case::new(150, 20, [5, 7], [1, 1], 1, 0) },
         Case::new(7, 30, [5, 61], [3, 3], 1, 1),
         Case { dilations: [2, 2], pads: [2, 1, 0, 2], activation: "LeakyRelu", params: vec![0.2], ..Case::new(5, 9, [8, 10], [3, 3], 1, 0) },
         Case { residual: true, activation: "Sigmoid", ..Case::new(20, 18, [1, 1], [3, 3], 1, 1) },
