@@ -347,12 +347,31 @@ impl Tile {
                 }
             }
         }
-        for in_block in 0..self.in_blocks {
-            let x = self.x.wrapping_add(in_block * self.x_block);
-            let w = self.w.wrapping_add(in_block * self.w_block);
-            let channels = if in_block + 1 == self.in_blocks { self.last_channels } else { b };
-            // SAFETY: the caller's contract, for each input block of the chunk.
-            unsafe { self.block::<V, P, Q>(&mut acc, x, w, channels, g, oh, ow, taps_h, taps_w) };
+        let layout = g.input;
+        let (first, last) = (g.cols.input_index(ow, 0), g.cols.input_index(ow + P - 1, 0));
+        if g.rows.kernel == 1 && g.cols.kernel == 1 && taps_h == (0, 1) && first >= 0 && last < g.cols.input as isize {
+            // Pointwise with every pixel inside X: the pixels' pointers move by one input
+            // block at a time, with no taps to walk.
+            let row = self.x.wrapping_offset(g.rows.input_index(oh, 0) * layout.row as isize);
+            let start = row.wrapping_offset(first * layout.pixel as isize);
+            let pixel_step = g.cols.stride * layout.pixel;
+            for in_block in 0..self.in_blocks {
+                let x = start.wrapping_add(in_block * self.x_block);
+                let pixels: [*const f32; P] = std::array::from_fn(|p| x.wrapping_add(p * pixel_step));
+                let w = self.w.wrapping_add(in_block * self.w_block);
+                let channels = if in_block + 1 == self.in_blocks { self.last_channels } else { b };
+                // SAFETY: the pixels and the weights of this input block are inside X and the
+                // packed weights (the caller's contract; the pixels checked above).
+                unsafe { Self::all_channels::<V, P, Q>(&mut acc, &pixels, w, channels, layout.channel) };
+            }
+        } else {
+            for in_block in 0..self.in_blocks {
+                let x = self.x.wrapping_add(in_block * self.x_block);
+                let w = self.w.wrapping_add(in_block * self.w_block);
+                let channels = if in_block + 1 == self.in_blocks { self.last_channels } else { b };
+                // SAFETY: the caller's contract, for each input block of the chunk.
+                unsafe { self.block::<V, P, Q>(&mut acc, x, w, channels, g, oh, ow, taps_h, taps_w) };
+            }
         }
         for (p, acc) in acc.iter().enumerate() {
             for (q, acc) in acc.iter().enumerate() {
@@ -420,17 +439,33 @@ impl Tile {
                 let w_tap = w.wrapping_add((kh * g.cols.kernel + kw) * b * self.w_channel);
                 debug_assert_eq!(self.w_channel, Q * b);
                 // SAFETY: the caller's contract (see `Tile::channels`).
-                unsafe {
-                    if channels == V::WIDTH && layout.channel == 1 {
-                        // The common case with every address a constant offset: unrolled.
-                        Self::channels::<V, P, Q>(acc, &pixels, w_tap, V::WIDTH, 1);
-                    } else {
-                        Self::channels::<V, P, Q>(acc, &pixels, w_tap, channels, layout.channel);
-                    }
-                }
+                unsafe { Self::all_channels::<V, P, Q>(acc, &pixels, w_tap, channels, layout.channel) };
             }
         }
 
+    }
+
+    /// [`Tile::channels`], unrolled in the common case of a whole block of contiguous
+    /// channels (every address then a constant offset).
+    ///
+    /// # Safety
+    /// As [`Tile::channels`].
+    #[inline(always)]
+    unsafe fn all_channels<V: Lanes, const P: usize, const Q: usize>(
+        acc: &mut [[V; Q]; P],
+        pixels: &[*const f32; P],
+        w_tap: *const f32,
+        channels: usize,
+        channel: usize,
+    ) {
+        // SAFETY: the caller's contract.
+        unsafe {
+            if channels == V::WIDTH && channel == 1 {
+                Self::channels::<V, P, Q>(acc, pixels, w_tap, V::WIDTH, 1);
+            } else {
+                Self::channels::<V, P, Q>(acc, pixels, w_tap, channels, channel);
+            }
+        }
     }
 
     /// Adds the products of `channels` input channels (`channel` elements apart in X) at one
