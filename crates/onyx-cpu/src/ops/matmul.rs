@@ -1,9 +1,11 @@
 //! Matrix products: MatMul (numpy semantics, batched with broadcasting), Gemm and
 //! MatMulInteger, Einsum ([`einsum`]), plus the GEMM helper ([`gemm::gemm`]) and float plumbing ([`real`]) that the
-//! conv, pool and norm families share.
+//! conv, pool and norm families share. A float MatMul or Gemm by a constant B runs on B packed
+//! once at build ([`packed`]).
 
 mod einsum;
 pub(crate) mod gemm;
+mod packed;
 pub(crate) mod real;
 #[cfg(test)]
 pub(crate) mod test_support;
@@ -14,7 +16,8 @@ use onyx_core::ep::{Kernel, NodeContext, ValueRef};
 use onyx_core::{element_count, DataType, Element, Error, Location, Result, TensorView, Value};
 
 use self::gemm::{MatMut, MatRef, PARALLEL_WORK};
-use self::real::{compute_type, filled, float_output, float_slice, zeroed, Real};
+use self::packed::{Isa, PackedB};
+use self::real::{compute_type, filled, float_output, float_slice, overwritten, zeroed, Real};
 use crate::ops::util;
 use crate::Registry;
 
@@ -222,14 +225,44 @@ fn unsupported_dtype(at: &Location, dtype: DataType) -> Error {
 /// MatMul: numpy-style matrix product.
 struct MatMulOp {
     at: Location,
+    /// A constant 2-D float B (float, float16 or bfloat16), packed.
+    packed: Option<PackedB>,
 }
 
 fn build_matmul(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
-    Ok(Box::new(MatMulOp { at: ctx.node.location() }))
+    let at = ctx.node.location();
+    let packed = ctx.constant(1).map(|b| pack_constant(&b.view()?, false, 1.0)).transpose();
+    Ok(Box::new(MatMulOp { packed: packed.map_err(|e| e.at(&at))?.flatten(), at }))
+}
+
+/// A constant B packed for [`PackedB`] when it is a 2-D tensor computed in f32 (`transposed`:
+/// Gemm's transB), times `scale`; `None` for other constants.
+fn pack_constant(b: &TensorView<'_>, transposed: bool, scale: f32) -> Result<Option<PackedB>> {
+    let &[rows, cols] = b.shape() else { return Ok(None) };
+    if compute_type(b.dtype()) != Some(DataType::Float) {
+        return Ok(None);
+    }
+    let data = float_slice::<f32>(b)?;
+    PackedB::new(MatRef::row_major(&data, rows, cols).t_if(transposed), scale, Isa::best()).map(Some)
+}
+
+/// `a (rows x k) * packed (+ bias)` for an A computed in f32, with `a`'s dtype.
+fn packed_product(packed: &PackedB, a: &TensorView<'_>, rows: usize, bias: Option<&[f32]>, shape: Vec<usize>) -> Result<Value> {
+    let a32 = float_slice::<f32>(a)?;
+    let mut y = overwritten::<f32>(element_count(&shape)?)?;
+    packed.matmul(&a32, rows, bias, &mut y)?;
+    float_output(a.dtype(), shape, y)
 }
 
 impl MatMulOp {
     fn run_float<T: Real>(&self, a: &TensorView<'_>, b: &TensorView<'_>, plan: &MatMulPlan) -> Result<Value> {
+        if let Some(packed) = &self.packed {
+            let same_b = b.shape() == [packed.k(), packed.n()];
+            if same_b && T::DTYPE == DataType::Float && plan.folds() {
+                let rows = plan.batches() * plan.m;
+                return packed_product(packed, a, rows, None, plan.out_shape.clone()).map_err(|e| e.at(&self.at));
+            }
+        }
         let y = matmul_float::<T>(&float_slice(a)?, &float_slice(b)?, plan).map_err(|e| e.at(&self.at))?;
         float_output(a.dtype(), plan.out_shape.clone(), y)
     }
@@ -266,17 +299,24 @@ struct GemmOp {
     beta: f32,
     trans_a: bool,
     trans_b: bool,
+    /// A constant float B, as op(B) times alpha, packed.
+    packed: Option<PackedB>,
 }
 
 fn build_gemm(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
     let node = ctx.node;
-    Ok(Box::new(GemmOp {
+    let mut op = GemmOp {
         at: node.location(),
         alpha: node.float_or("alpha", 1.0)?,
         beta: node.float_or("beta", 1.0)?,
         trans_a: node.int_or("transA", 0)? != 0,
         trans_b: node.int_or("transB", 0)? != 0,
-    }))
+        packed: None,
+    };
+    if let Some(b) = ctx.constant(1) {
+        op.packed = pack_constant(&b.view()?, op.trans_b, op.alpha).map_err(|e| e.at(&op.at))?;
+    }
+    Ok(Box::new(op))
 }
 
 /// Gemm's sizes: (m, k, n) and the strides of C broadcast to `m x n` (0 on broadcast dims).
@@ -323,6 +363,9 @@ impl GemmOp {
         d: &GemmDims,
     ) -> Result<Value> {
         let (m, k, n) = (d.m, d.k, d.n);
+        if let Some(y) = self.run_packed::<T>(a, c, d)? {
+            return Ok(y);
+        }
         let (a_data, b_data) = (float_slice::<T>(a)?, float_slice::<T>(b)?);
         let beta = T::from_f32(self.beta);
         let mut y = zeroed(element_count(&[m, n])?)?;
@@ -338,6 +381,24 @@ impl GemmOp {
             .map_err(|e| e.at(&self.at))?;
         debug_assert_eq!(k, am.cols);
         float_output(a.dtype(), vec![m, n], y)
+    }
+
+    /// The product on the packed B, when there is one and A is not transposed and C (if any)
+    /// is one row: `None` otherwise.
+    fn run_packed<T: Real>(&self, a: &TensorView<'_>, c: Option<&TensorView<'_>>, d: &GemmDims) -> Result<Option<Value>> {
+        let Some(packed) = &self.packed else { return Ok(None) };
+        if T::DTYPE != DataType::Float || self.trans_a || (packed.k(), packed.n()) != (d.k, d.n) {
+            return Ok(None);
+        }
+        let bias = match (c, d.c_strides) {
+            (Some(c), Some((0, cs))) if self.beta != 0.0 => {
+                let c = float_slice::<f32>(c)?;
+                Some((0..d.n).map(|j| self.beta * c[j * cs]).collect::<Vec<f32>>())
+            }
+            (Some(_), Some(_)) if self.beta != 0.0 => return Ok(None),
+            _ => None,
+        };
+        packed_product(packed, a, d.m, bias.as_deref(), vec![d.m, d.n]).map(Some).map_err(|e| e.at(&self.at))
     }
 
     fn run_int<T: IntElem>(

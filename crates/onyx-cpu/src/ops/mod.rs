@@ -19,6 +19,7 @@ pub mod generate;
 pub mod image;
 pub mod image_decoder;
 pub mod layout;
+pub(crate) mod lanes;
 pub mod linalg;
 pub mod linear_attention;
 pub mod loss;

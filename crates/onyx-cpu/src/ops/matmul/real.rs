@@ -96,10 +96,25 @@ pub(crate) fn zeroed<T: bytemuck::Pod>(n: usize) -> Result<Vec<T>> {
         v.fill(T::zeroed());
         return Ok(v);
     }
+    fresh_zeroed(n)
+}
+
+/// `n` zeros from the allocator (tracked by the run's pool).
+fn fresh_zeroed<T: bytemuck::Pod>(n: usize) -> Result<Vec<T>> {
     bytemuck::allocation::try_zeroed_slice_box(n)
         .map(|b| b.into_vec())
         .inspect(|v| onyx_core::host_pool::track(v))
         .map_err(|_| Error::InvalidArgument(format!("cannot allocate an output of {n} elements")))
+}
+
+/// A vector of `n` elements the caller overwrites every one of: a buffer of the run's pool as
+/// it comes (no clearing pass), else zeroed memory; an error (not an abort) when it cannot be
+/// allocated.
+pub(crate) fn overwritten<T: bytemuck::Pod>(n: usize) -> Result<Vec<T>> {
+    match onyx_core::host_pool::reuse::<T>(n) {
+        Some(v) => Ok(v),
+        None => fresh_zeroed(n),
+    }
 }
 
 /// The type a float tensor of `dtype` is computed in: f64 for double, f32 for float, float16

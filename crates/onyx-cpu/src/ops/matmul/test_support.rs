@@ -77,6 +77,16 @@ pub(crate) fn string(s: &str) -> AttrValue {
 
 /// Builds the kernel of `node` as opset `since_version` defines it.
 pub(crate) fn build(build: BuildFn, node: &Node, since_version: i64) -> Result<Box<dyn Kernel>> {
+    build_with_constants(build, node, since_version, vec![])
+}
+
+/// Builds the kernel of `node` with the inputs in `constants` known at build (initializers).
+pub(crate) fn build_with_constants(
+    build: BuildFn,
+    node: &Node,
+    since_version: i64,
+    constants: Vec<Option<&Tensor>>,
+) -> Result<Box<dyn Kernel>> {
     let opsets: OpsetImports = [(String::new(), since_version)].into();
     let no_subgraphs = |_: &onyx_core::ir::Graph| -> Result<std::sync::Arc<dyn onyx_core::ep::SubgraphRunner>> {
         Err(Error::InvalidArgument("no subgraphs".into()))
@@ -86,7 +96,7 @@ pub(crate) fn build(build: BuildFn, node: &Node, since_version: i64) -> Result<B
         since_version,
         opsets: &opsets,
         input_types: vec![],
-        constant_inputs: vec![],
+        constant_inputs: constants,
         subgraphs: &no_subgraphs,
     };
     build(&ctx)

@@ -5,7 +5,7 @@
 use onyx_core::ir::AttrValue;
 use onyx_core::{DataType, Tensor};
 
-use super::test_support::{assert_close, build, node, run, to_f64, Rng};
+use super::test_support::{assert_close, build, build_with_constants, node, run, to_f64, Rng};
 use super::*;
 
 /// Naive numpy matmul on f64: `out_shape` is the expected result shape.
@@ -134,6 +134,36 @@ fn matmul_half_and_integer_types() {
 }
 
 #[test]
+fn matmul_by_a_constant_b_runs_on_the_packed_b() {
+    let mut rng = Rng::new(7);
+    let f = |v: &[f64]| v.iter().map(|&x| x as f32).collect::<Vec<f32>>();
+    // (A shape, constant B shape): folded batches, a vector A, a batch that does not fold.
+    let cases: &[(&[usize], &[usize])] =
+        &[(&[2, 67, 131], &[131, 45]), (&[300], &[300, 17]), (&[13, 520], &[520, 33]), (&[0, 5], &[5, 7])];
+    for &(ash, bsh) in cases {
+        let a = rng.vec_f64(ash.iter().product());
+        let b = rng.vec_f64(bsh.iter().product());
+        let want = reference_matmul(&a, ash, &b, bsh);
+        let b_tensor = Tensor::from_vec(bsh.to_vec(), f(&b)).unwrap();
+        let kernel = build_with_constants(build_matmul, &matmul_node(), 13, vec![None, Some(&b_tensor)]).unwrap();
+        let inputs = [Some(Tensor::from_vec(ash.to_vec(), f(&a)).unwrap()), Some(b_tensor.clone())];
+        let out = run(kernel.as_ref(), &inputs, 1).unwrap();
+        assert_close(&to_f64(&out[0]), &want, 1e-4, &format!("f32 {ash:?} @ const {bsh:?}"));
+        // float16 operands are packed as f32 and the result comes back as float16.
+        let h = |v: &[f64]| v.iter().map(|&x| half::f16::from_f64(x)).collect::<Vec<_>>();
+        let b16 = Tensor::from_vec(bsh.to_vec(), h(&b)).unwrap();
+        let kernel = build_with_constants(build_matmul, &matmul_node(), 13, vec![None, Some(&b16)]).unwrap();
+        let a16 = h(&a);
+        let want16 = reference_matmul(&a16.iter().map(|x| x.to_f64()).collect::<Vec<_>>(), ash, &b16.as_slice::<half::f16>().unwrap().iter().map(|x| x.to_f64()).collect::<Vec<_>>(), bsh);
+        let out = run(kernel.as_ref(), &[Some(Tensor::from_vec(ash.to_vec(), a16).unwrap()), Some(b16.clone())], 1).unwrap();
+        let t = out[0].as_tensor().unwrap();
+        assert_eq!(t.dtype(), DataType::Float16);
+        let got: Vec<f64> = t.as_slice::<half::f16>().unwrap().iter().map(|x| x.to_f64()).collect();
+        assert_close(&got, &want16, 2e-3, &format!("f16 {ash:?} @ const {bsh:?}"));
+    }
+}
+
+#[test]
 fn matmul_errors_name_both_shapes() {
     let kernel = build(build_matmul, &matmul_node(), 13).unwrap();
     let t = |s: &[usize]| Some(Tensor::from_vec(s.to_vec(), vec![1.0f32; s.iter().product()]).unwrap());
@@ -239,6 +269,36 @@ fn gemm_matches_reference_for_transposes_and_c_broadcasts() {
                 let out = run(kernel.as_ref(), &inputs, 1).unwrap();
                 assert_eq!(out[0].as_tensor().unwrap().shape(), &[m, n]);
                 assert_close(&to_f64(&out[0]), &want, 1e-12, &format!("ta={ta} tb={tb} c={csh:?} {alpha} {beta}"));
+            }
+        }
+    }
+}
+
+#[test]
+fn gemm_by_a_constant_b_matches_the_reference() {
+    let mut rng = Rng::new(8);
+    let (m, k, n) = (37, 70, 41);
+    let f = |v: &[f64]| v.iter().map(|&x| x as f32).collect::<Vec<f32>>();
+    let c_shapes: &[Option<&[usize]>] = &[None, Some(&[]), Some(&[n]), Some(&[1, n]), Some(&[m, 1]), Some(&[m, n])];
+    for (ta, tb) in [(false, false), (false, true), (true, true)] {
+        for &csh in c_shapes {
+            for (alpha, beta) in [(1.0, 1.0), (0.5, -2.0), (1.5, 0.0)] {
+                let ash = if ta { [k, m] } else { [m, k] };
+                let bsh = if tb { [n, k] } else { [k, n] };
+                let a = rng.vec_f64(m * k);
+                let b = rng.vec_f64(k * n);
+                let c = csh.map(|s| rng.vec_f64(s.iter().product()));
+                let want = reference_gemm(&a, ash, ta, &b, bsh, tb, csh.zip(c.as_deref()), alpha, beta);
+                let b_tensor = Tensor::from_vec(bsh.to_vec(), f(&b)).unwrap();
+                let node = gemm_node(alpha as f32, beta as f32, ta, tb, csh.is_some());
+                let kernel = build_with_constants(build_gemm, &node, 13, vec![None, Some(&b_tensor)]).unwrap();
+                let mut inputs = vec![Some(Tensor::from_vec(ash.to_vec(), f(&a)).unwrap()), Some(b_tensor)];
+                if let (Some(s), Some(c)) = (csh, &c) {
+                    inputs.push(Some(Tensor::from_vec(s.to_vec(), f(c)).unwrap()));
+                }
+                let out = run(kernel.as_ref(), &inputs, 1).unwrap();
+                assert_eq!(out[0].as_tensor().unwrap().shape(), &[m, n]);
+                assert_close(&to_f64(&out[0]), &want, 1e-4, &format!("ta={ta} tb={tb} c={csh:?} {alpha} {beta}"));
             }
         }
     }

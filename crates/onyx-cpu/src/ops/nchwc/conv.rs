@@ -6,11 +6,11 @@
 //! - [`direct`]: every input channel feeds every output channel (3x3, 7x7, pointwise, strided);
 //! - [`depthwise`]: one input channel per output channel;
 //! - [`scalar`]: both, element by element, for block sizes without a vector form;
-//! - [`lanes`]: the channel-block vector (AVX-512, AVX2, portable arrays).
+//! - [`lanes`]: the channel-block vector (AVX-512, AVX2, portable arrays), shared with the
+//!   packed GEMM.
 
 mod depthwise;
 mod direct;
-mod lanes;
 mod pack;
 mod scalar;
 pub(super) mod shape;
@@ -25,7 +25,7 @@ use onyx_core::{host_pool, DataType, Error, Location, Result, TensorView, Value}
 
 use self::depthwise::DepthwiseJob;
 use self::direct::{DirectItems, DirectJob};
-use self::lanes::{Lanes, Portable};
+use crate::ops::lanes::{self, Lanes, Portable};
 use self::pack::{pad_bias, DenseWeights, DepthwiseWeights};
 use self::shape::{BlockEpilogue, ConvGeometry, InputLayout};
 use crate::ops::contrib::Activation;
@@ -216,7 +216,7 @@ impl Path {
 mod x86 {
     use super::depthwise::{self, DepthwiseJob};
     use super::direct::{self, DirectItems, DirectJob};
-    use super::lanes::{Avx2, Avx512};
+    use crate::ops::lanes::{Avx2, Avx512};
 
     /// # Safety
     /// AVX-512F, and `direct::run_item`'s contract.

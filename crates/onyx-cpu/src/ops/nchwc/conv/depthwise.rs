@@ -2,10 +2,10 @@
 //! a block are the lanes, so every tap is one multiply-add of an input pixel vector by the
 //! tap's weight vector, for [`WIDE`] output pixels at a time.
 
-use super::lanes::Lanes;
 use super::pack::DepthwiseWeights;
 use super::shape::{interior, valid_taps, ConvGeometry};
 use super::{ConvJob, Items, ITEM_BYTES};
+use crate::ops::lanes::Lanes;
 
 /// Output pixels of one interior tile.
 const WIDE: usize = 8;

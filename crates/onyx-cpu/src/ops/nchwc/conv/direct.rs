@@ -11,10 +11,10 @@
 
 use std::ops::Range;
 
-use super::lanes::Lanes;
 use super::pack::DenseWeights;
 use super::shape::{interior, valid_taps, BlockEpilogue, ConvGeometry};
 use crate::ops::contrib::Activation;
+use crate::ops::lanes::Lanes;
 use super::{BlockGroups, ConvJob, Items, ITEMS_PER_THREAD, ITEM_BYTES};
 
 /// A direct convolution.

@@ -1,12 +1,12 @@
-//! The vector of one channel block, as the convolution tiles see it: AVX-512 (16 lanes), AVX2
-//! with FMA (8 lanes) or plain arrays the compiler vectorizes for whatever CPU it builds for.
+//! The f32 vector the register tiles compute with: one channel block of the NCHWc convolutions
+//! or one column strip of the packed GEMM. AVX-512 (16 lanes), AVX2 with FMA (8 lanes) or plain
+//! arrays the compiler vectorizes for whatever CPU it builds for.
 //!
 //! Every method is `#[inline(always)]`: the tiles that use them are compiled inside one
-//! `#[target_feature]` function per instruction set ([`super::direct`], [`super::depthwise`]),
-//! where the intrinsics inline too.
+//! `#[target_feature]` function per instruction set, where the intrinsics inline too.
 
 /// One channel block's worth of f32 lanes.
-pub(super) trait Lanes: Copy {
+pub(crate) trait Lanes: Copy {
     /// Lanes of the vector: the block size `b` it serves.
     const WIDTH: usize;
     /// Accumulator registers of one register tile: `pixels * blocks` of them (the rest hold
@@ -65,7 +65,7 @@ pub(super) trait Lanes: Copy {
 /// `N` lanes as a plain array: the portable form (vectorized by the compiler for the baseline
 /// instruction set), also what tests use to check the tiles on any CPU.
 #[derive(Clone, Copy)]
-pub(super) struct Portable<const N: usize>([f32; N]);
+pub(crate) struct Portable<const N: usize>([f32; N]);
 
 impl<const N: usize> Lanes for Portable<N> {
     const WIDTH: usize = N;
@@ -114,7 +114,7 @@ impl<const N: usize> Lanes for Portable<N> {
 }
 
 #[cfg(target_arch = "x86_64")]
-pub(super) use x86::{Avx2, Avx512};
+pub(crate) use x86::{Avx2, Avx512};
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
@@ -124,7 +124,7 @@ mod x86 {
 
     /// 16 lanes in one AVX-512 register (block 16).
     #[derive(Clone, Copy)]
-    pub(in crate::ops::nchwc::conv) struct Avx512(__m512);
+    pub(crate) struct Avx512(__m512);
 
     impl Lanes for Avx512 {
         const WIDTH: usize = 16;
@@ -183,7 +183,7 @@ mod x86 {
 
     /// 8 lanes in one AVX2 register (block 8), with FMA.
     #[derive(Clone, Copy)]
-    pub(in crate::ops::nchwc::conv) struct Avx2(__m256);
+    pub(crate) struct Avx2(__m256);
 
     impl Lanes for Avx2 {
         const WIDTH: usize = 8;

@@ -1,0 +1,575 @@
+//! Products by a constant f32 B on the CPU EP's own register tiles, as ONNX Runtime's MLAS
+//! does: B is packed once, when the session is built, into strips of two vectors' worth of
+//! columns stored step by step along K, so that a tile reads it sequentially; A is read in
+//! place (row-major), and C is written in place with an optional bias added in the tile
+//! (MatMul+Add, Gemm's C). The `gemm` crate would pack B again on every call.
+//!
+//! A register tile is `R <= TILE_ROWS` rows of C by one strip: per step along K it loads the
+//! strip's two vectors of B and broadcasts one element of A per row (12 multiply-adds for 8
+//! loads with 6 rows). Work is cut into tasks of (rows, strips) and K into passes of [`DEPTH`]
+//! steps: a task's block of B stays in L2 and each tile's rows of A in L1 while it walks the
+//! task's strips.
+
+use std::borrow::Cow;
+
+use rayon::prelude::*;
+
+use onyx_core::{Error, Result};
+
+use super::gemm::{MatRef, PARALLEL_WORK};
+use crate::ops::lanes::{Lanes, Portable};
+
+/// Rows of C in one register tile: 6 rows x 2 vectors = 12 accumulators, + 2 vectors of B and
+/// 1 broadcast: 15 of AVX2's 16 registers.
+const TILE_ROWS: usize = 6;
+
+/// Steps along K of one pass: a tile keeps its accumulators in registers over a pass, and its
+/// rows of A (6 x 256 x 4 bytes) in L1 across the strips of its task.
+const DEPTH: usize = 256;
+
+/// Bytes of B one task walks in a pass (in L2 while it is reused by every row tile).
+const TASK_B_BYTES: usize = 128 << 10;
+
+/// Tasks per thread wanted, so that uneven tasks even out.
+const TASKS_PER_THREAD: usize = 4;
+
+/// The widest strip (AVX-512: 2 x 16 columns).
+const MAX_STRIP: usize = 32;
+
+/// Which vector the tiles use, chosen for the CPU when B is packed (the strip width follows).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Isa {
+    /// AVX-512F: strips of 32 columns.
+    Avx512,
+    /// AVX2 with FMA: strips of 16 columns.
+    Avx2,
+    /// Plain arrays of 8 lanes (any CPU): strips of 16 columns.
+    Portable,
+}
+
+impl Isa {
+    /// The fastest form this CPU runs.
+    pub fn best() -> Isa {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                return Isa::Avx512;
+            }
+            if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+                return Isa::Avx2;
+            }
+        }
+        Isa::Portable
+    }
+
+    /// True when this CPU can run the form.
+    #[cfg(test)]
+    pub fn runs(self) -> bool {
+        match self {
+            Isa::Portable => true,
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => std::arch::is_x86_feature_detected!("avx512f"),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma"),
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => false,
+        }
+    }
+
+    /// Columns of one strip: two vectors.
+    fn strip(self) -> usize {
+        match self {
+            Isa::Avx512 => 32,
+            Isa::Avx2 | Isa::Portable => 16,
+        }
+    }
+}
+
+/// A constant `K x N` f32 matrix packed for the tiles.
+#[derive(Debug)]
+pub(crate) struct PackedB {
+    k: usize,
+    n: usize,
+    isa: Isa,
+    /// Strip `s`, step `p`: columns `s * strip..` of B's row `p` at `((s * k) + p) * strip`;
+    /// columns past N are zero.
+    data: Vec<f32>,
+}
+
+impl PackedB {
+    /// Packs `b` (any strides: a transposed B costs nothing more) times `scale` for `isa`.
+    pub fn new(b: MatRef<'_, f32>, scale: f32, isa: Isa) -> Result<Self> {
+        let (k, n, strip) = (b.rows, b.cols, isa.strip());
+        if k > 0 && n > 0 {
+            let last = (k - 1) * b.rs + (n - 1) * b.cs;
+            if last >= b.data.len() {
+                return Err(Error::InvalidArgument(format!(
+                    "packing B: a {k} x {n} matrix with strides ({}, {}) needs {} elements, found {}",
+                    b.rs,
+                    b.cs,
+                    last + 1,
+                    b.data.len()
+                )));
+            }
+        }
+        let strips = n.div_ceil(strip);
+        let len = strips * k * strip;
+        let mut data = Vec::new();
+        data.try_reserve_exact(len)
+            .map_err(|_| Error::InvalidArgument(format!("packing B: cannot allocate {len} elements")))?;
+        for s in 0..strips {
+            for p in 0..k {
+                data.extend((s * strip..(s + 1) * strip).map(|j| if j < n { b.data[p * b.rs + j * b.cs] * scale } else { 0.0 }));
+            }
+        }
+        Ok(PackedB { k, n, isa, data })
+    }
+
+    /// Rows of B (the inner dimension).
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
+    /// Columns of B.
+    pub fn n(&self) -> usize {
+        self.n
+    }
+
+    /// `c = a * B (+ bias)`: `a` is `m x k` and `c` `m x n`, both dense row-major; `bias` has
+    /// one value per column. Every element of `c` is written.
+    pub fn matmul(&self, a: &[f32], m: usize, bias: Option<&[f32]>, c: &mut [f32]) -> Result<()> {
+        let (k, n) = (self.k, self.n);
+        let short = |what: &str, need: usize, found: usize| {
+            Error::InvalidArgument(format!("packed matmul of {m} x {k} by {k} x {n}: {what} needs {need} elements, found {found}"))
+        };
+        if a.len() < m * k {
+            return Err(short("A", m * k, a.len()));
+        }
+        if c.len() < m * n {
+            return Err(short("C", m * n, c.len()));
+        }
+        if let Some(bias) = bias.filter(|b| b.len() != n) {
+            return Err(short("the bias", n, bias.len()));
+        }
+        if m == 0 || n == 0 {
+            return Ok(());
+        }
+        let strip = self.isa.strip();
+        let bias = bias.map(|b| pad_to(b, n.div_ceil(strip) * strip));
+        let job = Job {
+            a: a.as_ptr(),
+            b: self,
+            bias: bias.as_deref().map(<[f32]>::as_ptr),
+            c: SharedC(c.as_mut_ptr()),
+            m,
+            tasks: Tasks::new(m, k, n, strip, rayon::current_num_threads()),
+        };
+        let run: unsafe fn(&Job<'_>, usize) = match self.isa {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => x86::task_avx512,
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => x86::task_avx2,
+            _ => task_portable,
+        };
+        let count = job.tasks.count();
+        // SAFETY: `isa` was chosen for this CPU when B was packed (`Isa::best`, or a test that
+        // checked `Isa::runs`); A, C and the padded bias were checked to be long enough above
+        // and B's strips are `k` steps long; tasks cover disjoint blocks of C.
+        let one = |t: usize| unsafe { run(&job, t) };
+        if count > 1 && m * k * n >= PARALLEL_WORK {
+            (0..count).into_par_iter().for_each(one);
+        } else {
+            (0..count).for_each(one);
+        }
+        Ok(())
+    }
+}
+
+/// `v` followed by zeros up to `len` elements (borrowed when it already has them).
+fn pad_to(v: &[f32], len: usize) -> Cow<'_, [f32]> {
+    if v.len() >= len {
+        return Cow::Borrowed(v);
+    }
+    let mut padded = v.to_vec();
+    padded.resize(len, 0.0);
+    Cow::Owned(padded)
+}
+
+/// C, shared by the threads that write its disjoint blocks.
+#[derive(Clone, Copy)]
+struct SharedC(*mut f32);
+// SAFETY: every task writes only its own block of C (`Tasks::decode` cuts disjoint blocks),
+// and f32 is Send.
+unsafe impl Send for SharedC {}
+// SAFETY: as above.
+unsafe impl Sync for SharedC {}
+
+/// One product: its operands and how it is cut into tasks.
+struct Job<'a> {
+    /// A, `m * b.k` elements.
+    a: *const f32,
+    b: &'a PackedB,
+    /// The bias padded to whole strips.
+    bias: Option<*const f32>,
+    /// C, `m * b.n` elements.
+    c: SharedC,
+    m: usize,
+    tasks: Tasks,
+}
+
+// SAFETY: the pointers are read only (A, the bias) or written in disjoint blocks (C, see
+// `SharedC`) while the job lives, and the slices behind them outlive it (`PackedB::matmul`).
+unsafe impl Sync for Job<'_> {}
+
+/// The product cut into tasks of `rows` rows (whole tiles) by `strips` strips.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Tasks {
+    rows: usize,
+    strips: usize,
+    row_tasks: usize,
+    strip_tasks: usize,
+}
+
+impl Tasks {
+    /// Tasks whose block of B fits [`TASK_B_BYTES`], split further (strips first while B is
+    /// the larger operand: rows split means B read once more) until every thread has
+    /// [`TASKS_PER_THREAD`].
+    fn new(m: usize, k: usize, n: usize, strip: usize, threads: usize) -> Tasks {
+        let all_strips = n.div_ceil(strip);
+        let all_tiles = m.div_ceil(TILE_ROWS);
+        let mut strips = (TASK_B_BYTES / (DEPTH.min(k).max(1) * strip * 4)).clamp(1, all_strips);
+        let mut tiles = all_tiles;
+        let want = if threads > 1 && m * k * n >= PARALLEL_WORK { threads * TASKS_PER_THREAD } else { 1 };
+        let count = |tiles: usize, strips: usize| all_tiles.div_ceil(tiles) * all_strips.div_ceil(strips);
+        while count(tiles, strips) < want && (tiles > 1 || strips > 1) {
+            if strips > 1 && (m <= n || tiles == 1) {
+                strips = strips.div_ceil(2);
+            } else {
+                tiles = tiles.div_ceil(2);
+            }
+        }
+        Tasks { rows: tiles * TILE_ROWS, strips, row_tasks: all_tiles.div_ceil(tiles), strip_tasks: all_strips.div_ceil(strips) }
+    }
+
+    fn count(&self) -> usize {
+        self.row_tasks * self.strip_tasks
+    }
+
+    /// Task `t`'s first row and first strip.
+    fn decode(&self, t: usize) -> (usize, usize) {
+        (t / self.strip_tasks * self.rows, t % self.strip_tasks * self.strips)
+    }
+}
+
+/// Where a tile's accumulators start.
+#[derive(Clone, Copy)]
+enum Start {
+    /// At zero (first pass, no bias).
+    Zero,
+    /// At the bias of the strip (first pass).
+    Bias(*const f32),
+    /// At C's values (later passes).
+    C,
+}
+
+/// Runs task `t` of `job` with lanes `V` (strips of `2 * V::WIDTH` columns).
+///
+/// # Safety
+/// The CPU has `V`'s instruction set; `job` holds what `PackedB::matmul` checked, B packed
+/// with strips of `2 * V::WIDTH`; no other thread writes the task's block of C.
+#[inline(always)]
+unsafe fn run_task<V: Lanes>(job: &Job<'_>, t: usize) {
+    let (b, strip) = (job.b, 2 * V::WIDTH);
+    let (k, n) = (b.k, b.n);
+    let (row0, strip0) = job.tasks.decode(t);
+    let rows = row0..(row0 + job.tasks.rows).min(job.m);
+    let strips = strip0..(strip0 + job.tasks.strips).min(n.div_ceil(strip));
+    let passes = k.div_ceil(DEPTH).max(1);
+    for pass in 0..passes {
+        let steps = pass * DEPTH..((pass + 1) * DEPTH).min(k);
+        for row in rows.clone().step_by(TILE_ROWS) {
+            let tile_rows = (rows.end - row).min(TILE_ROWS);
+            for s in strips.clone() {
+                let cols = (n - s * strip).min(strip);
+                // SAFETY: rows < m and steps < k keep A's reads inside `m * k`; the strip has
+                // `k` steps of `strip` values; C's block is this task's, its columns < n; the
+                // bias is padded to whole strips.
+                unsafe {
+                    let start = match (pass, job.bias) {
+                        (0, Some(bias)) => Start::Bias(bias.add(s * strip)),
+                        (0, None) => Start::Zero,
+                        _ => Start::C,
+                    };
+                    let a = job.a.add(row * k + steps.start);
+                    let bp = b.data.as_ptr().add((s * k + steps.start) * strip);
+                    let c = job.c.0.add(row * n + s * strip);
+                    tile_any::<V>(tile_rows, a, k, bp, steps.len(), c, n, cols, start);
+                }
+            }
+        }
+    }
+}
+
+/// A tile of `rows <= TILE_ROWS` rows and `cols <= strip` columns of C.
+///
+/// # Safety
+/// As [`tile`], for `cols` columns of C (not a whole strip).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile_any<V: Lanes>(
+    rows: usize,
+    a: *const f32,
+    lda: usize,
+    b: *const f32,
+    depth: usize,
+    c: *mut f32,
+    ldc: usize,
+    cols: usize,
+    start: Start,
+) {
+    let strip = 2 * V::WIDTH;
+    if cols < strip {
+        // A partial strip goes through a whole one on the stack.
+        let mut scratch = [0.0f32; TILE_ROWS * MAX_STRIP];
+        let s = scratch.as_mut_ptr();
+        for r in 0..rows {
+            // SAFETY: row r of C has `cols` elements here (the caller's contract), scratch
+            // rows have `strip >= cols`.
+            unsafe { std::ptr::copy_nonoverlapping(c.add(r * ldc), s.add(r * strip), cols) };
+        }
+        // SAFETY: the caller's contract, with C's block in the scratch.
+        unsafe { tile_rows::<V>(rows, a, lda, b, depth, s, strip, start) };
+        for r in 0..rows {
+            // SAFETY: as above.
+            unsafe { std::ptr::copy_nonoverlapping(s.add(r * strip), c.add(r * ldc), cols) };
+        }
+    } else {
+        // SAFETY: the caller's contract.
+        unsafe { tile_rows::<V>(rows, a, lda, b, depth, c, ldc, start) };
+    }
+}
+
+/// A tile of `rows <= TILE_ROWS` rows and a whole strip (not recursive with [`tile_any`]: a
+/// function that recurses is not inlined, and out of line it would lose the caller's
+/// instruction set).
+///
+/// # Safety
+/// As [`tile`].
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile_rows<V: Lanes>(
+    rows: usize,
+    a: *const f32,
+    lda: usize,
+    b: *const f32,
+    depth: usize,
+    c: *mut f32,
+    ldc: usize,
+    start: Start,
+) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        match rows {
+            6 => tile::<V, 6>(a, lda, b, depth, c, ldc, start),
+            5 => tile::<V, 5>(a, lda, b, depth, c, ldc, start),
+            4 => tile::<V, 4>(a, lda, b, depth, c, ldc, start),
+            3 => tile::<V, 3>(a, lda, b, depth, c, ldc, start),
+            2 => tile::<V, 2>(a, lda, b, depth, c, ldc, start),
+            _ => tile::<V, 1>(a, lda, b, depth, c, ldc, start),
+        }
+    }
+}
+
+/// The register tile: `R` rows of A (row stride `lda`) times one strip of B over `depth`
+/// steps, into `R` rows of C (row stride `ldc`), starting from `start`.
+///
+/// # Safety
+/// The CPU has `V`'s instruction set; A's `R` rows have `depth` readable elements; B's strip
+/// has `depth` steps of `2 * V::WIDTH` values; C's `R` rows have `2 * V::WIDTH` writable
+/// (and, for [`Start::C`], readable) elements no other thread touches; a bias pointer has
+/// `2 * V::WIDTH` readable values.
+#[inline(always)]
+unsafe fn tile<V: Lanes, const R: usize>(
+    a: *const f32,
+    lda: usize,
+    b: *const f32,
+    depth: usize,
+    c: *mut f32,
+    ldc: usize,
+    start: Start,
+) {
+    let w = V::WIDTH;
+    // SAFETY: every pointer stays inside the ranges the caller guarantees.
+    unsafe {
+        let mut acc = [[V::zero(); 2]; R];
+        match start {
+            Start::Zero => {}
+            Start::Bias(bias) => acc = [[V::load(bias), V::load(bias.add(w))]; R],
+            Start::C => {
+                for (r, acc) in acc.iter_mut().enumerate() {
+                    *acc = [V::load(c.add(r * ldc)), V::load(c.add(r * ldc + w))];
+                }
+            }
+        }
+        // One pointer per row: each broadcast is then one load with a base + index address.
+        let rows: [*const f32; R] = std::array::from_fn(|r| a.add(r * lda));
+        let mut step = 0;
+        while step + UNROLL <= depth {
+            for u in 0..UNROLL {
+                tile_step::<V, R>(&mut acc, &rows, b, step + u);
+            }
+            step += UNROLL;
+        }
+        while step < depth {
+            tile_step::<V, R>(&mut acc, &rows, b, step);
+            step += 1;
+        }
+        for (r, acc) in acc.iter().enumerate() {
+            acc[0].store(c.add(r * ldc));
+            acc[1].store(c.add(r * ldc + w));
+        }
+    }
+}
+
+/// Steps of a tile's loop body.
+const UNROLL: usize = 4;
+
+/// One step along K of a tile: `R x 2` multiply-adds.
+///
+/// # Safety
+/// As [`tile`], for step `step`.
+#[inline(always)]
+unsafe fn tile_step<V: Lanes, const R: usize>(acc: &mut [[V; 2]; R], rows: &[*const f32; R], b: *const f32, step: usize) {
+    let w = V::WIDTH;
+    // SAFETY: the caller's contract.
+    unsafe {
+        let bs = b.add(step * 2 * w);
+        let (b0, b1) = (V::load(bs), V::load(bs.add(w)));
+        for (acc, row) in acc.iter_mut().zip(rows) {
+            let x = V::splat(row.add(step));
+            acc[0] = V::mul_add(x, b0, acc[0]);
+            acc[1] = V::mul_add(x, b1, acc[1]);
+        }
+    }
+}
+
+/// # Safety
+/// `run_task`'s contract (plain arrays need no instruction set), B packed for `Isa::Portable`.
+unsafe fn task_portable(job: &Job<'_>, t: usize) {
+    // SAFETY: the caller's contract.
+    unsafe { run_task::<Portable<8>>(job, t) }
+}
+
+/// The tasks compiled for each instruction set.
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::{run_task, Job};
+    use crate::ops::lanes::{Avx2, Avx512};
+
+    /// # Safety
+    /// AVX-512F, and `run_task`'s contract with B packed for `Isa::Avx512`.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn task_avx512(job: &Job<'_>, t: usize) {
+        // SAFETY: the caller's contract.
+        unsafe { run_task::<Avx512>(job, t) }
+    }
+
+    /// # Safety
+    /// AVX2 and FMA, and `run_task`'s contract with B packed for `Isa::Avx2`.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn task_avx2(job: &Job<'_>, t: usize) {
+        // SAFETY: the caller's contract.
+        unsafe { run_task::<Avx2>(job, t) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Deterministic values in [-1, 1).
+    fn values(len: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (0..len)
+            .map(|_| {
+                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    /// `a (m x k) * b (+ bias)` in f64, b read through `b_at(p, j)`.
+    fn reference(a: &[f32], m: usize, k: usize, n: usize, b_at: impl Fn(usize, usize) -> f32, bias: Option<&[f32]>) -> Vec<f64> {
+        let mut c = vec![0.0f64; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                let dot: f64 = (0..k).map(|p| a[i * k + p] as f64 * b_at(p, j) as f64).sum();
+                c[i * n + j] = dot + bias.map_or(0.0, |b| b[j] as f64);
+            }
+        }
+        c
+    }
+
+    fn check(got: &[f32], want: &[f64], k: usize, what: &str) {
+        assert_eq!(got.len(), want.len(), "{what}");
+        let tol = 1e-5 * (k as f64).sqrt().max(1.0);
+        for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+            assert!((g as f64 - w).abs() <= tol * (1.0 + w.abs()), "{what}: element {i}: {g} vs {w}");
+        }
+    }
+
+    #[test]
+    fn products_match_the_reference_on_every_form_and_awkward_sizes() {
+        let isas = [Isa::Avx512, Isa::Avx2, Isa::Portable].into_iter().filter(|i| i.runs());
+        for isa in isas {
+            for &(m, k, n) in &[(1, 1, 1), (5, 3, 17), (6, 256, 16), (7, 257, 33), (13, 700, 15), (128, 300, 100), (40, 520, 70)] {
+                let a = values(m * k, (m * 31 + k) as u64);
+                let b = values(k * n, (k * 17 + n) as u64);
+                let bias = values(n, n as u64);
+                for with_bias in [false, true] {
+                    let bias = with_bias.then_some(&bias[..]);
+                    let packed = PackedB::new(MatRef::row_major(&b, k, n), 1.0, isa).unwrap();
+                    let mut c = values(m * n, 99); // stale values: every element must be written
+                    packed.matmul(&a, m, bias, &mut c).unwrap();
+                    let want = reference(&a, m, k, n, |p, j| b[p * n + j], bias);
+                    check(&c, &want, k, &format!("{isa:?} {m}x{k}x{n} bias {with_bias}"));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_transposed_and_scaled_b_is_packed_through_its_strides() {
+        let (m, k, n) = (9, 37, 21);
+        let a = values(m * k, 1);
+        let bt = values(n * k, 2); // B^T, n x k
+        let packed = PackedB::new(MatRef::row_major(&bt, n, k).t(), 0.5, Isa::best()).unwrap();
+        let mut c = vec![0.0; m * n];
+        packed.matmul(&a, m, None, &mut c).unwrap();
+        check(&c, &reference(&a, m, k, n, |p, j| 0.5 * bt[j * k + p], None), k, "transposed");
+    }
+
+    #[test]
+    fn short_operands_are_errors() {
+        let b = values(12, 3);
+        assert!(PackedB::new(MatRef::row_major(&b, 4, 4), 1.0, Isa::Portable).is_err());
+        let packed = PackedB::new(MatRef::row_major(&b, 3, 4), 1.0, Isa::Portable).unwrap();
+        let mut c = vec![0.0; 8];
+        assert!(packed.matmul(&values(5, 1), 2, None, &mut c).is_err());
+        assert!(packed.matmul(&values(6, 1), 2, None, &mut c[..7]).is_err());
+        assert!(packed.matmul(&values(6, 1), 2, Some(&[1.0; 3]), &mut c).is_err());
+        assert!(packed.matmul(&values(6, 1), 2, Some(&[1.0; 4]), &mut c).is_ok());
+    }
+
+    #[test]
+    fn tasks_cover_the_product_and_give_every_thread_work() {
+        for &(m, k, n, threads) in &[(128, 384, 1536, 2), (128, 1536, 384, 2), (128, 384, 384, 16), (1, 4096, 4096, 8), (3000, 64, 16, 4)] {
+            let t = Tasks::new(m, k, n, 16, threads);
+            let (tiles, strips) = (m.div_ceil(TILE_ROWS), n.div_ceil(16));
+            assert!(t.rows % TILE_ROWS == 0 && t.rows > 0 && t.strips > 0, "{t:?}");
+            assert_eq!(t.row_tasks, tiles.div_ceil(t.rows / TILE_ROWS), "{t:?}");
+            assert_eq!(t.strip_tasks, strips.div_ceil(t.strips), "{t:?}");
+            assert!(t.count() >= (threads * TASKS_PER_THREAD).min(tiles * strips), "{m}x{k}x{n}: {t:?}");
+        }
+    }
+}
