@@ -64,13 +64,17 @@ fn gelu_f64(kind: Kind, x: f64) -> f64 {
     }
 }
 
-/// Elements per parallel chunk.
+/// Most elements per parallel chunk.
 const CHUNK: usize = 1 << 14;
 
-/// One chunk of [`apply`]: `out = f(out + bias)` row by row (or `f(out)` without a bias), run
+/// Fewest elements per parallel chunk (smaller chunks when that gives every thread several).
+const MIN_CHUNK: usize = 1 << 11;
+
+/// One chunk of [`apply`]: `out = f(x + bias)` row by row (or `f(x)` without a bias), run
 /// through [`util::simd_body`] so that the whole body, `f` included, is compiled for the CPU's
 /// SIMD level (a plain closure that large stays a baseline function and runs scalar).
 struct Chunk<'a, T, F> {
+    x: &'a [T],
     out: &'a mut [T],
     bias: Option<&'a [T]>,
     f: F,
@@ -86,15 +90,15 @@ impl<T: Copy + std::ops::Add<Output = T>, F: Unary<T>> util::SimdBody for Chunk<
         // function.
         match self.bias {
             Some(b) => {
-                for row in self.out.chunks_exact_mut(b.len()) {
-                    for (o, &b) in row.iter_mut().zip(b) {
-                        *o = f.apply(*o + b);
+                for (row, x) in self.out.chunks_exact_mut(b.len()).zip(self.x.chunks_exact(b.len())) {
+                    for ((o, &x), &b) in row.iter_mut().zip(x).zip(b) {
+                        *o = f.apply(x + b);
                     }
                 }
             }
             None => {
-                for o in self.out.iter_mut() {
-                    *o = f.apply(*o);
+                for (o, &x) in self.out.iter_mut().zip(self.x) {
+                    *o = f.apply(x);
                 }
             }
         }
@@ -149,14 +153,14 @@ fn apply<T: bytemuck::Pod + Send + Sync + std::ops::Add<Output = T>>(
     f: impl Unary<T>,
 ) -> Vec<T> {
     let mut out = onyx_core::host_pool::take::<T>(x.len());
-    out.copy_from_slice(x);
     let bias = bias.filter(|b| !b.is_empty());
-    let chunk = bias.map_or(CHUNK, |b| (CHUNK / b.len()).max(1) * b.len());
-    let body = |o: &mut [T]| util::simd_body(Chunk { out: o, bias, f });
+    let target = (x.len() / (4 * rayon::current_num_threads())).clamp(MIN_CHUNK, CHUNK);
+    let chunk = bias.map_or(target, |b| (target / b.len()).max(1) * b.len());
+    let body = |(out, x): (&mut [T], &[T])| util::simd_body(Chunk { x, out, bias, f });
     if out.len() >= 2 * CHUNK {
-        out.par_chunks_mut(chunk).for_each(body);
+        out.par_chunks_mut(chunk).zip(x.par_chunks(chunk)).for_each(body);
     } else {
-        out.chunks_mut(chunk).for_each(body);
+        out.chunks_mut(chunk).zip(x.chunks(chunk)).for_each(body);
     }
     out
 }
