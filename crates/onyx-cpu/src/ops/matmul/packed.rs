@@ -142,11 +142,13 @@ impl PackedB {
         let short = |what: &str, need: usize, found: usize| {
             Error::InvalidArgument(format!("packed matmul of {m} x {k} by {k} x {n}: {what} needs {need} elements, found {found}"))
         };
-        if a.len() < m * k {
-            return Err(short("A", m * k, a.len()));
+        // Saturating: a product past usize is longer than any slice, so the check fails.
+        let (a_len, c_len) = (m.saturating_mul(k), m.saturating_mul(n));
+        if a.len() < a_len {
+            return Err(short("A", a_len, a.len()));
         }
-        if c.len() < m * n {
-            return Err(short("C", m * n, c.len()));
+        if c.len() < c_len {
+            return Err(short("C", c_len, c.len()));
         }
         if let Some(bias) = bias.filter(|b| b.len() != n) {
             return Err(short("the bias", n, bias.len()));
@@ -176,7 +178,7 @@ impl PackedB {
         // checked `Isa::runs`); A, C and the padded bias were checked to be long enough above
         // and B's strips are `k` steps long; tasks cover disjoint blocks of C.
         let one = |t: usize| unsafe { run(&job, t) };
-        if count > 1 && m * k * n >= PARALLEL_WORK {
+        if count > 1 && a_len.saturating_mul(n) >= PARALLEL_WORK {
             (0..count).into_par_iter().for_each(one);
         } else {
             (0..count).for_each(one);
@@ -239,7 +241,7 @@ impl Tasks {
         let all_tiles = m.div_ceil(TILE_ROWS);
         let mut strips = (TASK_B_BYTES / (DEPTH.min(k).max(1) * strip * 4)).clamp(1, all_strips);
         let mut tiles = all_tiles;
-        let want = if threads > 1 && m * k * n >= PARALLEL_WORK { threads * TASKS_PER_THREAD } else { 1 };
+        let want = if threads > 1 && m.saturating_mul(k).saturating_mul(n) >= PARALLEL_WORK { threads * TASKS_PER_THREAD } else { 1 };
         let count = |tiles: usize, strips: usize| all_tiles.div_ceil(tiles) * all_strips.div_ceil(strips);
         while count(tiles, strips) < want && (tiles > 1 || strips > 1) {
             if strips > 1 && (m <= n || tiles == 1) {
@@ -566,7 +568,7 @@ mod tests {
         for &(m, k, n, threads) in &[(128, 384, 1536, 2), (128, 1536, 384, 2), (128, 384, 384, 16), (1, 4096, 4096, 8), (3000, 64, 16, 4)] {
             let t = Tasks::new(m, k, n, 16, threads);
             let (tiles, strips) = (m.div_ceil(TILE_ROWS), n.div_ceil(16));
-            assert!(t.rows % TILE_ROWS == 0 && t.rows > 0 && t.strips > 0, "{t:?}");
+            assert!(t.rows.is_multiple_of(TILE_ROWS) && t.rows > 0 && t.strips > 0, "{t:?}");
             assert_eq!(t.row_tasks, tiles.div_ceil(t.rows / TILE_ROWS), "{t:?}");
             assert_eq!(t.strip_tasks, strips.div_ceil(t.strips), "{t:?}");
             assert!(t.count() >= (threads * TASKS_PER_THREAD).min(tiles * strips), "{m}x{k}x{n}: {t:?}");

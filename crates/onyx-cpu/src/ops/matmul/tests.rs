@@ -154,8 +154,10 @@ fn matmul_by_a_constant_b_runs_on_the_packed_b() {
         let b16 = Tensor::from_vec(bsh.to_vec(), h(&b)).unwrap();
         let kernel = build_with_constants(build_matmul, &matmul_node(), 13, vec![None, Some(&b16)]).unwrap();
         let a16 = h(&a);
-        let want16 = reference_matmul(&a16.iter().map(|x| x.to_f64()).collect::<Vec<_>>(), ash, &b16.as_slice::<half::f16>().unwrap().iter().map(|x| x.to_f64()).collect::<Vec<_>>(), bsh);
-        let out = run(kernel.as_ref(), &[Some(Tensor::from_vec(ash.to_vec(), a16).unwrap()), Some(b16.clone())], 1).unwrap();
+        let wide = |v: &[half::f16]| v.iter().map(|x| x.to_f64()).collect::<Vec<_>>();
+        let want16 = reference_matmul(&wide(&a16), ash, &wide(b16.as_slice::<half::f16>().unwrap()), bsh);
+        let inputs = [Some(Tensor::from_vec(ash.to_vec(), a16).unwrap()), Some(b16.clone())];
+        let out = run(kernel.as_ref(), &inputs, 1).unwrap();
         let t = out[0].as_tensor().unwrap();
         assert_eq!(t.dtype(), DataType::Float16);
         let got: Vec<f64> = t.as_slice::<half::f16>().unwrap().iter().map(|x| x.to_f64()).collect();
@@ -242,10 +244,17 @@ fn gemm_node(alpha: f32, beta: f32, ta: bool, tb: bool, with_c: bool) -> onyx_co
     )
 }
 
-#[test]
-fn gemm_matches_reference_for_transposes_and_c_broadcasts() {
-    let mut rng = Rng::new(3);
-    let (m, k, n) = (5, 7, 3);
+/// Gemm on random `m x k` by `k x n` operands for every transpose, C shape and (alpha, beta),
+/// against the reference: f64 operands, or f32 ones with B a constant (the packed path).
+fn check_gemm(seed: u64, (m, k, n): (usize, usize, usize), constant_b: bool) {
+    let mut rng = Rng::new(seed);
+    let tensor = |shape: &[usize], v: &[f64]| {
+        if constant_b {
+            Tensor::from_vec(shape.to_vec(), v.iter().map(|&x| x as f32).collect::<Vec<f32>>()).unwrap()
+        } else {
+            Tensor::from_vec(shape.to_vec(), v.to_vec()).unwrap()
+        }
+    };
     let c_shapes: &[Option<&[usize]>] =
         &[None, Some(&[]), Some(&[n]), Some(&[1, n]), Some(&[m, 1]), Some(&[m, n]), Some(&[1])];
     for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
@@ -257,51 +266,32 @@ fn gemm_matches_reference_for_transposes_and_c_broadcasts() {
                 let b = rng.vec_f64(k * n);
                 let c = csh.map(|s| rng.vec_f64(s.iter().product()));
                 let want = reference_gemm(&a, ash, ta, &b, bsh, tb, csh.zip(c.as_deref()), alpha, beta);
-                let kernel =
-                    build(build_gemm, &gemm_node(alpha as f32, beta as f32, ta, tb, csh.is_some()), 13).unwrap();
-                let mut inputs = vec![
-                    Some(Tensor::from_vec(ash.to_vec(), a.clone()).unwrap()),
-                    Some(Tensor::from_vec(bsh.to_vec(), b.clone()).unwrap()),
-                ];
+                let b_tensor = tensor(&bsh, &b);
+                let node = gemm_node(alpha as f32, beta as f32, ta, tb, csh.is_some());
+                let constants = if constant_b { vec![None, Some(&b_tensor)] } else { vec![] };
+                let kernel = build_with_constants(build_gemm, &node, 13, constants).unwrap();
+                let mut inputs = vec![Some(tensor(&ash, &a)), Some(b_tensor.clone())];
                 if let (Some(s), Some(c)) = (csh, &c) {
-                    inputs.push(Some(Tensor::from_vec(s.to_vec(), c.clone()).unwrap()));
+                    inputs.push(Some(tensor(s, c)));
                 }
                 let out = run(kernel.as_ref(), &inputs, 1).unwrap();
                 assert_eq!(out[0].as_tensor().unwrap().shape(), &[m, n]);
-                assert_close(&to_f64(&out[0]), &want, 1e-12, &format!("ta={ta} tb={tb} c={csh:?} {alpha} {beta}"));
+                let tol = if constant_b { 1e-4 } else { 1e-12 };
+                let what = format!("constant B {constant_b} ta={ta} tb={tb} c={csh:?} {alpha} {beta}");
+                assert_close(&to_f64(&out[0]), &want, tol, &what);
             }
         }
     }
 }
 
 #[test]
+fn gemm_matches_reference_for_transposes_and_c_broadcasts() {
+    check_gemm(3, (5, 7, 3), false);
+}
+
+#[test]
 fn gemm_by_a_constant_b_matches_the_reference() {
-    let mut rng = Rng::new(8);
-    let (m, k, n) = (37, 70, 41);
-    let f = |v: &[f64]| v.iter().map(|&x| x as f32).collect::<Vec<f32>>();
-    let c_shapes: &[Option<&[usize]>] = &[None, Some(&[]), Some(&[n]), Some(&[1, n]), Some(&[m, 1]), Some(&[m, n])];
-    for (ta, tb) in [(false, false), (false, true), (true, true)] {
-        for &csh in c_shapes {
-            for (alpha, beta) in [(1.0, 1.0), (0.5, -2.0), (1.5, 0.0)] {
-                let ash = if ta { [k, m] } else { [m, k] };
-                let bsh = if tb { [n, k] } else { [k, n] };
-                let a = rng.vec_f64(m * k);
-                let b = rng.vec_f64(k * n);
-                let c = csh.map(|s| rng.vec_f64(s.iter().product()));
-                let want = reference_gemm(&a, ash, ta, &b, bsh, tb, csh.zip(c.as_deref()), alpha, beta);
-                let b_tensor = Tensor::from_vec(bsh.to_vec(), f(&b)).unwrap();
-                let node = gemm_node(alpha as f32, beta as f32, ta, tb, csh.is_some());
-                let kernel = build_with_constants(build_gemm, &node, 13, vec![None, Some(&b_tensor)]).unwrap();
-                let mut inputs = vec![Some(Tensor::from_vec(ash.to_vec(), f(&a)).unwrap()), Some(b_tensor)];
-                if let (Some(s), Some(c)) = (csh, &c) {
-                    inputs.push(Some(Tensor::from_vec(s.to_vec(), f(c)).unwrap()));
-                }
-                let out = run(kernel.as_ref(), &inputs, 1).unwrap();
-                assert_eq!(out[0].as_tensor().unwrap().shape(), &[m, n]);
-                assert_close(&to_f64(&out[0]), &want, 1e-4, &format!("ta={ta} tb={tb} c={csh:?} {alpha} {beta}"));
-            }
-        }
-    }
+    check_gemm(8, (37, 70, 41), true);
 }
 
 #[test]
