@@ -65,6 +65,22 @@ fn full_tile<V: Lanes>(blocks: usize) -> usize {
 /// accumulators: a pointwise convolution's tiles take several input blocks at once.
 const CHUNK_STEPS: usize = 64;
 
+/// Multiply-add steps between loading and storing the accumulators of a tile that spans rows
+/// (its taps outermost, so each tap's pixel pointers are worked out once for several input
+/// blocks; their weights, ~4 KiB each, stay in L1).
+const SPAN_CHUNK_STEPS: usize = 288;
+
+/// Most pixels of a tile that spans rows: one pointer each must stay in a register.
+const SPAN_PIXELS: usize = 8;
+
+/// True when the tiles of an item with columns `cols` (and `full` pixels in a full tile) run
+/// over its whole rows as one run of pixels ([`Tile::run_span`]): the item covers whole rows
+/// of a convolution that [`masks_padding`] and is not a pointwise one run as a single row
+/// (already one run). A row of 7 pixels then no longer ends in a tile of 3.
+fn spans_rows(g: &ConvGeometry, cols: &Range<usize>, full: usize) -> bool {
+    masks_padding(g) && full <= SPAN_PIXELS && g.rows.output > 1 && cols.start == 0 && cols.end == g.cols.output
+}
+
 /// Most pixels of a tile that is not full (the rest of a row).
 pub(super) const PARTIAL_TILE: usize = 6;
 
@@ -149,7 +165,8 @@ pub(super) unsafe fn run_item<V: Lanes>(job: &DirectJob<'_>, items: &DirectItems
     let out_block_len = g.out_block_len();
     let y_item = n * g.out_blocks() * out_block_len + first_block * out_block_len;
     let in_registers = RegisterEpilogue::new(&job.epilogue, first_block, b, y_item);
-    let chunk = (CHUNK_STEPS / (w.taps * b)).max(1);
+    let span = spans_rows(g, &cols, full);
+    let chunk = (if span { SPAN_CHUNK_STEPS } else { CHUNK_STEPS } / (w.taps * b)).max(1);
     for first_in in (0..g.in_blocks()).step_by(chunk) {
         let last_in = (first_in + chunk).min(g.in_blocks());
         let tile = Tile {
@@ -164,14 +181,29 @@ pub(super) unsafe fn run_item<V: Lanes>(job: &DirectJob<'_>, items: &DirectItems
             accumulate: first_in > 0,
             finish: if last_in == g.in_blocks() { in_registers } else { None },
         };
+        let y_item = job.y.0.wrapping_add(y_item);
+        if span {
+            let width = g.cols.output;
+            let (mut at, end) = (rows.start * width, rows.end * width);
+            let mut even = EvenTiles::new(end - at, full);
+            while at < end {
+                let count = even.next();
+                // SAFETY: `count` pixels from flat index `at` lie in this item's rows (whole
+                // rows), and every tap reads inside X or `ZEROS` (`spans_rows` checked
+                // `masks_padding`); the caller's contract covers the rest.
+                unsafe { tile.run_span_dyn::<V>(count, blocks, g, (at / width, at % width), y_item, at * b) };
+                at += count;
+            }
+            continue;
+        }
         for oh in rows.clone() {
             let taps_h = valid_taps(&g.rows, oh);
-            let y_row = job.y.0.wrapping_add(y_item + oh * g.cols.output * b);
             for (ow, count, taps_w) in row_tiles(g, cols.clone(), full) {
+                let at = (oh * g.cols.output + ow) * b;
                 // SAFETY: `count` pixels from `ow` lie in this item's columns and, with the
                 // taps `taps_h` x `taps_w`, read inside X or `ZEROS` (see `Tile::run`); the
                 // caller's contract covers the rest.
-                unsafe { tile.run_dyn::<V>(count, blocks, g, oh, ow, taps_h, taps_w, y_row) };
+                unsafe { tile.run_dyn::<V>(count, blocks, g, (oh, ow), (taps_h, taps_w), y_item, at) };
             }
         }
     }
@@ -270,25 +302,24 @@ impl RegisterEpilogue {
         })
     }
 }
-
-/// Calls `Tile::run` with `P` and `Q` fixed at compile time: the partial tiles (`pixels <=
+/// Calls `Tile::$run` with `P` and `Q` fixed at compile time: the partial tiles (`pixels <=
 /// 6`, `blocks <= 4`) and the full ones of each lane type (24 x 1, 12 x 2, 8 x 3; 12 x 1;
 /// 8 x 1).
 macro_rules! dispatch {
-    ($self:ident, $pixels:ident, $blocks:ident, $args:tt, [$($p:literal),*], $qs:tt) => {
+    ($self:ident . $run:ident, $pixels:ident, $blocks:ident, $args:tt, [$($p:literal),*], $qs:tt) => {
         match ($pixels, $blocks) {
-            (24, 1) => $self.run::<V, 24, 1> $args,
-            (12, 1) => $self.run::<V, 12, 1> $args,
-            (8, 1) => $self.run::<V, 8, 1> $args,
-            (12, 2) => $self.run::<V, 12, 2> $args,
-            (8, 3) => $self.run::<V, 8, 3> $args,
-            $(($p, _) => dispatch!(@q $self, $p, $blocks, $args, $qs),)*
+            (24, 1) => $self.$run::<V, 24, 1> $args,
+            (12, 1) => $self.$run::<V, 12, 1> $args,
+            (8, 1) => $self.$run::<V, 8, 1> $args,
+            (12, 2) => $self.$run::<V, 12, 2> $args,
+            (8, 3) => $self.$run::<V, 8, 3> $args,
+            $(($p, _) => dispatch!(@q $self.$run, $p, $blocks, $args, $qs),)*
             _ => unreachable!("tile of {} pixels", $pixels),
         }
     };
-    (@q $self:ident, $p:literal, $blocks:ident, $args:tt, [$($q:literal),*]) => {
+    (@q $self:ident . $run:ident, $p:literal, $blocks:ident, $args:tt, [$($q:literal),*]) => {
         match $blocks {
-            $($q => $self.run::<V, $p, $q> $args,)*
+            $($q => $self.$run::<V, $p, $q> $args,)*
             _ => unreachable!("tile of {} blocks", $blocks),
         }
     };
@@ -306,19 +337,37 @@ impl Tile {
         pixels: usize,
         blocks: usize,
         g: &ConvGeometry,
-        oh: usize,
-        ow: usize,
-        taps_h: (usize, usize),
-        taps_w: (usize, usize),
-        y_row: *mut f32,
+        at: (usize, usize),
+        taps: ((usize, usize), (usize, usize)),
+        y_item: *mut f32,
+        offset: usize,
     ) {
         // SAFETY: the caller's contract.
-        unsafe { dispatch!(self, pixels, blocks, (g, oh, ow, taps_h, taps_w, y_row), [1, 2, 3, 4, 5, 6], [1, 2, 3, 4]) }
+        unsafe { dispatch!(self.run, pixels, blocks, (g, at, taps, y_item, offset), [1, 2, 3, 4, 5, 6], [1, 2, 3, 4]) }
+    }
+
+    /// [`Tile::run_span`] for `pixels` and `blocks` known at run time.
+    ///
+    /// # Safety
+    /// As [`Tile::run_span`]; `pixels` and `blocks` one of the sizes of `dispatch!`.
+    #[inline(always)]
+    unsafe fn run_span_dyn<V: Lanes>(
+        &self,
+        pixels: usize,
+        blocks: usize,
+        g: &ConvGeometry,
+        at: (usize, usize),
+        y_item: *mut f32,
+        offset: usize,
+    ) {
+        // SAFETY: the caller's contract.
+        unsafe { dispatch!(self.run_span, pixels, blocks, (g, at, y_item, offset), [1, 2, 3, 4, 5, 6], [1, 2, 3, 4]) }
     }
 
     /// Adds (or writes, for the first chunk) the products of this chunk's input blocks into
-    /// the `P` pixels from `ow` of output row `oh` (`y_row`: Y at that row of the item's first
-    /// output block), for `Q` output blocks, over taps `taps_h` x `taps_w`.
+    /// the `P` pixels from `(oh, ow)` of output row `oh`, for `Q` output blocks, over taps
+    /// `taps_h` x `taps_w`. `y_item` is Y at the item's first output block and `offset` the
+    /// first pixel's offset from there (`(oh * OW + ow) * b`).
     ///
     /// # Safety
     /// The CPU has `V`'s instruction set. Every row tap in `taps_h` reads inside X; every
@@ -326,27 +375,17 @@ impl Tile {
     /// [`masks_padding`], falls in the padding (`row_tiles` gives such taps); the `Q` blocks
     /// exist in the weights and in Y.
     #[inline(always)]
-    #[allow(clippy::too_many_arguments)]
     unsafe fn run<V: Lanes, const P: usize, const Q: usize>(
         &self,
         g: &ConvGeometry,
-        oh: usize,
-        ow: usize,
-        taps_h: (usize, usize),
-        taps_w: (usize, usize),
-        y_row: *mut f32,
+        (oh, ow): (usize, usize),
+        (taps_h, taps_w): ((usize, usize), (usize, usize)),
+        y_item: *mut f32,
+        offset: usize,
     ) {
         let b = g.block;
-        let y_at = |p: usize, q: usize| y_row.wrapping_add(q * self.y_block + (ow + p) * b);
-        let mut acc = [[V::zero(); Q]; P];
-        if self.accumulate {
-            for (p, acc) in acc.iter_mut().enumerate() {
-                for (q, acc) in acc.iter_mut().enumerate() {
-                    // SAFETY: pixel ow + p of block q is inside Y (the caller's contract).
-                    *acc = unsafe { V::load(y_at(p, q)) };
-                }
-            }
-        }
+        // SAFETY: the tile's pixels of its Q blocks are inside Y (the caller's contract).
+        let mut acc = unsafe { self.start::<V, P, Q>(y_item, offset, b) };
         let layout = g.input;
         let (first, last) = (g.cols.input_index(ow, 0), g.cols.input_index(ow + P - 1, 0));
         if g.rows.kernel == 1 && g.cols.kernel == 1 && taps_h == (0, 1) && first >= 0 && last < g.cols.input as isize {
@@ -359,38 +398,129 @@ impl Tile {
                 let x = start.wrapping_add(in_block * self.x_block);
                 let pixels: [*const f32; P] = std::array::from_fn(|p| x.wrapping_add(p * pixel_step));
                 let w = self.w.wrapping_add(in_block * self.w_block);
-                let channels = if in_block + 1 == self.in_blocks { self.last_channels } else { b };
                 // SAFETY: the pixels and the weights of this input block are inside X and the
                 // packed weights (the caller's contract; the pixels checked above).
-                unsafe { Self::all_channels::<V, P, Q>(&mut acc, &pixels, w, channels, layout.channel) };
+                unsafe { Self::all_channels::<V, P, Q>(&mut acc, &pixels, w, self.channels_of(in_block, b), layout.channel) };
             }
         } else {
             for in_block in 0..self.in_blocks {
                 let x = self.x.wrapping_add(in_block * self.x_block);
                 let w = self.w.wrapping_add(in_block * self.w_block);
-                let channels = if in_block + 1 == self.in_blocks { self.last_channels } else { b };
+                let channels = self.channels_of(in_block, b);
                 // SAFETY: the caller's contract, for each input block of the chunk.
                 unsafe { self.block::<V, P, Q>(&mut acc, x, w, channels, g, oh, ow, taps_h, taps_w) };
             }
         }
+        // SAFETY: as for `start`.
+        unsafe { self.store(&acc, y_item, offset, b) };
+    }
+
+    /// [`Tile::run`] for `P` pixels that may span output rows: from `(oh, ow)` on, row after
+    /// row. Each pixel reads every tap, `ZEROS` where it falls in the padding; the taps are the
+    /// outer loop, so each tap's pixel pointers are worked out once for all input blocks.
+    ///
+    /// # Safety
+    /// The CPU has `V`'s instruction set; [`masks_padding`]; the `P` pixels lie in the
+    /// output, and the `Q` blocks exist in the weights and in Y.
+    #[inline(always)]
+    unsafe fn run_span<V: Lanes, const P: usize, const Q: usize>(
+        &self,
+        g: &ConvGeometry,
+        (oh, ow): (usize, usize),
+        y_item: *mut f32,
+        offset: usize,
+    ) {
+        let b = g.block;
+        let layout = g.input;
+        // SAFETY: the tile's pixels of its Q blocks are inside Y (the caller's contract).
+        let mut acc = unsafe { self.start::<V, P, Q>(y_item, offset, b) };
+        // Where each pixel's window starts in X (row, column), possibly in the padding.
+        let mut next = (oh, ow);
+        let origins: [(isize, isize); P] = std::array::from_fn(|_| {
+            let (r, c) = next;
+            next = if c + 1 == g.cols.output { (r + 1, 0) } else { (r, c + 1) };
+            (g.rows.input_index(r, 0), g.cols.input_index(c, 0))
+        });
+        let (rows, cols) = (0..g.rows.input as isize, 0..g.cols.input as isize);
+        for kh in 0..g.rows.kernel {
+            for kw in 0..g.cols.kernel {
+                let (dh, dw) = ((kh * g.rows.dilation) as isize, (kw * g.cols.dilation) as isize);
+                let mut steps = [0usize; P];
+                let mut pixels: [*const f32; P] = std::array::from_fn(|p| {
+                    let (ih, iw) = (origins[p].0 + dh, origins[p].1 + dw);
+                    if rows.contains(&ih) && cols.contains(&iw) {
+                        steps[p] = self.x_block;
+                        self.x.wrapping_offset(ih * layout.row as isize + iw * layout.pixel as isize)
+                    } else {
+                        ZEROS.as_ptr()
+                    }
+                });
+                let w_tap = self.w.wrapping_add((kh * g.cols.kernel + kw) * b * self.w_channel);
+                debug_assert_eq!(self.w_channel, Q * b);
+                for in_block in 0..self.in_blocks {
+                    let w = w_tap.wrapping_add(in_block * self.w_block);
+                    // SAFETY: each pixel reads this input block at the tap inside X, or
+                    // `ZEROS` (contiguous channels: `masks_padding`); the weights of the tap
+                    // and block are inside the packed weights (the caller's contract).
+                    unsafe { Self::all_channels::<V, P, Q>(&mut acc, &pixels, w, self.channels_of(in_block, b), 1) };
+                    for (pixel, step) in pixels.iter_mut().zip(&steps) {
+                        *pixel = pixel.wrapping_add(*step);
+                    }
+                }
+            }
+        }
+        // SAFETY: as for `start`.
+        unsafe { self.store(&acc, y_item, offset, b) };
+    }
+
+    /// Real channels of the chunk's input block `in_block`.
+    #[inline(always)]
+    fn channels_of(&self, in_block: usize, b: usize) -> usize {
+        if in_block + 1 == self.in_blocks { self.last_channels } else { b }
+    }
+
+    /// A tile's accumulators at the start of a chunk: zero for the first one, else what the
+    /// earlier chunks left in Y (the tile's pixels from `offset` on, past `y_item`).
+    ///
+    /// # Safety
+    /// `V`'s instruction set; the `P` pixels of the `Q` blocks inside Y.
+    #[inline(always)]
+    unsafe fn start<V: Lanes, const P: usize, const Q: usize>(&self, y_item: *mut f32, offset: usize, b: usize) -> [[V; Q]; P] {
+        let mut acc = [[V::zero(); Q]; P];
+        if self.accumulate {
+            for (p, acc) in acc.iter_mut().enumerate() {
+                for (q, acc) in acc.iter_mut().enumerate() {
+                    // SAFETY: the caller's contract.
+                    *acc = unsafe { V::load(y_item.wrapping_add(q * self.y_block + offset + p * b)) };
+                }
+            }
+        }
+        acc
+    }
+
+    /// Stores a tile's accumulators where [`Tile::start`] read them, then applies the register
+    /// epilogue after the last chunk.
+    ///
+    /// # Safety
+    /// As [`Tile::start`]; the epilogue's bias holds the Q blocks' lanes and its residual is
+    /// laid out as Y (`RegisterEpilogue::new`).
+    #[inline(always)]
+    unsafe fn store<V: Lanes, const P: usize, const Q: usize>(&self, acc: &[[V; Q]; P], y_item: *mut f32, offset: usize, b: usize) {
+        let at = |p: usize, q: usize| q * self.y_block + offset + p * b;
         for (p, acc) in acc.iter().enumerate() {
             for (q, acc) in acc.iter().enumerate() {
-                // SAFETY: as for the loads above.
-                unsafe { acc.store(y_at(p, q)) };
+                // SAFETY: the caller's contract.
+                unsafe { acc.store(y_item.wrapping_add(at(p, q))) };
             }
         }
         // The epilogue reads the tile back from L1 rather than from the accumulators: code
         // after the loop that reads them keeps a wide tile from staying in registers.
         if let Some(e) = &self.finish {
-            let row = oh * g.cols.output * b;
             for q in 0..Q {
                 for p in 0..P {
-                    // SAFETY: as above; the epilogue's bias holds the Q blocks' lanes and its
-                    // residual is laid out as Y (the caller's contract).
-                    unsafe {
-                        let v = e.apply(V::load(y_at(p, q)), q * b, q * self.y_block + row + (ow + p) * b);
-                        v.store(y_at(p, q));
-                    }
+                    let y = y_item.wrapping_add(at(p, q));
+                    // SAFETY: the caller's contract.
+                    unsafe { e.apply(V::load(y), q * b, at(p, q)).store(y) };
                 }
             }
         }
@@ -442,7 +572,6 @@ impl Tile {
                 unsafe { Self::all_channels::<V, P, Q>(acc, &pixels, w_tap, channels, layout.channel) };
             }
         }
-
     }
 
     /// [`Tile::channels`], unrolled in the common case of a whole block of contiguous

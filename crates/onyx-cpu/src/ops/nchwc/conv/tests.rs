@@ -238,6 +238,11 @@ fn dense_cases() -> Vec<Case> {
         Case { strides: [2, 1], activation: "Clip", params: vec![0.0, 0.3], ..Case::new(8, 12, [11, 9], [5, 3], 1, 2) },
         Case { activation: "Tanh", ..Case::new(4, 6, [2, 2], [1, 1], 1, 2) },
         Case { residual: true, activation: "HardSigmoid", params: vec![0.5, 0.4], ..Case::new(33, 65, [6, 71], [3, 3], 1, 1) },
+        // Tiles spanning rows: narrower than a tile (each tile over several rows), a 7x7 map
+        // (rows of 7 into tiles of 6), strided; several chunks of input blocks, the last partial.
+        Case { residual: true, ..Case::new(70, 40, [3, 2], [3, 3], 1, 1) },
+        Case { activation: "Clip", ..Case::new(70, 24, [7, 7], [3, 3], 1, 1) },
+        Case { batch: 2, residual: true, activation: "Sigmoid", ..Case::new(41, 36, [14, 13], [3, 3], 2, 1) },
     ];
     for c in &mut cases {
         if c.activation == "Clip" && c.params.is_empty() {
