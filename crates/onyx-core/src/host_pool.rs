@@ -354,6 +354,12 @@ pub fn buffer<T: Pod + Send + Sync>(data: Vec<T>) -> HostBuffer {
     }
 }
 
+/// Gives a kernel's scratch vector from [`take`] back to this thread's pool (a vector that did
+/// not come from the pool is freed).
+pub fn give_back<T: Pod + Send + Sync>(scratch: Vec<T>) {
+    drop(buffer(scratch));
+}
+
 /// A tensor of `shape` owning `data`, whose buffer returns to the pool (see [`buffer`]).
 pub fn tensor<T: Element>(shape: Vec<usize>, data: Vec<T>) -> Result<Tensor> {
     let n = crate::element_count(&shape)?;

@@ -4,6 +4,7 @@
 //! constant in ONNX's layout, packed once at build ([`pack`]); groups are 1 or depthwise.
 //!
 //! - [`direct`]: every input channel feeds every output channel (3x3, 7x7, pointwise, strided);
+//! - [`stem`]: a plain NCHW input with few channels, copied interleaved for the direct tiles;
 //! - [`depthwise`]: one input channel per output channel;
 //! - [`scalar`]: both, element by element, for block sizes without a vector form;
 //! - [`lanes`]: the channel-block vector (AVX-512, AVX2, portable arrays), shared with the
@@ -14,6 +15,7 @@ mod direct;
 mod pack;
 mod scalar;
 pub(super) mod shape;
+mod stem;
 
 use std::ops::Range;
 
@@ -28,6 +30,7 @@ use self::direct::{DirectItems, DirectJob};
 use crate::ops::lanes::{self, Lanes, Portable};
 use self::pack::{pad_bias, DenseWeights, DepthwiseWeights};
 use self::shape::{BlockEpilogue, ConvGeometry, InputLayout};
+use self::stem::{StemInput, StemWeights};
 use crate::ops::contrib::Activation;
 use crate::ops::conv::geometry::{AutoPad, WindowAttrs};
 use crate::ops::util;
@@ -325,6 +328,8 @@ pub(crate) struct NchwcConv {
     c_out: usize,
     kernel: [usize; 2],
     weights: Weights,
+    /// The weights packed for an NCHW input read as a stem ([`stem`]), when that form applies.
+    stem: Option<StemWeights>,
     /// The constant bias, padded to whole blocks.
     bias: Option<Vec<f32>>,
     path: Path,
@@ -382,10 +387,12 @@ impl NchwcConv {
         let weights = if depthwise {
             Weights::Depthwise(DepthwiseWeights::pack(data, c_out, kh * kw, block))
         } else {
-            Weights::Dense(DenseWeights::pack(data, [c_out, c_in, kh, kw], block, path.blocks()))
+            Weights::Dense(DenseWeights::pack(data, [c_out, c_in, kh, kw], [block, block], path.blocks()))
         };
+        let stem = (!depthwise && StemWeights::applies(c_in, block))
+            .then(|| StemWeights::pack(data, [c_out, c_in, kh, kw], block, path.blocks()));
         let activation = Activation::from_node(node)?;
-        Ok(NchwcConv { at, window, block, activation, c_in, c_out, kernel: [kh, kw], weights, bias: None, path })
+        Ok(NchwcConv { at, window, block, activation, c_in, c_out, kernel: [kh, kw], weights, stem, bias: None, path })
     }
 
     fn check_bias(&self, b: &TensorView<'_>) -> Result<()> {
@@ -416,7 +423,7 @@ impl NchwcConv {
             }
         };
         let axes = self.window.resolve(&[n, self.c_in, h, w], &self.kernel, false, at)?;
-        let g = ConvGeometry { batch: n, c_in: self.c_in, c_out: self.c_out, block: b, rows: axes[0], cols: axes[1], input };
+        let g = ConvGeometry { batch: n, c_in: self.c_in, c_out: self.c_out, block: b, in_block: b, rows: axes[0], cols: axes[1], input };
         onyx_core::element_count(&[n, g.out_blocks(), g.rows.output, g.cols.output, b]).map_err(|e| e.at(at))?;
         Ok(g)
     }
@@ -433,6 +440,7 @@ impl NchwcConv {
         let x = util::input(inputs, 0, at)?;
         util::expect_dtype(&x, &[DataType::Float], 0, at)?;
         let g = self.geometry(x.shape())?;
+        let plain_input = x.shape().len() == 4;
         let run_bias;
         let bias = match (&self.bias, util::opt_input(inputs, 2, at)?) {
             (Some(b), _) => Some(b.as_slice()),
@@ -454,12 +462,18 @@ impl NchwcConv {
         let x = x.as_slice::<f32>()?;
         let mut y = host_pool::take::<f32>(g.out_len());
         let out = SharedOut(y.as_mut_ptr());
-        match &self.weights {
-            Weights::Dense(weights) => {
+        match (&self.weights, &self.stem) {
+            (Weights::Dense(_), Some(StemWeights(weights))) if plain_input && g.cols.dilation == 1 => {
+                let stem = StemInput::new(x, &g);
+                let job = DirectJob { x: &stem.x, weights, geometry: stem.geometry.clone(), epilogue, y: out };
+                run_direct(&job, path);
+                stem.release();
+            }
+            (Weights::Dense(weights), _) => {
                 let job = DirectJob { x, weights, geometry: g.clone().flattened(), epilogue, y: out };
                 run_direct(&job, path);
             }
-            Weights::Depthwise(weights) => {
+            (Weights::Depthwise(weights), _) => {
                 let job = DepthwiseJob { x, weights, geometry: g.clone(), epilogue, y: out };
                 run_depthwise(&job, path);
             }

@@ -166,7 +166,7 @@ pub(super) unsafe fn run_item<V: Lanes>(job: &DirectJob<'_>, items: &DirectItems
     let y_item = n * g.out_blocks() * out_block_len + first_block * out_block_len;
     let in_registers = RegisterEpilogue::new(&job.epilogue, first_block, b, y_item);
     let span = spans_rows(g, &cols, full);
-    let chunk = (if span { SPAN_CHUNK_STEPS } else { CHUNK_STEPS } / (w.taps * b)).max(1);
+    let chunk = (if span { SPAN_CHUNK_STEPS } else { CHUNK_STEPS } / (w.taps * w.in_block)).max(1);
     for first_in in (0..g.in_blocks()).step_by(chunk) {
         let last_in = (first_in + chunk).min(g.in_blocks());
         let tile = Tile {
@@ -175,7 +175,8 @@ pub(super) unsafe fn run_item<V: Lanes>(job: &DirectJob<'_>, items: &DirectItems
             in_blocks: last_in - first_in,
             last_channels: g.channels_in_block(last_in - 1),
             w: w.data.as_ptr().wrapping_add(w.at(first_block, first_in, 0, 0)),
-            w_block: w.taps * b * blocks * b,
+            w_block: w.taps * w.in_block * blocks * b,
+            w_tap: w.in_block * blocks * b,
             w_channel: blocks * b,
             y_block: out_block_len,
             accumulate: first_in > 0,
@@ -242,6 +243,8 @@ struct Tile {
     w: *const f32,
     /// Elements between input blocks in the packed weights.
     w_block: usize,
+    /// Elements between taps in the packed weights.
+    w_tap: usize,
     /// Elements between input channels in the packed weights (the group's output blocks are
     /// contiguous between them).
     w_channel: usize,
@@ -442,6 +445,28 @@ impl Tile {
             (g.rows.input_index(r, 0), g.cols.input_index(c, 0))
         });
         let (rows, cols) = (0..g.rows.input as isize, 0..g.cols.input as isize);
+        let last_tap = (((g.rows.kernel - 1) * g.rows.dilation) as isize, ((g.cols.kernel - 1) * g.cols.dilation) as isize);
+        if origins.iter().all(|&(r, c)| rows.contains(&r) && rows.contains(&(r + last_tap.0)) && cols.contains(&c) && cols.contains(&(c + last_tap.1))) {
+            // Every tap of every pixel inside X (most tiles; all of a stem's): no checks.
+            let starts: [*const f32; P] =
+                std::array::from_fn(|p| self.x.wrapping_offset(origins[p].0 * layout.row as isize + origins[p].1 * layout.pixel as isize));
+            for kh in 0..g.rows.kernel {
+                for kw in 0..g.cols.kernel {
+                    let tap = kh * g.rows.dilation * layout.row + kw * g.cols.dilation * layout.pixel;
+                    let w_tap = self.w.wrapping_add((kh * g.cols.kernel + kw) * self.w_tap);
+                    for in_block in 0..self.in_blocks {
+                        let x = tap + in_block * self.x_block;
+                        let pixels: [*const f32; P] = std::array::from_fn(|p| starts[p].wrapping_add(x));
+                        let w = w_tap.wrapping_add(in_block * self.w_block);
+                        // SAFETY: every tap of every pixel reads this input block inside X
+                        // (checked above); the weights as below.
+                        unsafe { Self::all_channels::<V, P, Q>(&mut acc, &pixels, w, self.channels_of(in_block, b), 1) };
+                    }
+                }
+            }
+            // SAFETY: as for `start`.
+            return unsafe { self.store(&acc, y_item, offset, b) };
+        }
         for kh in 0..g.rows.kernel {
             for kw in 0..g.cols.kernel {
                 let (dh, dw) = ((kh * g.rows.dilation) as isize, (kw * g.cols.dilation) as isize);
@@ -455,7 +480,7 @@ impl Tile {
                         ZEROS.as_ptr()
                     }
                 });
-                let w_tap = self.w.wrapping_add((kh * g.cols.kernel + kw) * b * self.w_channel);
+                let w_tap = self.w.wrapping_add((kh * g.cols.kernel + kw) * self.w_tap);
                 debug_assert_eq!(self.w_channel, Q * b);
                 for in_block in 0..self.in_blocks {
                     let w = w_tap.wrapping_add(in_block * self.w_block);
@@ -566,7 +591,7 @@ impl Tile {
                         }
                     })
                 };
-                let w_tap = w.wrapping_add((kh * g.cols.kernel + kw) * b * self.w_channel);
+                let w_tap = w.wrapping_add((kh * g.cols.kernel + kw) * self.w_tap);
                 debug_assert_eq!(self.w_channel, Q * b);
                 // SAFETY: the caller's contract (see `Tile::channels`).
                 unsafe { Self::all_channels::<V, P, Q>(acc, &pixels, w_tap, channels, layout.channel) };

@@ -6,16 +6,19 @@ use super::BlockGroups;
 
 /// The weights of a convolution with every input channel (group 1), in the order the register
 /// tiles read them: output blocks in the groups of [`BlockGroups`] (at most `max_blocks` each),
-/// and inside a group of `q` blocks `[ceil(IC/b)][kH * kW][b (input channel)][q][b (output
+/// and inside a group of `q` blocks `[ceil(IC/ib)][kH * kW][ib (input channel)][q][b (output
 /// channel)]`, so that at one tap and one input channel the group's `q` weight vectors are
-/// contiguous. Channels past OC or IC are zero.
+/// contiguous. `ib`, the input channels of a block, is `b` except for a stem's interleaved
+/// input. Channels past OC or IC are zero.
 #[derive(Debug)]
 pub(crate) struct DenseWeights {
     /// The packed elements.
     pub data: Vec<f32>,
-    /// The block size `b`.
+    /// The block size `b` (output channels).
     pub block: usize,
-    /// `ceil(IC / b)`.
+    /// Input channels per input block `ib`.
+    pub in_block: usize,
+    /// `ceil(IC / ib)`.
     pub in_blocks: usize,
     /// `kH * kW`.
     pub taps: usize,
@@ -25,26 +28,28 @@ pub(crate) struct DenseWeights {
 
 impl DenseWeights {
     /// Packs ONNX weights `w` of shape `[oc, ic, kh, kw]` for tiles of at most `max_blocks`
-    /// output blocks. Each group is written in order by its own task (session creation packs
-    /// every conv of a model: resnet50 has 25M weights).
-    pub fn pack(w: &[f32], [oc, ic, kh, kw]: [usize; 4], block: usize, max_blocks: usize) -> Self {
-        let (taps, in_blocks, out_blocks) = (kh * kw, ic.div_ceil(block), oc.div_ceil(block));
+    /// output blocks of `block` channels, reading input blocks of `in_block` channels. Each
+    /// group is written in order by its own task (session creation packs every conv of a
+    /// model: resnet50 has 25M weights).
+    pub fn pack(w: &[f32], [oc, ic, kh, kw]: [usize; 4], [block, in_block]: [usize; 2], max_blocks: usize) -> Self {
+        let (taps, in_blocks, out_blocks) = (kh * kw, ic.div_ceil(in_block), oc.div_ceil(block));
         let groups = BlockGroups::new(out_blocks, max_blocks);
-        let mut data = vec![0.0; out_blocks * in_blocks * taps * block * block];
+        let per_block = in_blocks * taps * in_block * block;
+        let mut data = vec![0.0; out_blocks * per_block];
         let mut parts = Vec::with_capacity(groups.count);
         let mut rest = data.as_mut_slice();
         for g in 0..groups.count {
             let (first, q) = groups.group(g);
-            let (part, tail) = rest.split_at_mut(q * in_blocks * taps * block * block);
+            let (part, tail) = rest.split_at_mut(q * per_block);
             parts.push((first, q, part));
             rest = tail;
         }
         parts.into_par_iter().for_each(|(first, q, part)| {
             // Destination order: input block, tap, input channel, block of the group, lane.
             let mut dst = part.iter_mut();
-            for in_block in 0..in_blocks {
+            for ib in 0..in_blocks {
                 for t in 0..taps {
-                    for i in in_block * block..(in_block + 1) * block {
+                    for i in ib * in_block..(ib + 1) * in_block {
                         for o in first * block..(first + q) * block {
                             let Some(d) = dst.next() else { return };
                             if o < oc && i < ic {
@@ -55,7 +60,7 @@ impl DenseWeights {
                 }
             }
         });
-        DenseWeights { data, block, in_blocks, taps, groups }
+        DenseWeights { data, block, in_block, in_blocks, taps, groups }
     }
 
     /// Where the `b` lanes of output block `out_block` start, for input block `in_block`, tap
@@ -63,12 +68,12 @@ impl DenseWeights {
     pub fn at(&self, out_block: usize, in_block: usize, tap: usize, channel: usize) -> usize {
         let (first, q) = self.groups.of_block(out_block);
         let b = self.block;
-        self.group_start(first) + (((in_block * self.taps + tap) * b + channel) * q + out_block - first) * b
+        self.group_start(first) + (((in_block * self.taps + tap) * self.in_block + channel) * q + out_block - first) * b
     }
 
     /// Where the group whose first output block is `first_block` starts.
     pub fn group_start(&self, first_block: usize) -> usize {
-        first_block * self.in_blocks * self.taps * self.block * self.block
+        first_block * self.in_blocks * self.taps * self.in_block * self.block
     }
 }
 
@@ -111,7 +116,7 @@ mod tests {
         let (oc, ic, taps, b) = (9, 3, 2, 4);
         let w: Vec<f32> = (0..oc * ic * taps).map(|v| v as f32 + 1.0).collect();
         // Three output blocks in groups of at most 2: (0, 1) and (2).
-        let p = DenseWeights::pack(&w, [oc, ic, 1, 2], b, 2);
+        let p = DenseWeights::pack(&w, [oc, ic, 1, 2], [b, b], 2);
         assert_eq!(p.data.len(), 3 * taps * b * b);
         // Output channel 5 is lane 1 of block 1 (second of its group); input channel 2, tap 1.
         assert_eq!(p.data[((b + 2) * 2 + 1) * b + 1], w[(5 * ic + 2) * taps + 1]);

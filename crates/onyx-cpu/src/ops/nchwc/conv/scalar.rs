@@ -15,10 +15,9 @@ pub(super) fn direct(job: &DirectJob<'_>) {
     each_output(g, y, |n, o, oh, ow| {
         let mut sum = 0.0;
         for c in 0..g.c_in {
-            let x_c = n * g.input.image + c / g.block * g.input.group + c % g.block * g.input.channel;
-            sum += taps_sum(g, oh, ow, |tap, at| {
-                job.x[x_c + at] * w.data[w.at(o / g.block, c / g.block, tap, c % g.block) + o % g.block]
-            });
+            let (in_block, channel) = (c / g.in_block, c % g.in_block);
+            let x_c = n * g.input.image + in_block * g.input.group + channel * g.input.channel;
+            sum += taps_sum(g, oh, ow, |tap, at| job.x[x_c + at] * w.data[w.at(o / g.block, in_block, tap, channel) + o % g.block]);
         }
         sum
     });

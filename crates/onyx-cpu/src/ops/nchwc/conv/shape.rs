@@ -41,8 +41,11 @@ pub(crate) struct ConvGeometry {
     pub c_in: usize,
     /// Output channels (logical).
     pub c_out: usize,
-    /// The block size `b`.
+    /// The block size `b` of the output (and the lanes of the tiles).
     pub block: usize,
+    /// Input channels per input block: `b`, except for a stem's interleaved input
+    /// ([`super::stem`]).
+    pub in_block: usize,
     /// The height axis.
     pub rows: Axis,
     /// The width axis.
@@ -67,7 +70,7 @@ impl ConvGeometry {
 
     /// Blocks of input channels.
     pub fn in_blocks(&self) -> usize {
-        self.c_in.div_ceil(self.block)
+        self.c_in.div_ceil(self.in_block)
     }
 
     /// Blocks of output channels.
@@ -87,7 +90,7 @@ impl ConvGeometry {
 
     /// Real channels of input block `g` (the last block may be partial).
     pub fn channels_in_block(&self, g: usize) -> usize {
-        self.block.min(self.c_in - g * self.block)
+        self.in_block.min(self.c_in - g * self.in_block)
     }
 
     /// Multiply-adds of the whole convolution (`depthwise`: one input channel per output).

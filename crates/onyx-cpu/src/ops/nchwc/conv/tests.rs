@@ -243,6 +243,18 @@ fn dense_cases() -> Vec<Case> {
         Case { residual: true, ..Case::new(70, 40, [3, 2], [3, 3], 1, 1) },
         Case { activation: "Clip", ..Case::new(70, 24, [7, 7], [3, 3], 1, 1) },
         Case { batch: 2, residual: true, activation: "Sigmoid", ..Case::new(41, 36, [14, 13], [3, 3], 2, 1) },
+        // Plain NCHW inputs with fewer channels than a block (the stem form): row dilation,
+        // uneven pads and strides; column dilation (read in place instead).
+        Case {
+            batch: 2,
+            nchw_input: true,
+            residual: true,
+            dilations: [2, 1],
+            pads: [1, 3, 2, 0],
+            strides: [1, 2],
+            ..Case::new(5, 20, [12, 17], [3, 5], 1, 0)
+        },
+        Case { nchw_input: true, dilations: [1, 2], ..Case::new(4, 9, [10, 11], [3, 3], 1, 1) },
     ];
     for c in &mut cases {
         if c.activation == "Clip" && c.params.is_empty() {
