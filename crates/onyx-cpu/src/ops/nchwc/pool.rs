@@ -12,7 +12,7 @@ use onyx_core::ep::{Kernel, NodeContext, ValueRef};
 use onyx_core::ir::{AttrValue, Node, ONYX_DOMAIN};
 use onyx_core::{host_pool, DataType, Error, Location, Result, Value};
 
-use super::conv::shape::valid_taps;
+use super::conv::shape::{interior, valid_taps};
 use super::reorder::block_attr;
 use crate::ops::conv::geometry::{Axis, WindowAttrs};
 use crate::ops::matmul::gemm::PARALLEL_WORK;
@@ -145,9 +145,10 @@ impl MaxRow<'_> {
     fn run_lanes<const B: usize>(self) {
         let MaxRow { src, rows, cols, oh, dst, .. } = self;
         let (h0, h1) = valid_taps(rows, oh);
+        let inside = interior(cols);
         for (ow, out) in dst.chunks_exact_mut(B).enumerate() {
             let mut m = [f32::NEG_INFINITY; B];
-            let (w0, w1) = valid_taps(cols, ow);
+            let (w0, w1) = if (inside.0..inside.1).contains(&ow) { (0, cols.kernel) } else { valid_taps(cols, ow) };
             for kh in h0..h1 {
                 let ih = rows.input_index(oh, kh) as usize;
                 for kw in w0..w1 {
