@@ -389,7 +389,7 @@ impl NchwcConv {
         } else {
             Weights::Dense(DenseWeights::pack(data, [c_out, c_in, kh, kw], [block, block], path.blocks()))
         };
-        let stem = (!depthwise && StemWeights::applies(c_in, block))
+        let stem = (!depthwise && StemWeights::applies(c_in, block, kw))
             .then(|| StemWeights::pack(data, [c_out, c_in, kh, kw], block, path.blocks()));
         let activation = Activation::from_node(node)?;
         Ok(NchwcConv { at, window, block, activation, c_in, c_out, kernel: [kh, kw], weights, stem, bias: None, path })
