@@ -73,12 +73,24 @@ const SPAN_CHUNK_STEPS: usize = 288;
 /// Most pixels of a tile that spans rows: one pointer each must stay in a register.
 const SPAN_PIXELS: usize = 8;
 
-/// True when the tiles of an item with columns `cols` (and `full` pixels in a full tile) run
-/// over its whole rows as one run of pixels ([`Tile::run_span`]): the item covers whole rows
-/// of a convolution that [`masks_padding`] and is not a pointwise one run as a single row
-/// (already one run). A row of 7 pixels then no longer ends in a tile of 3.
-fn spans_rows(g: &ConvGeometry, cols: &Range<usize>, full: usize) -> bool {
-    masks_padding(g) && full <= SPAN_PIXELS && g.rows.output > 1 && cols.start == 0 && cols.end == g.cols.output
+/// Fewest accumulators a row's narrowest tile may have before the tiles span rows instead:
+/// below it the multiply-adds wait on each other (AVX2's 4 + 3 pixel tiles of a 7-pixel row by
+/// 2 blocks: 8 and 6). Above it the row tiles are as fast (AVX-512's 4 blocks: 16 and 12; on
+/// the Xeon spanning rows there was 10-15% slower).
+const MIN_ROW_ACCUMULATORS: usize = 10;
+
+/// True when the tiles of an item with columns `cols` (and `full` pixels in a full tile of
+/// `blocks` output blocks) run over its whole rows as one run of pixels ([`Tile::run_span`]):
+/// the rows are too narrow for wide row tiles, the item covers whole rows of a convolution
+/// that [`masks_padding`] and is not a pointwise one run as a single row (already one run).
+fn spans_rows(g: &ConvGeometry, cols: &Range<usize>, full: usize, blocks: usize) -> bool {
+    let narrowest = cols.len() / EvenTiles::new(cols.len(), full).tiles.max(1);
+    narrowest * blocks < MIN_ROW_ACCUMULATORS
+        && masks_padding(g)
+        && full <= SPAN_PIXELS
+        && g.rows.output > 1
+        && cols.start == 0
+        && cols.end == g.cols.output
 }
 
 /// Most pixels of a tile that is not full (the rest of a row).
@@ -165,7 +177,7 @@ pub(super) unsafe fn run_item<V: Lanes>(job: &DirectJob<'_>, items: &DirectItems
     let out_block_len = g.out_block_len();
     let y_item = n * g.out_blocks() * out_block_len + first_block * out_block_len;
     let in_registers = RegisterEpilogue::new(&job.epilogue, first_block, b, y_item);
-    let span = spans_rows(g, &cols, full);
+    let span = spans_rows(g, &cols, full, blocks);
     let chunk = (if span { SPAN_CHUNK_STEPS } else { CHUNK_STEPS } / (w.taps * w.in_block)).max(1);
     for first_in in (0..g.in_blocks()).step_by(chunk) {
         let last_in = (first_in + chunk).min(g.in_blocks());
