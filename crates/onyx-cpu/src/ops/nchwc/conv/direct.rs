@@ -2,8 +2,10 @@
 //! tiles of `P` output pixels of one row by `Q` output channel blocks (`P * Q` =
 //! `ACCUMULATORS`, e.g. 6 x 4, 8 x 3, 12 x 2 or 24 x 1 with AVX-512). For each input channel
 //! of each kernel tap the tile loads one weight vector per output block and broadcasts one
-//! input value per pixel: `P * Q` multiply-adds for `P + Q` loads. Pointwise convolutions run as one long row (`flattened`); a plain
-//! NCHW input (a 3-channel stem) is read through its own strides.
+//! input value per pixel: `P * Q` multiply-adds for `P + Q` loads. Where rows are too narrow
+//! for wide tiles (a 7x7 map on AVX2) a tile's pixels run on over the next rows
+//! (`Tile::run_span`). Pointwise convolutions run as one long row (`flattened`); a plain NCHW
+//! input is read through its own strides, or as the interleaved copy of [`super::stem`].
 //!
 //! Work is split into items of (image, group of output blocks, rows, columns) small enough
 //! that their output stays in L1 while every input channel block is added into it; the
@@ -459,7 +461,7 @@ impl Tile {
         let (rows, cols) = (0..g.rows.input as isize, 0..g.cols.input as isize);
         let last_tap = (((g.rows.kernel - 1) * g.rows.dilation) as isize, ((g.cols.kernel - 1) * g.cols.dilation) as isize);
         if origins.iter().all(|&(r, c)| rows.contains(&r) && rows.contains(&(r + last_tap.0)) && cols.contains(&c) && cols.contains(&(c + last_tap.1))) {
-            // Every tap of every pixel inside X (most tiles; all of a stem's): no checks.
+            // Every tap of every pixel inside X (most tiles): no checks.
             let starts: [*const f32; P] =
                 std::array::from_fn(|p| self.x.wrapping_offset(origins[p].0 * layout.row as isize + origins[p].1 * layout.pixel as isize));
             for kh in 0..g.rows.kernel {
