@@ -1,7 +1,8 @@
-"""Generates end-to-end test models with seeded random weights and ONNX Runtime reference outputs.
+"""Generates end-to-end test models with seeded random weights and ONNX Runtime reference outputs
+(Pillow's for ImageDecoder, which ONNX Runtime's CPU EP lacks).
 
 Run: python3 scripts/make_test_models.py OUTDIR [--only CASE[,CASE...]]
-Needs: onnx==1.22.0, onnxruntime, numpy. Deterministic (fixed seeds, ORT with graph
+Needs: onnx==1.22.0, onnxruntime, numpy, pillow. Deterministic (fixed seeds, ORT with graph
 optimizations disabled and one thread). Writes only under OUTDIR:
 
   OUTDIR/<case>/model.onnx                 (if_true and if_false share if_model/model.onnx)
@@ -144,6 +145,7 @@ class Case:
     atol: float = DEFAULT_ATOL
     model_dir: str = ""  # folder of the model file; the case name when empty
     external_data: bool = False
+    reference: dict = None  # expected outputs from another reference than ONNX Runtime
 
 
 def resnet18_case():
@@ -678,6 +680,68 @@ def mobilenet_v2_case():
                 "weights, random N(0,1) input [1,3,224,224].")
 
 
+def image_decoder_cases():
+    """ImageDecoder on JPEG and JPEG 2000 files that Pillow writes, against Pillow's decoding
+    (ONNX's reference decoder, libjpeg-turbo and OpenJPEG; ONNX Runtime's CPU EP has no
+    ImageDecoder): every chroma subsampling Pillow writes, sequential and progressive, restart
+    intervals, gray, sizes that are not whole blocks or MCUs."""
+    import io
+    from PIL import Image
+
+    rng = np.random.default_rng(2020)
+
+    def picture(w, h):
+        """Smooth colour gradients with noise: large and small DCT coefficients alike."""
+        y, x = np.mgrid[0:h, 0:w].astype(np.float64)
+        base = np.stack([128 + 100 * np.sin(x / 5 + c) * np.cos(y / 7 - c) for c in range(3)], axis=-1)
+        return np.clip(base + rng.normal(0, 25, (h, w, 3)), 0, 255).astype(np.uint8)
+
+    variants = [
+        ("jpeg_420", (37, 23), "RGB", "JPEG", dict(quality=90), "RGB"),
+        ("jpeg_422_bgr", (41, 17), "RGB", "JPEG", dict(quality=75, subsampling=1), "BGR"),
+        ("jpeg_444", (16, 9), "RGB", "JPEG", dict(quality=95, subsampling=0), "RGB"),
+        ("jpeg_progressive", (53, 29), "RGB", "JPEG", dict(quality=85, progressive=True), "RGB"),
+        ("jpeg_progressive_444_gray_out", (31, 45), "RGB", "JPEG",
+         dict(quality=60, progressive=True, subsampling=0, optimize=True), "Grayscale"),
+        ("jpeg_restart", (70, 34), "RGB", "JPEG", dict(quality=80, restart_marker_blocks=3), "RGB"),
+        ("jpeg_restart_progressive", (45, 38), "RGB", "JPEG",
+         dict(quality=70, progressive=True, restart_marker_rows=1), "RGB"),
+        ("jpeg_gray_source", (29, 31), "L", "JPEG", dict(quality=85), "RGB"),
+        ("jpeg_large", (211, 157), "RGB", "JPEG", dict(quality=92, progressive=True), "RGB"),
+        ("jpeg2000_rgb", (23, 19), "RGB", "JPEG2000", dict(), "BGR"),
+        ("jpeg2000_gray", (17, 12), "L", "JPEG2000", dict(irreversible=False), "RGB"),
+    ]
+    cases = []
+    for name, (w, h), mode, fmt, options, pixel_format in variants:
+        image = Image.fromarray(picture(w, h)).convert(mode)
+        buf = io.BytesIO()
+        image.save(buf, fmt, **options)
+        encoded = np.frombuffer(buf.getvalue(), dtype=np.uint8).copy()
+        decoded = Image.open(io.BytesIO(encoded.tobytes())).convert("RGB")
+        if pixel_format == "Grayscale":
+            expected = np.array(decoded.convert("L"))[:, :, None]
+        else:
+            expected = np.array(decoded)
+            if pixel_format == "BGR":
+                expected = expected[:, :, ::-1]
+        node = helper.make_node("ImageDecoder", ["encoded"], ["image"], name="/ImageDecoder",
+                                pixel_format=pixel_format)
+        graph = helper.make_graph(
+            [node], "image_decoder",
+            [helper.make_tensor_value_info("encoded", TensorProto.UINT8, ["bytes"])],
+            [helper.make_tensor_value_info("image", TensorProto.UINT8, ["h", "w", "c"])])
+        model = helper.make_model(graph, producer_name=PRODUCER, producer_version="1",
+                                  opset_imports=[helper.make_opsetid("", 20)])
+        model.ir_version = 9
+        onnx.checker.check_model(model, full_check=True)
+        cases.append(Case(
+            f"image_decoder_{name}", model, {"encoded": encoded},
+            f"ImageDecoder ({pixel_format}) of a {w}x{h} {mode} {fmt} file written by Pillow "
+            f"with {options}; expected pixels are Pillow's decoding.",
+            rtol=0, atol=0, reference={"image": np.ascontiguousarray(expected)}))
+    return cases
+
+
 ALL_CASES = {
     "resnet18": lambda: [resnet18_case()],
     "bert4": lambda: [bert4_case()],
@@ -687,6 +751,7 @@ ALL_CASES = {
     "external_data": lambda: [external_data_case()],
     "function_model": lambda: [function_model_case()],
     "mobilenet_v2": lambda: [mobilenet_v2_case()],
+    "image_decoder": image_decoder_cases,
 }
 
 
@@ -769,11 +834,14 @@ def manifest_entry(case, model_rel, input_files, output_files):
 def generate(case, outdir):
     """Writes one case and returns (manifest entry, tolerance use of ORT's optimized run)."""
     model_rel = write_model(case, outdir)
-    outputs = run_reference(outdir / model_rel, case.inputs)
+    if case.reference is not None:
+        outputs, use = case.reference, 0.0
+    else:
+        outputs = run_reference(outdir / model_rel, case.inputs)
+        optimized = run_reference(outdir / model_rel, case.inputs, optimized=True)
+        use = max(tolerance_use(outputs[n], optimized[n], case.rtol, case.atol) for n in outputs)
     inputs_files = save_values(case.name, "inputs", case.inputs, outdir)
     output_files = save_values(case.name, "outputs", outputs, outdir)
-    optimized = run_reference(outdir / model_rel, case.inputs, optimized=True)
-    use = max(tolerance_use(outputs[n], optimized[n], case.rtol, case.atol) for n in outputs)
     return manifest_entry(case, model_rel, inputs_files, output_files), use, outputs
 
 

@@ -1,4 +1,4 @@
-//! Normalization: BatchNormalization (inference), InstanceNormalization, LayerNormalization,
+//! Normalization: BatchNormalization (inference and training mode), InstanceNormalization, LayerNormalization,
 //! GroupNormalization, LRN and MeanVarianceNormalization, every opset from 7 to 22, and
 //! RMSNormalization ([`rms`]). Rows
 //! (planes, groups) are normalized in parallel when the tensor is large.
@@ -113,19 +113,37 @@ fn is_double(x: &TensorView<'_>) -> bool {
 // ---------------------------------------------------------------------------------------------
 // BatchNormalization
 
-/// BatchNormalization in inference mode.
+/// BatchNormalization. In training mode (opset 14+, `training_mode=1`) it normalizes by the
+/// batch's own statistics and also outputs the updated running mean and variance.
 struct BatchNorm {
     at: Location,
     epsilon: f32,
+    /// `Some(momentum)` in training mode.
+    training: Option<f32>,
 }
 
 fn build_batch_norm(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
     let node = ctx.node;
     let at = node.location();
-    if node.int_or("training_mode", 0)? != 0 {
-        return Err(Error::Unsupported(format!("{at} (training_mode=1: only inference is supported)")));
-    }
-    Ok(Box::new(BatchNorm { at, epsilon: node.float_or("epsilon", 1e-5)? }))
+    let training = match node.int_or("training_mode", 0)? {
+        0 => None,
+        1 => Some(node.float_or("momentum", 0.9)?),
+        other => return Err(Error::attribute(&at, "training_mode", "0 or 1", other.to_string())),
+    };
+    Ok(Box::new(BatchNorm { at, epsilon: node.float_or("epsilon", 1e-5)?, training }))
+}
+
+/// Per-channel mean and population variance of X seen as `[N, channels, inner]` (sums in f64).
+fn batch_statistics<T: Real>(x: &[T], channels: usize, inner: usize) -> (Vec<T>, Vec<T>) {
+    let planes = |f: usize| x.chunks(inner.max(1)).skip(f).step_by(channels.max(1));
+    let count = (x.len() / channels.max(1)).max(1) as f64;
+    (0..channels)
+        .map(|f| {
+            let mean = planes(f).map(|p| lane_sum(p, |v| v)).sum::<f64>() / count;
+            let var = planes(f).map(|p| lane_sum(p, |v| (v - mean) * (v - mean))).sum::<f64>() / count;
+            (T::from_f64(mean), T::from_f64(var))
+        })
+        .unzip()
 }
 
 /// `y[n, f, i] = (x - mean[f]) / sqrt(var[f] + eps) * scale[f] + b[f]` on X seen as
@@ -166,18 +184,30 @@ pub(crate) fn batch_norm<T: Real>(
 }
 
 impl BatchNorm {
-    fn run_typed<T: Real>(&self, x: &TensorView<'_>, params: &[TensorView<'_>; 4], inner: usize) -> Result<Value> {
+    /// Y, and in training mode the running mean and variance.
+    fn run_typed<T: Real>(&self, x: &TensorView<'_>, params: &[TensorView<'_>; 4], inner: usize) -> Result<Vec<Value>> {
         let xs = float_slice::<T>(x)?;
         let [s, b, m, v] = [0, 1, 2, 3].map(|i| float_slice::<T>(&params[i]));
-        let y = batch_norm(&xs, inner, &s?, &b?, &m?, &v?, T::from_f32(self.epsilon));
-        float_output(x.dtype(), x.shape().to_vec(), y)
+        let (s, b, m, v) = (s?, b?, m?, v?);
+        let eps = T::from_f32(self.epsilon);
+        let Some(momentum) = self.training else {
+            return Ok(vec![float_output(x.dtype(), x.shape().to_vec(), batch_norm(&xs, inner, &s, &b, &m, &v, eps))?]);
+        };
+        let (mean, var) = batch_statistics(&xs, s.len(), inner);
+        let y = float_output(x.dtype(), x.shape().to_vec(), batch_norm(&xs, inner, &s, &b, &mean, &var, eps))?;
+        let momentum = T::from_f32(momentum);
+        let running = |old: &[T], new: &[T], dtype| {
+            let r = old.iter().zip(new).map(|(&o, &n)| o * momentum + n * (T::from_f32(1.0) - momentum)).collect();
+            float_output(dtype, vec![new.len()], r)
+        };
+        Ok(vec![y, running(&m, &mean, params[2].dtype())?, running(&v, &var, params[3].dtype())?])
     }
 }
 
 impl Kernel for BatchNorm {
     fn run(&self, inputs: &[Option<ValueRef<'_>>], wanted: &[bool]) -> Result<Vec<Value>> {
         let at = &self.at;
-        if wanted.iter().skip(1).any(|&w| w) {
+        if self.training.is_none() && wanted.iter().skip(1).any(|&w| w) {
             return Err(Error::Unsupported(format!(
                 "{at} (the running statistics outputs exist only in training mode)"
             )));
@@ -190,13 +220,15 @@ impl Kernel for BatchNorm {
         let [b, m, v] = [(2, "like scale"), (3, "like scale"), (4, "like scale")]
             .map(|(i, what)| param(inputs, i, &[features], what, at));
         let params = [scale, b?, m?, v?];
+        if self.training.is_some() && features != c {
+            return Err(Error::input(at, 1, format!("{c} elements (one per channel)"), format!("{features}")));
+        }
         let inner = if features == c { spatial } else { 1 };
-        let y = if is_double(&x) {
-            self.run_typed::<f64>(&x, &params, inner)?
+        if is_double(&x) {
+            self.run_typed::<f64>(&x, &params, inner)
         } else {
-            self.run_typed::<f32>(&x, &params, inner)?
-        };
-        Ok(vec![y])
+            self.run_typed::<f32>(&x, &params, inner)
+        }
     }
 }
 

@@ -69,11 +69,58 @@ fn batch_norm_matches_formula() {
     }
 }
 
+/// Training mode: Y normalized by the batch's statistics, running statistics updated by momentum.
+#[test]
+fn batch_norm_training_mode() {
+    let mut rng = Rng::new(32);
+    // Momenta exact in f32, the attribute's type.
+    for (shape, momentum) in [(&[3usize, 5, 7, 2][..], 0.75), (&[2, 3][..], 0.875), (&[1, 4, 13][..], 0.0)] {
+        let c = shape[1];
+        let inner: usize = shape[2..].iter().product();
+        let x: Vec<f64> = rng.vec_f64(shape.iter().product()).iter().map(|v| v * 3.0 + 1.5).collect();
+        let (s, b, m) = (rng.vec_f64(c), rng.vec_f64(c), rng.vec_f64(c));
+        let v = positive(&mut rng, c);
+        let eps = 1e-2;
+        let channel = |i: usize| (i / inner) % c;
+        let count = (x.len() / c) as f64;
+        let mean: Vec<f64> = (0..c)
+            .map(|f| x.iter().enumerate().filter(|(i, _)| channel(*i) == f).map(|(_, v)| v).sum::<f64>() / count)
+            .collect();
+        let var: Vec<f64> = (0..c)
+            .map(|f| {
+                x.iter().enumerate().filter(|(i, _)| channel(*i) == f).map(|(_, v)| (v - mean[f]).powi(2)).sum::<f64>()
+                    / count
+            })
+            .collect();
+        let want_y: Vec<f64> = x
+            .iter()
+            .enumerate()
+            .map(|(i, &xv)| (xv - mean[channel(i)]) / (var[channel(i)] + eps).sqrt() * s[channel(i)] + b[channel(i)])
+            .collect();
+        let run_mean: Vec<f64> = m.iter().zip(&mean).map(|(o, n)| o * momentum + n * (1.0 - momentum)).collect();
+        let run_var: Vec<f64> = v.iter().zip(&var).map(|(o, n)| o * momentum + n * (1.0 - momentum)).collect();
+        let attrs = vec![
+            ("epsilon", AttrValue::Float(eps as f32)),
+            ("momentum", AttrValue::Float(momentum as f32)),
+            ("training_mode", AttrValue::Int(1)),
+        ];
+        let k = build(build_batch_norm, &node("BatchNormalization", &["x", "s", "b", "m", "v"], 3, attrs), 15).unwrap();
+        let p = [c];
+        let out = run(k.as_ref(), &[t64(shape, &x), t64(&p, &s), t64(&p, &b), t64(&p, &m), t64(&p, &v)], 3).unwrap();
+        assert_close(&to_f64(&out[0]), &want_y, 1e-7, &format!("y {shape:?}"));
+        assert_close(&to_f64(&out[1]), &run_mean, 1e-9, &format!("running mean {shape:?}"));
+        assert_close(&to_f64(&out[2]), &run_var, 1e-9, &format!("running var {shape:?}"));
+        let out = run(k.as_ref(), &[t32(shape, &x), t32(&p, &s), t32(&p, &b), t32(&p, &m), t32(&p, &v)], 3).unwrap();
+        assert_close(&to_f64(&out[0]), &want_y, 1e-4, &format!("f32 y {shape:?}"));
+        assert_close(&to_f64(&out[2]), &run_var, 1e-4, &format!("f32 running var {shape:?}"));
+    }
+}
+
 #[test]
 fn batch_norm_errors() {
-    let n = node("BatchNormalization", &["x", "s", "b", "m", "v"], 1, vec![("training_mode", AttrValue::Int(1))]);
-    let err = build(build_batch_norm, &n, 15).err().unwrap();
-    assert!(matches!(err, Error::Unsupported(_)) && err.to_string().contains("training_mode=1"), "{err}");
+    let n = node("BatchNormalization", &["x", "s", "b", "m", "v"], 1, vec![("training_mode", AttrValue::Int(2))]);
+    let err = build(build_batch_norm, &n, 15).err().unwrap().to_string();
+    assert!(err.contains("training_mode") && err.contains("0 or 1"), "{err}");
     let n = node("BatchNormalization", &["x", "s", "b", "m", "v"], 3, vec![]);
     let k = build(build_batch_norm, &n, 9).unwrap();
     let ones = |s: &[usize]| t32(s, &vec![1.0; s.iter().product()]);

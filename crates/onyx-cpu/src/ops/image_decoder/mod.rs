@@ -1,12 +1,15 @@
 //! ImageDecoder (opset 20): decodes one encoded image (a 1-D uint8 tensor holding a BMP, JPEG,
-//! PNG, PNM, TIFF or WebP file) into an `[H, W, C]` uint8 tensor, `C = 3` for `RGB` (the
-//! default) and `BGR`, `C = 1` for `Grayscale`.
+//! JPEG 2000, PNG, PNM, TIFF or WebP file) into an `[H, W, C]` uint8 tensor, `C = 3` for `RGB`
+//! (the default) and `BGR`, `C = 1` for `Grayscale`.
 //!
-//! Decoding uses the `image` crate with only those codecs. Grayscale is computed from the RGB
-//! pixels with ITU-R 601-2 luma in 16-bit fixed point (`(19595 R + 38470 G + 7471 B + 2^15) >>
-//! 16`), the conversion Pillow's `convert("L")` makes (ONNX's reference decodes with Pillow), so
-//! gray sources come back unchanged. JPEG 2000 is not supported: the `image` crate has no
-//! JPEG 2000 decoder, and a file in that format is an error naming the node.
+//! ONNX's reference decodes with Pillow, so the pixels are Pillow's: JPEG through [`jpeg`],
+//! which matches libjpeg-turbo bit for bit (JPEGs it does not read, such as CMYK or arithmetic
+//! coded ones, go to the `image` crate); JPEG 2000 through `hayro-jpeg2000`; the lossless
+//! formats through the `image` crate. Grayscale is computed from the RGB pixels with ITU-R
+//! 601-2 luma in 16-bit fixed point (`(19595 R + 38470 G + 7471 B + 2^15) >> 16`), the
+//! conversion Pillow's `convert("L")` makes, so gray sources come back unchanged.
+
+mod jpeg;
 
 use onyx_core::ep::{Kernel, NodeContext, ValueRef};
 use onyx_core::{DataType, Error, Location, Result, Value};
@@ -58,20 +61,59 @@ fn convert(rgb: Vec<u8>, format: PixelFormat) -> Vec<u8> {
     }
 }
 
+/// The signatures of JPEG 2000: the JP2 file format's first box, and a bare codestream.
+const JP2_SIGNATURE: &[u8] = &[0, 0, 0, 12, b'j', b'P', b' ', b' ', 13, 10, 0x87, 10];
+const J2K_CODESTREAM: &[u8] = &[0xFF, 0x4F, 0xFF, 0x51];
+
+/// What the node expects of its input, for errors.
+const EXPECTED: &str = "an encoded BMP, JPEG, JPEG 2000, PNG, PNM, TIFF or WebP image";
+
 impl ImageDecoder {
     fn decode(&self, bytes: &[u8]) -> Result<Value> {
-        let at = &self.at;
+        let (w, h, rgb) = if bytes.starts_with(JP2_SIGNATURE) || bytes.starts_with(J2K_CODESTREAM) {
+            self.decode_jpeg2000(bytes)?
+        } else if let Ok(d) = jpeg::decode(bytes) {
+            let rgb = if d.channels == 1 { d.pixels.iter().flat_map(|&g| [g, g, g]).collect() } else { d.pixels };
+            (d.width, d.height, rgb)
+        } else {
+            self.decode_general(bytes)?
+        };
+        let channels = if self.format == PixelFormat::Grayscale { 1 } else { 3 };
+        util::out(vec![h, w, channels], convert(rgb, self.format))
+    }
+
+    /// Any format of the `image` crate: `(width, height, RGB pixels)`.
+    fn decode_general(&self, bytes: &[u8]) -> Result<(usize, usize, Vec<u8>)> {
         let image = image::load_from_memory(bytes).map_err(|e| {
             let found = match image::guess_format(bytes) {
                 Ok(f) => format!("a {f:?} image that does not decode: {e}"),
                 Err(_) => format!("bytes in no supported format ({e})"),
             };
-            Error::input(at, 0, "an encoded BMP, JPEG, PNG, PNM, TIFF or WebP image", found)
+            Error::input(&self.at, 0, EXPECTED, found)
         })?;
         let rgb = image.to_rgb8();
-        let (w, h) = (rgb.width() as usize, rgb.height() as usize);
-        let channels = if self.format == PixelFormat::Grayscale { 1 } else { 3 };
-        util::out(vec![h, w, channels], convert(rgb.into_raw(), self.format))
+        Ok((rgb.width() as usize, rgb.height() as usize, rgb.into_raw()))
+    }
+
+    /// A JPEG 2000 file or codestream in gray or RGB (an alpha channel is dropped).
+    fn decode_jpeg2000(&self, bytes: &[u8]) -> Result<(usize, usize, Vec<u8>)> {
+        let bad =
+            |e: String| Error::input(&self.at, 0, EXPECTED, format!("a JPEG 2000 image that does not decode: {e}"));
+        let settings = hayro_jpeg2000::DecodeSettings::default();
+        let image = hayro_jpeg2000::Image::new(bytes, &settings).map_err(|e| bad(format!("{e:?}")))?;
+        let (w, h) = (image.width() as usize, image.height() as usize);
+        let color = image.color_space().num_channels() as usize;
+        let channels = color + usize::from(image.has_alpha());
+        let pixels =
+            image.decode(&mut hayro_jpeg2000::DecoderContext::default()).map_err(|e| bad(format!("{e:?}")))?.data_u8();
+        if pixels.len() != w * h * channels || !matches!(color, 1 | 3) {
+            return Err(bad(format!("{color} colour channels (gray or RGB expected)")));
+        }
+        let rgb = pixels
+            .chunks_exact(channels)
+            .flat_map(|p| if color == 1 { [p[0]; 3] } else { [p[0], p[1], p[2]] })
+            .collect();
+        Ok((w, h, rgb))
     }
 }
 
@@ -117,7 +159,11 @@ mod tests {
     #[test]
     fn lossless_formats_round_trip_in_every_pixel_format() {
         let (w, h) = (7, 5);
-        for (i, f) in [image::ImageFormat::Png, image::ImageFormat::Bmp, image::ImageFormat::Tiff, image::ImageFormat::Pnm].into_iter().enumerate() {
+        for (i, f) in
+            [image::ImageFormat::Png, image::ImageFormat::Bmp, image::ImageFormat::Tiff, image::ImageFormat::Pnm]
+                .into_iter()
+                .enumerate()
+        {
             let (bytes, px) = encoded(w, h, f, i as u64 + 1);
             let rgb = decode("RGB", bytes.clone()).unwrap();
             assert_eq!(rgb.shape(), [h as usize, w as usize, 3], "{f:?}");
@@ -127,8 +173,10 @@ mod tests {
             assert_eq!(bgr.as_slice::<u8>().unwrap(), &want[..], "{f:?}");
             let gray = decode("Grayscale", bytes).unwrap();
             assert_eq!(gray.shape(), [h as usize, w as usize, 1]);
-            let want: Vec<u8> =
-                px.chunks(3).map(|p| (0.299 * p[0] as f64 + 0.587 * p[1] as f64 + 0.114 * p[2] as f64).round() as u8).collect();
+            let want: Vec<u8> = px
+                .chunks(3)
+                .map(|p| (0.299 * p[0] as f64 + 0.587 * p[1] as f64 + 0.114 * p[2] as f64).round() as u8)
+                .collect();
             for (g, w) in gray.as_slice::<u8>().unwrap().iter().zip(&want) {
                 assert!(g.abs_diff(*w) <= 1, "{f:?}: luma {g} vs {w}");
             }
@@ -153,7 +201,8 @@ mod tests {
         let e = kernel("CMYK").err().unwrap().to_string();
         assert!(e.contains("pixel_format"), "{e}");
         let k = kernel("RGB").unwrap();
-        let e = run(k.as_ref(), &[Some(Tensor::from_vec(vec![2], vec![1i32, 2]).unwrap())], 1).err().unwrap().to_string();
+        let e =
+            run(k.as_ref(), &[Some(Tensor::from_vec(vec![2], vec![1i32, 2]).unwrap())], 1).err().unwrap().to_string();
         assert!(e.contains("uint8"), "{e}");
     }
 }
