@@ -15,6 +15,7 @@ use entropy::{Huffman, ZIGZAG};
 const MAX_PIXELS: usize = 1 << 26;
 
 /// A decoded image, `[height][width][channels]`.
+#[derive(Debug)]
 pub(super) struct Decoded {
     pub width: usize,
     pub height: usize,
@@ -313,5 +314,55 @@ impl Decoder {
         };
         let (pixels, channels) = output::pixels(&frame, color)?;
         Ok(Decoded { width: frame.width, height: frame.height, channels, pixels })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::matmul::test_support::Rng;
+
+    /// A 35x21 progressive 4:2:0 JPEG with restart markers that Pillow wrote, and Pillow's
+    /// (libjpeg-turbo's) decoding of it.
+    const PROGRESSIVE: &[u8] = include_bytes!("testdata/progressive_restart.jpg");
+    const PROGRESSIVE_RGB: &[u8] = include_bytes!("testdata/progressive_restart.rgb");
+
+    #[test]
+    fn decodes_as_libjpeg_turbo_does() {
+        let d = decode(PROGRESSIVE).unwrap();
+        assert_eq!((d.width, d.height, d.channels), (35, 21, 3));
+        assert!(d.pixels == PROGRESSIVE_RGB, "pixels differ from libjpeg-turbo's");
+    }
+
+    /// Damaged files (bytes changed, cut short) decode or fail cleanly, never panic.
+    #[test]
+    fn damaged_files_never_panic() {
+        let mut rng = Rng::new(11);
+        for case in 0..1000 {
+            let mut bytes = PROGRESSIVE.to_vec();
+            for _ in 0..1 + case % 4 {
+                let at = rng.range(0, bytes.len() as i64) as usize;
+                bytes[at] = rng.range(0, 256) as u8;
+            }
+            if case % 5 == 0 {
+                bytes.truncate(rng.range(2, bytes.len() as i64) as usize);
+            }
+            if let Ok(d) = decode(&bytes) {
+                assert_eq!(d.pixels.len(), d.width * d.height * d.channels, "case {case}");
+            }
+        }
+    }
+
+    #[test]
+    fn features_left_to_the_general_decoder_are_errors_here() {
+        let with_sof = |sof: &[u8]| [&[0xFF, 0xD8][..], sof, &[0xFF, 0xD9]].concat();
+        // 12-bit samples, 4 components, arithmetic coding (SOF9).
+        let twelve_bit = with_sof(&[0xFF, 0xC0, 0, 11, 12, 0, 8, 0, 8, 1, 1, 0x11, 0]);
+        assert!(decode(&twelve_bit).unwrap_err().contains("12 bits"));
+        let cmyk = with_sof(&[0xFF, 0xC0, 0, 20, 8, 0, 8, 0, 8, 4, 1, 0x11, 0, 2, 0x11, 0, 3, 0x11, 0, 4, 0x11, 0]);
+        assert!(decode(&cmyk).unwrap_err().contains("4 components"));
+        let arithmetic = with_sof(&[0xFF, 0xC9, 0, 11, 8, 0, 8, 0, 8, 1, 1, 0x11, 0]);
+        assert!(decode(&arithmetic).unwrap_err().contains("SOF9"));
+        assert!(decode(b"GIF89a").is_err());
     }
 }
