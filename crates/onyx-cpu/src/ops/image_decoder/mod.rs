@@ -183,6 +183,29 @@ mod tests {
         }
     }
 
+    /// A 17x11 RGB JPEG 2000 file (reversible wavelet, lossless) that Pillow wrote, and its pixels.
+    const JP2: &[u8] = include_bytes!("testdata/lossless.jp2");
+    const JP2_RGB: &[u8] = include_bytes!("testdata/lossless.rgb");
+
+    #[test]
+    fn jpeg2000_decodes_losslessly_and_damaged_files_fail_cleanly() {
+        let rgb = decode("RGB", JP2.to_vec()).unwrap();
+        assert_eq!(rgb.shape(), [11, 17, 3]);
+        assert!(rgb.as_slice::<u8>().unwrap() == JP2_RGB);
+        let mut rng = Rng::new(12);
+        for case in 0..300 {
+            let mut bytes = JP2.to_vec();
+            let at = rng.range(0, bytes.len() as i64) as usize;
+            bytes[at] = rng.range(0, 256) as u8;
+            if case % 4 == 0 {
+                bytes.truncate(rng.range(1, bytes.len() as i64) as usize);
+            }
+            if let Ok(t) = decode("BGR", bytes) {
+                assert_eq!(t.len(), t.shape().iter().product::<usize>(), "case {case}");
+            }
+        }
+    }
+
     #[test]
     fn gray_pixels_keep_their_value() {
         for v in 0..=255u8 {
