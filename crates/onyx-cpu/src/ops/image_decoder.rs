@@ -184,8 +184,8 @@ mod tests {
     }
 
     /// A 17x11 RGB JPEG 2000 file (reversible wavelet, lossless) that Pillow wrote, and its pixels.
-    const JP2: &[u8] = include_bytes!("testdata/lossless.jp2");
-    const JP2_RGB: &[u8] = include_bytes!("testdata/lossless.rgb");
+    const JP2: &[u8] = include_bytes!("image_decoder/testdata/lossless.jp2");
+    const JP2_RGB: &[u8] = include_bytes!("image_decoder/testdata/lossless.rgb");
 
     #[test]
     fn jpeg2000_decodes_losslessly_and_damaged_files_fail_cleanly() {

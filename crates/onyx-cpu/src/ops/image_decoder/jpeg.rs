@@ -324,8 +324,8 @@ mod tests {
 
     /// A 35x21 progressive 4:2:0 JPEG with restart markers that Pillow wrote, and Pillow's
     /// (libjpeg-turbo's) decoding of it.
-    const PROGRESSIVE: &[u8] = include_bytes!("testdata/progressive_restart.jpg");
-    const PROGRESSIVE_RGB: &[u8] = include_bytes!("testdata/progressive_restart.rgb");
+    const PROGRESSIVE: &[u8] = include_bytes!("jpeg/testdata/progressive_restart.jpg");
+    const PROGRESSIVE_RGB: &[u8] = include_bytes!("jpeg/testdata/progressive_restart.rgb");
 
     #[test]
     fn decodes_as_libjpeg_turbo_does() {
