@@ -65,6 +65,11 @@ fn convert(rgb: Vec<u8>, format: PixelFormat) -> Vec<u8> {
 const JP2_SIGNATURE: &[u8] = &[0, 0, 0, 12, b'j', b'P', b' ', b' ', 13, 10, 0x87, 10];
 const J2K_CODESTREAM: &[u8] = &[0xFF, 0x4F, 0xFF, 0x51];
 
+/// The most pixels an image may have (64 Mi, 8192x8192): a few bytes can declare any size, and
+/// decoding allocates for it. Larger JPEGs go to the `image` crate, within its own memory limits;
+/// larger JPEG 2000 images are an error.
+const MAX_PIXELS: usize = 1 << 26;
+
 /// What the node expects of its input, for errors.
 const EXPECTED: &str = "an encoded BMP, JPEG, JPEG 2000, PNG, PNM, TIFF or WebP image";
 
@@ -102,6 +107,9 @@ impl ImageDecoder {
         let settings = hayro_jpeg2000::DecodeSettings::default();
         let image = hayro_jpeg2000::Image::new(bytes, &settings).map_err(|e| bad(format!("{e:?}")))?;
         let (w, h) = (image.width() as usize, image.height() as usize);
+        if w * h > MAX_PIXELS {
+            return Err(bad(format!("{w}x{h} pixels (at most {MAX_PIXELS})")));
+        }
         let color = image.color_space().num_channels() as usize;
         let channels = color + usize::from(image.has_alpha());
         let pixels =
@@ -204,6 +212,15 @@ mod tests {
                 assert_eq!(t.len(), t.shape().iter().product::<usize>(), "case {case}");
             }
         }
+        // A header declaring 60000x60000 pixels (in the JP2 header box and the codestream).
+        let mut huge = JP2.to_vec();
+        let ihdr = huge.windows(4).position(|w| w == b"ihdr").unwrap() + 4;
+        let siz = huge.windows(2).position(|w| w == [0xFF, 0x51]).unwrap() + 6;
+        for at in [ihdr, ihdr + 4, siz, siz + 4] {
+            huge[at..at + 4].copy_from_slice(&60000u32.to_be_bytes());
+        }
+        let e = decode("RGB", huge).err().unwrap().to_string();
+        assert!(e.contains("ImageDecoder") && e.contains("60000x60000 pixels"), "{e}");
     }
 
     #[test]

@@ -9,10 +9,9 @@ mod entropy;
 mod idct;
 mod output;
 
+use super::MAX_PIXELS;
 use entropy::{Huffman, ZIGZAG};
 
-/// Frames of more pixels than this are left to the general decoder and its memory limits.
-const MAX_PIXELS: usize = 1 << 26;
 
 /// A decoded image, `[height][width][channels]`.
 #[derive(Debug)]
