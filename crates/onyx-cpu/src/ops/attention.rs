@@ -23,6 +23,7 @@ use crate::Registry;
 
 #[cfg(test)]
 mod tests;
+mod tiled;
 
 /// Registers this family's kernels.
 pub fn register(r: &mut Registry) {
@@ -428,6 +429,9 @@ impl AttentionOp {
 
     fn compute<T: Real>(&self, x: &Inputs<'_>, wanted: &[bool]) -> Result<Vec<Value>> {
         let d = self.dims(x.q.shape(), x.k.shape(), x.v.shape(), x.past.as_ref().map(|(a, b)| (a.shape(), b.shape())))?;
+        if let Some(y) = tiled::attention(self, x, &d, wanted) {
+            return y;
+        }
         let q = to_4d::<T>(&x.q, [d.batch, d.q_heads, d.q_seq, d.head])?;
         let mut k = to_4d::<T>(&x.k, [d.batch, d.kv_heads, d.kv_seq, d.head])?;
         let mut v = to_4d::<T>(&x.v, [d.batch, d.kv_heads, d.kv_seq, d.v_head])?;

@@ -5,7 +5,7 @@
 
 mod einsum;
 pub(crate) mod gemm;
-mod packed;
+pub(crate) mod packed;
 pub(crate) mod real;
 #[cfg(test)]
 pub(crate) mod test_support;

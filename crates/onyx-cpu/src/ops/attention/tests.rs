@@ -100,7 +100,8 @@ fn naive(c: &Case, x: &Data) -> (Vec<f64>, Vec<f64>) {
                 }
                 let masked = row.clone();
                 let m = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                let e: Vec<f64> = row.iter().map(|r| if m == f64::NEG_INFINITY { 0.0 } else { (r - m).exp() }).collect();
+                let e: Vec<f64> =
+                    row.iter().map(|r| if m == f64::NEG_INFINITY { 0.0 } else { (r - m).exp() }).collect();
                 let s: f64 = e.iter().sum();
                 let p: Vec<f64> = e.iter().map(|v| if s > 0.0 { v / s } else { 0.0 }).collect();
                 for o in 0..c.dv {
@@ -154,9 +155,15 @@ fn random(rng: &mut fastrand::Rng, n: usize) -> Vec<f64> {
 
 /// Runs the kernel on `c` with inputs of `dtype`; returns (Y as 4-D f64, qk output).
 fn run_case(c: &Case, x: &Data, dtype: DataType) -> (Vec<f64>, Vec<f64>) {
+    run_outputs(c, x, dtype, 4)
+}
+
+/// As [`run_case`], wanting the first `outputs` outputs (1: Y alone, an empty qk returned).
+fn run_outputs(c: &Case, x: &Data, dtype: DataType, outputs: usize) -> (Vec<f64>, Vec<f64>) {
     let mk = |data: &[f64], shape4: [usize; 4]| -> Tensor {
         let [b, h, s, d] = shape4;
-        let (shape, data) = if c.three_d { (vec![b, s, h * d], to_3d(data, b, h, s, d)) } else { (shape4.to_vec(), data.to_vec()) };
+        let (shape, data) =
+            if c.three_d { (vec![b, s, h * d], to_3d(data, b, h, s, d)) } else { (shape4.to_vec(), data.to_vec()) };
         cast(&shape, &data, dtype)
     };
     let mut inputs = vec![
@@ -180,7 +187,8 @@ fn run_case(c: &Case, x: &Data, dtype: DataType) -> (Vec<f64>, Vec<f64>) {
     if let Some(n) = &c.nonpad {
         inputs.push(Some(tensor(&[c.b], n.iter().map(|&v| v as i64).collect())));
     }
-    let mut attrs = vec![("qk_matmul_output_mode", AttrValue::Int(c.mode)), ("is_causal", AttrValue::Int(c.causal as i64))];
+    let mut attrs =
+        vec![("qk_matmul_output_mode", AttrValue::Int(c.mode)), ("is_causal", AttrValue::Int(c.causal as i64))];
     if c.softcap > 0.0 {
         attrs.push(("softcap", AttrValue::Float(c.softcap as f32)));
     }
@@ -193,7 +201,7 @@ fn run_case(c: &Case, x: &Data, dtype: DataType) -> (Vec<f64>, Vec<f64>) {
     }
     let n = node("Attention", &["q", "k", "v", "m", "pk", "pv", "np"], 4, attrs);
     let kernel = build(build_attention, &n, 24).unwrap();
-    let outs = run(kernel.as_ref(), &inputs, 4).unwrap();
+    let outs = run(kernel.as_ref(), &inputs, outputs).unwrap();
     let total = c.past + c.skv;
     let y = outs[0].as_tensor().unwrap();
     let y4 = if c.three_d {
@@ -204,7 +212,8 @@ fn run_case(c: &Case, x: &Data, dtype: DataType) -> (Vec<f64>, Vec<f64>) {
             for hi in 0..c.hq {
                 for si in 0..c.sq {
                     for di in 0..c.dv {
-                        out[((bi * c.hq + hi) * c.sq + si) * c.dv + di] = flat[(bi * c.sq + si) * c.hq * c.dv + hi * c.dv + di];
+                        out[((bi * c.hq + hi) * c.sq + si) * c.dv + di] =
+                            flat[(bi * c.sq + si) * c.hq * c.dv + hi * c.dv + di];
                     }
                 }
             }
@@ -215,6 +224,9 @@ fn run_case(c: &Case, x: &Data, dtype: DataType) -> (Vec<f64>, Vec<f64>) {
         floats(y)
     };
     assert_eq!(y.dtype(), dtype);
+    if outputs == 1 {
+        return (y4, vec![]);
+    }
     let pk = outs[1].as_tensor().unwrap();
     assert_eq!(pk.shape(), &[c.b, c.hkv, total, c.d]);
     assert_eq!(outs[2].as_tensor().unwrap().shape(), &[c.b, c.hkv, total, c.dv]);
@@ -268,9 +280,20 @@ fn cases() -> Vec<(&'static str, Case)> {
         ),
         (
             "3-D, short mask, scale, softmax output",
-            Case { three_d: true, hkv: 3, past: 4, mask: Some((vec![1, 5, 9], false)), scale: Some(0.375), mode: 3, ..b.clone() },
+            Case {
+                three_d: true,
+                hkv: 3,
+                past: 4,
+                mask: Some((vec![1, 5, 9], false)),
+                scale: Some(0.375),
+                mode: 3,
+                ..b.clone()
+            },
         ),
-        ("3-D mqa causal, more queries than keys", Case { three_d: true, hq: 3, hkv: 1, sq: 9, skv: 4, causal: true, ..b.clone() }),
+        (
+            "3-D mqa causal, more queries than keys",
+            Case { three_d: true, hq: 3, hkv: 1, sq: 9, skv: 4, causal: true, ..b.clone() },
+        ),
         ("padded kv", Case { nonpad: Some(vec![4, 7]), mask: Some((vec![2, 6, 5, 6], false)), mode: 2, ..b.clone() }),
         ("fully masked rows", Case { nonpad: Some(vec![0, 2]), mode: 3, ..b.clone() }),
         ("big", Case { b: 1, hq: 4, hkv: 2, sq: 67, skv: 131, d: 33, dv: 17, causal: true, ..b }),
@@ -287,6 +310,36 @@ fn attention_matches_a_naive_reference() {
             let (y, qk) = run_case(&c, &x, dtype);
             assert_close(&y, &want_y, tol, tol, &format!("{name} {dtype} Y"));
             assert_close(&qk, &want_qk, tol, tol, &format!("{name} {dtype} qk"));
+        }
+    }
+}
+
+/// Encoder attention wanting Y alone (the tiled path for f32 when the mask varies along the
+/// keys only; the general path for the other masks and for f64).
+#[test]
+fn encoder_attention_wanting_y_alone_matches_the_reference() {
+    let mut rng = fastrand::Rng::with_seed(29);
+    let b = Case { three_d: true, ..base() };
+    let awkward = Case { b: 2, hq: 4, hkv: 2, sq: 37, skv: 131, d: 33, dv: 17, ..b.clone() };
+    let cases = [
+        ("no mask", b.clone()),
+        ("key mask", Case { mask: Some((vec![1, 1, 1, 7], false)), ..b.clone() }),
+        ("short key mask", Case { mask: Some((vec![5], false)), ..b.clone() }),
+        ("bool key mask per batch", Case { hq: 2, hkv: 2, skv: 2, mask: Some((vec![2, 1, 1, 2], true)), ..b.clone() }),
+        ("mask per query", Case { mask: Some((vec![5, 7], false)), ..b.clone() }),
+        (
+            "awkward sizes, key mask per batch",
+            Case { mask: Some((vec![2, 1, 1, 131], false)), scale: Some(0.3125), ..awkward.clone() },
+        ),
+        ("one query, one key", Case { b: 1, hq: 3, hkv: 1, sq: 1, skv: 1, ..b.clone() }),
+        ("no keys", Case { skv: 0, ..b }),
+    ];
+    for (name, c) in cases {
+        let x = data(&c, &mut rng);
+        let (want, _) = naive(&c, &x);
+        for (dtype, tol) in [(DataType::Float, 1e-5), (DataType::Double, 1e-12)] {
+            let (y, _) = run_outputs(&c, &x, dtype, 1);
+            assert_close(&y, &want, tol, tol, &format!("{name} {dtype} Y"));
         }
     }
 }
@@ -324,7 +377,10 @@ fn invalid_attention_nodes_are_errors() {
     assert!(e.contains("not a multiple"), "{e}");
     let e = err(vec![], &[&[1, 2, 8], &[1, 3, 8], &[1, 3, 8]]);
     assert!(e.contains("q_num_heads"), "{e}");
-    let e = err(vec![("q_num_heads", AttrValue::Int(3)), ("kv_num_heads", AttrValue::Int(3))], &[&[1, 2, 8], &[1, 3, 9], &[1, 3, 9]]);
+    let e = err(
+        vec![("q_num_heads", AttrValue::Int(3)), ("kv_num_heads", AttrValue::Int(3))],
+        &[&[1, 2, 8], &[1, 3, 9], &[1, 3, 9]],
+    );
     assert!(e.contains("divides into 3 heads"), "{e}");
     let e = err(vec![], &[&[1, 2, 3, 4], &[1, 2, 3, 5], &[1, 2, 3, 4]]);
     assert!(e.contains("do not agree"), "{e}");
@@ -333,9 +389,13 @@ fn invalid_attention_nodes_are_errors() {
     let kernel = build(build_attention, &n, 23).unwrap();
     let q = tensor(&[1, 2, 3, 4], vec![0.5f32; 24]);
     let bad_mask = tensor(&[2, 2, 3], vec![0f32; 12]);
-    let e = run(kernel.as_ref(), &[Some(q.clone()), Some(q.clone()), Some(q.clone()), Some(bad_mask)], 1).unwrap_err().to_string();
+    let e = run(kernel.as_ref(), &[Some(q.clone()), Some(q.clone()), Some(q.clone()), Some(bad_mask)], 1)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("input 3") && e.contains("attn_mask"), "{e}");
-    let e = run(kernel.as_ref(), &[Some(q.clone()), Some(q.clone()), Some(q.clone()), None, Some(q.clone())], 1).unwrap_err().to_string();
+    let e = run(kernel.as_ref(), &[Some(q.clone()), Some(q.clone()), Some(q.clone()), None, Some(q.clone())], 1)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("together"), "{e}");
     let ints = tensor(&[1, 2, 3, 4], vec![1i32; 24]);
     let e = run(kernel.as_ref(), &[Some(ints.clone()), Some(ints.clone()), Some(ints)], 1).unwrap_err().to_string();

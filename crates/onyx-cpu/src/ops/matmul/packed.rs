@@ -117,9 +117,30 @@ impl PackedB {
         let mut data = Vec::new();
         data.try_reserve_exact(len)
             .map_err(|_| Error::InvalidArgument(format!("packing B: cannot allocate {len} elements")))?;
-        for s in 0..strips {
-            for p in 0..k {
-                data.extend((s * strip..(s + 1) * strip).map(|j| if j < n { b.data[p * b.rs + j * b.cs] * scale } else { 0.0 }));
+        data.resize(len, 0.0);
+        if k > 0 {
+            for (s, block) in data.chunks_exact_mut(k * strip).enumerate() {
+                let cols = (n - s * strip).min(strip);
+                let src = &b.data[s * strip * b.cs..];
+                // Reads run along B's contiguous dimension: rows for a row-major B, columns for
+                // a transposed one (Kᵀ in attention, Gemm's transB).
+                if b.rs == 1 && b.cs != 1 {
+                    for j in 0..cols {
+                        let column = &src[j * b.cs..][..k];
+                        for (d, x) in block[j..].iter_mut().step_by(strip).zip(column) {
+                            *d = x * scale;
+                        }
+                    }
+                } else {
+                    for (p, dst) in block.chunks_exact_mut(strip).enumerate() {
+                        let row = &src[p * b.rs..];
+                        if b.cs == 1 {
+                            dst.iter_mut().zip(&row[..cols]).for_each(|(d, x)| *d = x * scale);
+                        } else {
+                            dst[..cols].iter_mut().enumerate().for_each(|(j, d)| *d = row[j * b.cs] * scale);
+                        }
+                    }
+                }
             }
         }
         Ok(PackedB { k, n, isa, data })
@@ -136,14 +157,45 @@ impl PackedB {
     }
 
     /// `c = a * B (+ bias)`: `a` is `m x k` and `c` `m x n`, both dense row-major; `bias` has
-    /// one value per column. Every element of `c` is written.
+    /// one value per column. Every element of `c` is written. Runs on the current thread pool.
     pub fn matmul(&self, a: &[f32], m: usize, bias: Option<&[f32]>, c: &mut [f32]) -> Result<()> {
+        self.matmul_strided(a, self.k, m, bias, c, self.n, true)
+    }
+
+    /// As [`PackedB::matmul`] with row strides: row `i` of A starts at `a[i * lda]` and row
+    /// `i` of C at `c[i * ldc]` (`lda >= k`, `ldc >= n`; C's padding is left alone), on the
+    /// calling thread alone unless `parallel`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn matmul_strided(
+        &self,
+        a: &[f32],
+        lda: usize,
+        m: usize,
+        bias: Option<&[f32]>,
+        c: &mut [f32],
+        ldc: usize,
+        parallel: bool,
+    ) -> Result<()> {
         let (k, n) = (self.k, self.n);
         let short = |what: &str, need: usize, found: usize| {
-            Error::InvalidArgument(format!("packed matmul of {m} x {k} by {k} x {n}: {what} needs {need} elements, found {found}"))
+            Error::InvalidArgument(format!(
+                "packed matmul of {m} x {k} by {k} x {n}: {what} needs {need} elements, found {found}"
+            ))
         };
+        if lda < k || ldc < n {
+            return Err(Error::InvalidArgument(format!(
+                "packed matmul of {m} x {k} by {k} x {n}: row strides {lda} (A) and {ldc} (C) are shorter than the rows"
+            )));
+        }
+        if m == 0 || n == 0 {
+            return match bias.filter(|b| b.len() != n) {
+                Some(b) => Err(short("the bias", n, b.len())),
+                None => Ok(()),
+            };
+        }
         // Saturating: a product past usize is longer than any slice, so the check fails.
-        let (a_len, c_len) = (m.saturating_mul(k), m.saturating_mul(n));
+        let (a_len, c_len) =
+            ((m - 1).saturating_mul(lda).saturating_add(k), (m - 1).saturating_mul(ldc).saturating_add(n));
         if a.len() < a_len {
             return Err(short("A", a_len, a.len()));
         }
@@ -153,18 +205,18 @@ impl PackedB {
         if let Some(bias) = bias.filter(|b| b.len() != n) {
             return Err(short("the bias", n, bias.len()));
         }
-        if m == 0 || n == 0 {
-            return Ok(());
-        }
         let strip = self.isa.strip();
         let bias = bias.map(|b| pad_to(b, n.div_ceil(strip) * strip));
+        let threads = if parallel { rayon::current_num_threads() } else { 1 };
         let job = Job {
             a: a.as_ptr(),
+            lda,
             b: self,
             bias: bias.as_deref().map(<[f32]>::as_ptr),
             c: SharedC(c.as_mut_ptr()),
+            ldc,
             m,
-            tasks: Tasks::new(m, k, n, strip, rayon::current_num_threads()),
+            tasks: Tasks::new(m, k, n, strip, threads),
         };
         let run: unsafe fn(&Job<'_>, usize) = match self.isa {
             #[cfg(target_arch = "x86_64")]
@@ -175,10 +227,11 @@ impl PackedB {
         };
         let count = job.tasks.count();
         // SAFETY: `isa` was chosen for this CPU when B was packed (`Isa::best`, or a test that
-        // checked `Isa::runs`); A, C and the padded bias were checked to be long enough above
-        // and B's strips are `k` steps long; tasks cover disjoint blocks of C.
+        // checked `Isa::runs`); A's rows (stride `lda >= k`), C's rows (stride `ldc >= n`) and
+        // the padded bias were checked to be long enough above and B's strips are `k` steps
+        // long; tasks cover disjoint blocks of C.
         let one = |t: usize| unsafe { run(&job, t) };
-        if count > 1 && a_len.saturating_mul(n) >= PARALLEL_WORK {
+        if count > 1 && parallel && m.saturating_mul(k).saturating_mul(n) >= PARALLEL_WORK {
             (0..count).into_par_iter().for_each(one);
         } else {
             (0..count).for_each(one);
@@ -208,13 +261,15 @@ unsafe impl Sync for SharedC {}
 
 /// One product: its operands and how it is cut into tasks.
 struct Job<'a> {
-    /// A, `m * b.k` elements.
+    /// A: `m` rows of `b.k` elements, `lda` apart.
     a: *const f32,
+    lda: usize,
     b: &'a PackedB,
     /// The bias padded to whole strips.
     bias: Option<*const f32>,
-    /// C, `m * b.n` elements.
+    /// C: `m` rows of `b.n` elements, `ldc` apart.
     c: SharedC,
+    ldc: usize,
     m: usize,
     tasks: Tasks,
 }
@@ -241,7 +296,11 @@ impl Tasks {
         let all_tiles = m.div_ceil(TILE_ROWS);
         let mut strips = (TASK_B_BYTES / (DEPTH.min(k).max(1) * strip * 4)).clamp(1, all_strips);
         let mut tiles = all_tiles;
-        let want = if threads > 1 && m.saturating_mul(k).saturating_mul(n) >= PARALLEL_WORK { threads * TASKS_PER_THREAD } else { 1 };
+        let want = if threads > 1 && m.saturating_mul(k).saturating_mul(n) >= PARALLEL_WORK {
+            threads * TASKS_PER_THREAD
+        } else {
+            1
+        };
         let count = |tiles: usize, strips: usize| all_tiles.div_ceil(tiles) * all_strips.div_ceil(strips);
         while count(tiles, strips) < want && (tiles > 1 || strips > 1) {
             if strips > 1 && (m <= n || tiles == 1) {
@@ -250,7 +309,12 @@ impl Tasks {
                 tiles = tiles.div_ceil(2);
             }
         }
-        Tasks { rows: tiles * TILE_ROWS, strips, row_tasks: all_tiles.div_ceil(tiles), strip_tasks: all_strips.div_ceil(strips) }
+        Tasks {
+            rows: tiles * TILE_ROWS,
+            strips,
+            row_tasks: all_tiles.div_ceil(tiles),
+            strip_tasks: all_strips.div_ceil(strips),
+        }
     }
 
     fn count(&self) -> usize {
@@ -293,7 +357,7 @@ unsafe fn run_task<V: Lanes>(job: &Job<'_>, t: usize) {
             let tile_rows = (rows.end - row).min(TILE_ROWS);
             for s in strips.clone() {
                 let cols = (n - s * strip).min(strip);
-                // SAFETY: rows < m and steps < k keep A's reads inside `m * k`; the strip has
+                // SAFETY: rows < m and steps < k keep A's reads inside its checked rows; the strip has
                 // `k` steps of `strip` values; C's block is this task's, its columns < n; the
                 // bias is padded to whole strips.
                 unsafe {
@@ -302,10 +366,10 @@ unsafe fn run_task<V: Lanes>(job: &Job<'_>, t: usize) {
                         (0, None) => Start::Zero,
                         _ => Start::C,
                     };
-                    let a = job.a.add(row * k + steps.start);
+                    let a = job.a.add(row * job.lda + steps.start);
                     let bp = b.data.as_ptr().add((s * k + steps.start) * strip);
-                    let c = job.c.0.add(row * n + s * strip);
-                    tile_any::<V>(tile_rows, a, k, bp, steps.len(), c, n, cols, start);
+                    let c = job.c.0.add(row * job.ldc + s * strip);
+                    tile_any::<V>(tile_rows, a, job.lda, bp, steps.len(), c, job.ldc, cols, start);
                 }
             }
         }
@@ -441,7 +505,12 @@ const UNROLL: usize = 4;
 /// # Safety
 /// As [`tile`], for step `step`.
 #[inline(always)]
-unsafe fn tile_step<V: Lanes, const R: usize>(acc: &mut [[V; 2]; R], rows: &[*const f32; R], b: *const f32, step: usize) {
+unsafe fn tile_step<V: Lanes, const R: usize>(
+    acc: &mut [[V; 2]; R],
+    rows: &[*const f32; R],
+    b: *const f32,
+    step: usize,
+) {
     let w = V::WIDTH;
     // SAFETY: the caller's contract.
     unsafe {
@@ -501,7 +570,14 @@ mod tests {
     }
 
     /// `a (m x k) * b (+ bias)` in f64, b read through `b_at(p, j)`.
-    fn reference(a: &[f32], m: usize, k: usize, n: usize, b_at: impl Fn(usize, usize) -> f32, bias: Option<&[f32]>) -> Vec<f64> {
+    fn reference(
+        a: &[f32],
+        m: usize,
+        k: usize,
+        n: usize,
+        b_at: impl Fn(usize, usize) -> f32,
+        bias: Option<&[f32]>,
+    ) -> Vec<f64> {
         let mut c = vec![0.0f64; m * n];
         for i in 0..m {
             for j in 0..n {
@@ -524,7 +600,9 @@ mod tests {
     fn products_match_the_reference_on_every_form_and_awkward_sizes() {
         let isas = [Isa::Avx512, Isa::Avx2, Isa::Portable].into_iter().filter(|i| i.runs());
         for isa in isas {
-            for &(m, k, n) in &[(1, 1, 1), (5, 3, 17), (6, 256, 16), (7, 257, 33), (13, 700, 15), (128, 300, 100), (40, 520, 70)] {
+            for &(m, k, n) in
+                &[(1, 1, 1), (5, 3, 17), (6, 256, 16), (7, 257, 33), (13, 700, 15), (128, 300, 100), (40, 520, 70)]
+            {
                 let a = values(m * k, (m * 31 + k) as u64);
                 let b = values(k * n, (k * 17 + n) as u64);
                 let bias = values(n, n as u64);
@@ -552,6 +630,30 @@ mod tests {
     }
 
     #[test]
+    fn strided_rows_read_and_write_inside_wider_matrices() {
+        let (m, k, n, lda, ldc) = (13, 40, 21, 97, 50);
+        let a = values((m - 1) * lda + k, 5);
+        let b = values(k * n, 6);
+        let bias = values(n, 7);
+        let packed = PackedB::new(MatRef::row_major(&b, k, n), 1.0, Isa::best()).unwrap();
+        for parallel in [false, true] {
+            let before = values((m - 1) * ldc + n, 8);
+            let mut c = before.clone();
+            packed.matmul_strided(&a, lda, m, Some(&bias), &mut c, ldc, parallel).unwrap();
+            let dense: Vec<f32> = (0..m).flat_map(|i| a[i * lda..i * lda + k].to_vec()).collect();
+            let want = reference(&dense, m, k, n, |p, j| b[p * n + j], Some(&bias));
+            let got: Vec<f32> = (0..m).flat_map(|i| c[i * ldc..i * ldc + n].to_vec()).collect();
+            check(&got, &want, k, &format!("strided, parallel {parallel}"));
+            let padding_kept = (0..m - 1).all(|i| c[i * ldc + n..(i + 1) * ldc] == before[i * ldc + n..(i + 1) * ldc]);
+            assert!(padding_kept, "C's padding was written");
+        }
+        let mut c = vec![0.0; (m - 1) * ldc + n];
+        assert!(packed.matmul_strided(&a, k - 1, m, None, &mut c, ldc, false).is_err());
+        assert!(packed.matmul_strided(&a[1..], lda, m, None, &mut c, ldc, false).is_err());
+        assert!(packed.matmul_strided(&a, lda, m, None, &mut c[1..], ldc, false).is_err());
+    }
+
+    #[test]
     fn short_operands_are_errors() {
         let b = values(12, 3);
         assert!(PackedB::new(MatRef::row_major(&b, 4, 4), 1.0, Isa::Portable).is_err());
@@ -565,7 +667,9 @@ mod tests {
 
     #[test]
     fn tasks_cover_the_product_and_give_every_thread_work() {
-        for &(m, k, n, threads) in &[(128, 384, 1536, 2), (128, 1536, 384, 2), (128, 384, 384, 16), (1, 4096, 4096, 8), (3000, 64, 16, 4)] {
+        for &(m, k, n, threads) in
+            &[(128, 384, 1536, 2), (128, 1536, 384, 2), (128, 384, 384, 16), (1, 4096, 4096, 8), (3000, 64, 16, 4)]
+        {
             let t = Tasks::new(m, k, n, 16, threads);
             let (tiles, strips) = (m.div_ceil(TILE_ROWS), n.div_ceil(16));
             assert!(t.rows.is_multiple_of(TILE_ROWS) && t.rows > 0 && t.strips > 0, "{t:?}");
