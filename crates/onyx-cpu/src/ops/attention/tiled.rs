@@ -54,7 +54,8 @@ fn run(op: &AttentionOp, x: &Inputs<'_>, d: &Dims, bias_rows: Option<&[f32]>) ->
     let scale = op.scale.unwrap_or(1.0 / (d.head as f64).sqrt()) as f32;
     let total = d.total();
     let (q_row, k_row, v_row) = (d.q_heads * d.head, d.kv_heads * d.head, d.kv_heads * d.v_head);
-    let parallel = d.batch * d.q_heads * d.q_seq * total * (d.head + d.v_head) >= PARALLEL_WORK;
+    let work = [d.batch, d.q_heads, d.q_seq, total, d.head + d.v_head].into_iter().fold(1usize, usize::saturating_mul);
+    let parallel = work >= PARALLEL_WORK;
     let pack = |bk: usize| -> Result<(PackedB, PackedB)> {
         let (b, kvh) = (bk / d.kv_heads, bk % d.kv_heads);
         let kt =
