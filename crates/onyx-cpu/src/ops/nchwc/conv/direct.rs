@@ -1,6 +1,6 @@
 //! The direct NCHWc convolution (every input channel feeds every output channel): register
 //! tiles of `P` output pixels of one row by `Q` output channel blocks (`P * Q` =
-//! `ACCUMULATORS`, e.g. 6 x 4, 8 x 3, 12 x 2 or 24 x 1 with AVX-512). For each input channel
+//! `ACCUMULATORS`: 3 x 4, 6 x 2 or 12 x 1 with AVX2, 6 x 4, 8 x 3, 12 x 2 or 24 x 1 with AVX-512). For each input channel
 //! of each kernel tap the tile loads one weight vector per output block and broadcasts one
 //! input value per pixel: `P * Q` multiply-adds for `P + Q` loads. Where rows are too narrow
 //! for wide tiles (a 7x7 map on AVX2) a tile's pixels run on over the next rows
@@ -655,6 +655,18 @@ impl Tile {
             // SAFETY: the caller's contract.
             unsafe {
                 let w_c = w_tap.wrapping_add(c * Q * V::WIDTH);
+                if P < Q {
+                    // Fewer pixels than blocks (3 x 4): the broadcasts stay in registers and
+                    // one weight vector at a time meets them (12 + 3 + 1 registers).
+                    let x: [V; P] = std::array::from_fn(|p| V::splat(pixels[p].wrapping_add(c * channel)));
+                    for q in 0..Q {
+                        let w = V::load(w_c.wrapping_add(q * V::WIDTH));
+                        for (acc, &x) in acc.iter_mut().zip(&x) {
+                            acc[q] = V::mul_add(x, w, acc[q]);
+                        }
+                    }
+                    continue;
+                }
                 let w: [V; Q] = std::array::from_fn(|q| V::load(w_c.wrapping_add(q * V::WIDTH)));
                 for (acc, &x_p) in acc.iter_mut().zip(pixels) {
                     let x = V::splat(x_p.wrapping_add(c * channel));
