@@ -4,8 +4,9 @@
 //! AVX-512). For each input channel of each kernel tap the tile loads one weight vector per
 //! output block and broadcasts one input value per pixel: `P * Q` multiply-adds for `P + Q`
 //! loads. Where rows are too narrow for wide tiles (a 7x7 map on AVX2) a tile's pixels run on
-//! over the next rows (`Tile::run_span`). Pointwise convolutions run as one long row (`flattened`); a plain NCHW
-//! input is read through its own strides, or as the interleaved copy of [`super::stem`].
+//! over the next rows (`Tile::run_span`). Pointwise convolutions run as one long row
+//! (`flattened`); a plain NCHW input is read through its own strides, or as the interleaved
+//! copy of [`super::stem`].
 //!
 //! Work is split into items of (image, group of output blocks, rows, columns) small enough
 //! that their output stays in L1 while every input channel block is added into it; the
