@@ -1,7 +1,6 @@
 //! The direct NCHWc convolution (every input channel feeds every output channel): register
-//! tiles of `P` output pixels of one row by `Q` output channel blocks (`P * Q` =
-//! `ACCUMULATORS`: 3 x 4, 6 x 2 or 12 x 1 with AVX2; 6 x 4, 8 x 3, 12 x 2 or 24 x 1 with
-//! AVX-512). For each input channel of each kernel tap the tile loads one weight vector per
+//! tiles of `P` output pixels of one row by `Q` output channel blocks (3 x 4, 3 x 3, 6 x 2 or
+//! 12 x 1 with AVX2; 6 x 4, 8 x 3, 12 x 2 or 24 x 1 with AVX-512). For each input channel of each kernel tap the tile loads one weight vector per
 //! output block and broadcasts one input value per pixel: `P * Q` multiply-adds for `P + Q`
 //! loads. Where rows are too narrow for wide tiles (a 7x7 map on AVX2) a tile's pixels run on
 //! over the next rows (`Tile::run_span`). Pointwise convolutions run as one long row
@@ -59,8 +58,13 @@ impl DirectJob<'_> {
     }
 }
 
-/// Pixels of a full register tile of `blocks` output blocks.
+/// Pixels of a full register tile of `blocks` output blocks. AVX2 runs 3 blocks as 3 x 3 with
+/// the broadcasts held (13 registers): 4 x 3 with the weights held needs all 16, and LLVM then
+/// spills accumulators.
 fn full_tile<V: Lanes>(blocks: usize) -> usize {
+    if V::WIDTH == 8 && blocks == 3 {
+        return 3;
+    }
     V::ACCUMULATORS / blocks.max(1)
 }
 
@@ -656,10 +660,11 @@ impl Tile {
             // SAFETY: the caller's contract.
             unsafe {
                 let w_c = w_tap.wrapping_add(c * Q * V::WIDTH);
-                if P < Q && V::WIDTH == 8 {
-                    // AVX2's 16 registers with fewer pixels than blocks (3 x 4): the broadcasts
-                    // stay in registers and one weight vector at a time meets them (12 + 3 + 1
-                    // registers). AVX-512 holds the weights (its 32 registers suffice).
+                if P <= Q && V::WIDTH == 8 {
+                    // AVX2's 16 registers with no more pixels than blocks (3 x 4, 3 x 3): the
+                    // broadcasts stay in registers and one weight vector at a time meets them
+                    // (12 + 3 + 1 registers). AVX-512 holds the weights (its 32 registers
+                    // suffice).
                     let x: [V; P] = std::array::from_fn(|p| V::splat(pixels[p].wrapping_add(c * channel)));
                     for q in 0..Q {
                         let w = V::load(w_c.wrapping_add(q * V::WIDTH));
