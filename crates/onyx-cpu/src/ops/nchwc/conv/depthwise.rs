@@ -1,9 +1,10 @@
 //! The depthwise NCHWc convolution (one input channel per output channel): the `b` channels of
 //! a block are the lanes, so every tap is one multiply-add of an input pixel vector by the
-//! tap's weight vector, for [`WIDE`] output pixels at a time.
+//! tap's weight vector, for [`WIDE`] output pixels at a time. A clamp epilogue (bias, residual,
+//! Relu or Clip) is applied in registers; others run over each finished row.
 
 use super::pack::DepthwiseWeights;
-use super::shape::{interior, valid_taps, ConvGeometry};
+use super::shape::{interior, valid_taps, ConvGeometry, RegisterEpilogue};
 use super::{ConvJob, Items, ITEM_BYTES};
 use crate::ops::lanes::Lanes;
 
@@ -38,9 +39,14 @@ pub(super) unsafe fn run_item<V: Lanes>(job: &DepthwiseJob<'_>, item: usize) {
     let w = job.weights.data.as_ptr().wrapping_add(block * job.weights.taps * b);
     let (inner_lo, inner_hi) = interior(&g.cols);
     let x = job.x.as_ptr().wrapping_add(plane);
+    let in_registers = RegisterEpilogue::new(&job.epilogue, block, b, y_block);
     for oh in rows.clone() {
         let taps_h = valid_taps(&g.rows, oh);
-        let y_row = job.y.0.wrapping_add(y_block + oh * g.cols.output * b);
+        let row = Row {
+            y: job.y.0.wrapping_add(y_block + oh * g.cols.output * b),
+            at: oh * g.cols.output * b,
+            finish: in_registers,
+        };
         let mut ow = cols.start;
         while ow < cols.end {
             // SAFETY: the pixels and taps below read inside X and write this item's row of Y
@@ -51,35 +57,47 @@ pub(super) unsafe fn run_item<V: Lanes>(job: &DepthwiseJob<'_>, item: usize) {
                     let count = WIDE.min(inner_hi.min(cols.end) - ow);
                     let all = (0, g.cols.kernel);
                     match count {
-                        8 => tile::<V, 8>(x, w, g, oh, ow, taps_h, all, y_row),
-                        7 => tile::<V, 7>(x, w, g, oh, ow, taps_h, all, y_row),
-                        6 => tile::<V, 6>(x, w, g, oh, ow, taps_h, all, y_row),
-                        5 => tile::<V, 5>(x, w, g, oh, ow, taps_h, all, y_row),
-                        4 => tile::<V, 4>(x, w, g, oh, ow, taps_h, all, y_row),
-                        3 => tile::<V, 3>(x, w, g, oh, ow, taps_h, all, y_row),
-                        2 => tile::<V, 2>(x, w, g, oh, ow, taps_h, all, y_row),
-                        _ => tile::<V, 1>(x, w, g, oh, ow, taps_h, all, y_row),
+                        8 => tile::<V, 8>(x, w, g, oh, ow, taps_h, all, &row),
+                        7 => tile::<V, 7>(x, w, g, oh, ow, taps_h, all, &row),
+                        6 => tile::<V, 6>(x, w, g, oh, ow, taps_h, all, &row),
+                        5 => tile::<V, 5>(x, w, g, oh, ow, taps_h, all, &row),
+                        4 => tile::<V, 4>(x, w, g, oh, ow, taps_h, all, &row),
+                        3 => tile::<V, 3>(x, w, g, oh, ow, taps_h, all, &row),
+                        2 => tile::<V, 2>(x, w, g, oh, ow, taps_h, all, &row),
+                        _ => tile::<V, 1>(x, w, g, oh, ow, taps_h, all, &row),
                     }
                     ow += count;
                 } else {
-                    tile::<V, 1>(x, w, g, oh, ow, taps_h, valid_taps(&g.cols, ow), y_row);
+                    tile::<V, 1>(x, w, g, oh, ow, taps_h, valid_taps(&g.cols, ow), &row);
                     ow += 1;
                 }
             }
         }
-        let offset = y_block + oh * g.cols.output * b;
-        // SAFETY: this item's row of Y, all written above.
-        let y = unsafe { std::slice::from_raw_parts_mut(job.y.0.add(offset), g.cols.output * b) };
-        job.epilogue.apply(block, b, offset, y);
+        if in_registers.is_none() {
+            let offset = y_block + row.at;
+            // SAFETY: this item's row of Y, all written above.
+            let y = unsafe { std::slice::from_raw_parts_mut(job.y.0.add(offset), g.cols.output * b) };
+            job.epilogue.apply(block, b, offset, y);
+        }
     }
 }
 
+/// Where a tile's output row goes.
+struct Row {
+    /// Y at the row's first pixel of the block.
+    y: *mut f32,
+    /// The row's offset from the block's first pixel in Y (where the residual is read).
+    at: usize,
+    /// The epilogue applied in registers, if any.
+    finish: Option<RegisterEpilogue>,
+}
+
 /// Writes `P` output pixels from `ow` of row `oh`: the sum over taps
-/// `taps_h` x `taps_w` of input pixel vector times weight vector.
+/// `taps_h` x `taps_w` of input pixel vector times weight vector, finished by `row.finish`.
 ///
 /// # Safety
 /// The CPU has `V`'s instruction set; every listed tap of each pixel reads inside X; the
-/// pixels lie in the row of Y at `y_row`.
+/// pixels lie in `row` of Y; the epilogue's bias and residual hold them (`RegisterEpilogue::new`).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn tile<V: Lanes, const P: usize>(
@@ -90,7 +108,7 @@ unsafe fn tile<V: Lanes, const P: usize>(
     ow: usize,
     taps_h: (usize, usize),
     taps_w: (usize, usize),
-    y_row: *mut f32,
+    row: &Row,
 ) {
     let (b, layout) = (g.block, g.input);
     // Narrow tiles keep two sums per pixel (even and odd taps), so that two chains of
@@ -132,8 +150,15 @@ unsafe fn tile<V: Lanes, const P: usize>(
             *acc = unsafe { V::add(*acc, odd) };
         }
     }
-    for (p, acc) in acc.iter().enumerate() {
-        // SAFETY: pixel ow + p of the row (the caller's contract).
-        unsafe { acc.store(y_row.wrapping_add((ow + p) * b)) };
+    for (p, &acc) in acc.iter().enumerate() {
+        let at = (ow + p) * b;
+        // SAFETY: pixel ow + p of the row, in Y and in the residual (the caller's contract).
+        unsafe {
+            let v = match &row.finish {
+                Some(e) => e.apply(acc, 0, row.at + at),
+                None => acc,
+            };
+            v.store(row.y.wrapping_add(at));
+        }
     }
 }

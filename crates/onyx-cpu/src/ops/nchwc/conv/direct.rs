@@ -14,8 +14,7 @@
 use std::ops::Range;
 
 use super::pack::DenseWeights;
-use super::shape::{interior, valid_taps, BlockEpilogue, ConvGeometry};
-use crate::ops::contrib::Activation;
+use super::shape::{interior, valid_taps, ConvGeometry, RegisterEpilogue};
 use crate::ops::lanes::Lanes;
 use super::{BlockGroups, ConvJob, Items, ITEMS_PER_THREAD, ITEM_BYTES};
 
@@ -275,55 +274,6 @@ struct Tile {
     finish: Option<RegisterEpilogue>,
 }
 
-/// An epilogue simple enough for registers: bias, residual, then a clamp (Relu, Clip or none).
-#[derive(Clone, Copy)]
-struct RegisterEpilogue {
-    /// The bias at the item's first output block (null: none).
-    bias: *const f32,
-    /// The residual at the item's first output block of the image (null: none); laid out as Y.
-    residual: *const f32,
-    /// Lower and upper bounds (infinite when absent).
-    bounds: Option<(f32, f32)>,
-}
-
-impl RegisterEpilogue {
-    /// `v` finished: plus the bias at `bias_at`, plus the residual at `residual_at`, clamped.
-    ///
-    /// # Safety
-    /// `V`'s instruction set; the offsets inside the bias and the residual when present.
-    #[inline(always)]
-    unsafe fn apply<V: Lanes>(&self, mut v: V, bias_at: usize, residual_at: usize) -> V {
-        // SAFETY: the caller's contract.
-        unsafe {
-            if !self.bias.is_null() {
-                v = V::add(v, V::load(self.bias.add(bias_at)));
-            }
-            if !self.residual.is_null() {
-                v = V::add(v, V::load(self.residual.add(residual_at)));
-            }
-            if let Some((lo, hi)) = self.bounds {
-                v = V::at_most(V::value(hi), V::at_least(V::value(lo), v));
-            }
-        }
-        v
-    }
-
-    /// The register form of `epilogue` for the item whose Y starts at `y_item` (first output
-    /// block `first_block`), when its activation is a clamp.
-    fn new(epilogue: &BlockEpilogue<'_>, first_block: usize, b: usize, y_item: usize) -> Option<Self> {
-        let bounds = match epilogue.activation {
-            Activation::None => None,
-            Activation::Relu => Some((0.0, f32::INFINITY)),
-            Activation::Clip { min, max } => Some((min, max)),
-            _ => return None,
-        };
-        Some(RegisterEpilogue {
-            bias: epilogue.bias.map_or(std::ptr::null(), |bias| bias[first_block * b..].as_ptr()),
-            residual: epilogue.residual.map_or(std::ptr::null(), |z| z[y_item..].as_ptr()),
-            bounds,
-        })
-    }
-}
 /// Calls `Tile::$run` with `P` and `Q` fixed at compile time: the partial tiles (`pixels <=
 /// 6`, `blocks <= 4`) and the full ones of each lane type (24 x 1, 12 x 2, 8 x 3; 12 x 1;
 /// 8 x 1).

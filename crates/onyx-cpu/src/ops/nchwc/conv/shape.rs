@@ -3,6 +3,7 @@
 
 use crate::ops::contrib::Activation;
 use crate::ops::conv::geometry::Axis;
+use crate::ops::lanes::Lanes;
 
 /// How input channel `c` at pixel (row, col) of image `n` is found: element
 /// `n * image + (c / b) * group + (c % b) * channel + row * row_stride + col * pixel`.
@@ -134,10 +135,10 @@ impl BlockEpilogue<'_> {
     pub fn apply(&self, block_index: usize, b: usize, offset: usize, y: &mut [f32]) {
         if let Some(bias) = self.bias {
             let bias = &bias[block_index * b..][..b];
-            for pixel in y.chunks_exact_mut(b) {
-                for (v, &c) in pixel.iter_mut().zip(bias) {
-                    *v += c;
-                }
+            match b {
+                8 => add_per_pixel::<8>(y, bias),
+                16 => add_per_pixel::<16>(y, bias),
+                _ => y.chunks_exact_mut(b).for_each(|pixel| pixel.iter_mut().zip(bias).for_each(|(v, &c)| *v += c)),
             }
         }
         if let Some(residual) = self.residual {
@@ -146,6 +147,67 @@ impl BlockEpilogue<'_> {
             }
         }
         self.activation.apply(y);
+    }
+}
+
+/// Adds `bias` (`B` values) to each pixel of `y`; `B` known at compile time makes it a few
+/// vector additions per pixel.
+fn add_per_pixel<const B: usize>(y: &mut [f32], bias: &[f32]) {
+    let Some(bias) = bias.first_chunk::<B>() else { return };
+    for pixel in y.as_chunks_mut::<B>().0 {
+        for (v, &c) in pixel.iter_mut().zip(bias) {
+            *v += c;
+        }
+    }
+}
+
+/// An epilogue simple enough for registers: bias, residual, then a clamp (Relu, Clip or none).
+#[derive(Clone, Copy)]
+pub(crate) struct RegisterEpilogue {
+    /// The bias at the item's first output block (null: none).
+    bias: *const f32,
+    /// The residual at the item's first output block of the image (null: none); laid out as Y.
+    residual: *const f32,
+    /// Lower and upper bounds (infinite when absent).
+    bounds: Option<(f32, f32)>,
+}
+
+impl RegisterEpilogue {
+    /// `v` finished: plus the bias at `bias_at`, plus the residual at `residual_at`, clamped.
+    ///
+    /// # Safety
+    /// `V`'s instruction set; the offsets inside the bias and the residual when present.
+    #[inline(always)]
+    pub unsafe fn apply<V: Lanes>(&self, mut v: V, bias_at: usize, residual_at: usize) -> V {
+        // SAFETY: the caller's contract.
+        unsafe {
+            if !self.bias.is_null() {
+                v = V::add(v, V::load(self.bias.add(bias_at)));
+            }
+            if !self.residual.is_null() {
+                v = V::add(v, V::load(self.residual.add(residual_at)));
+            }
+            if let Some((lo, hi)) = self.bounds {
+                v = V::at_most(V::value(hi), V::at_least(V::value(lo), v));
+            }
+        }
+        v
+    }
+
+    /// The register form of `epilogue` for the item whose Y starts at `y_item` (first output
+    /// block `first_block`), when its activation is a clamp.
+    pub fn new(epilogue: &BlockEpilogue<'_>, first_block: usize, b: usize, y_item: usize) -> Option<Self> {
+        let bounds = match epilogue.activation {
+            Activation::None => None,
+            Activation::Relu => Some((0.0, f32::INFINITY)),
+            Activation::Clip { min, max } => Some((min, max)),
+            _ => return None,
+        };
+        Some(RegisterEpilogue {
+            bias: epilogue.bias.map_or(std::ptr::null(), |bias| bias[first_block * b..].as_ptr()),
+            residual: epilogue.residual.map_or(std::ptr::null(), |z| z[y_item..].as_ptr()),
+            bounds,
+        })
     }
 }
 
