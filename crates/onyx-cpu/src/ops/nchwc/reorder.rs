@@ -100,13 +100,16 @@ pub(crate) fn to_blocked(x: &[f32], [n, c, pixels]: [usize; 3], b: usize) -> Vec
     let one = |(i, dst): (usize, &mut [f32])| {
         let (img, block) = (i / blocks, i % blocks);
         let lanes = b.min(c - block * b);
-        for (lane, pixel_run) in (0..lanes).map(|l| (l, &x[(img * c + block * b + l) * pixels..][..pixels])) {
-            for (p, &v) in pixel_run.iter().enumerate() {
-                dst[p * b + lane] = v;
+        let planes = &x[(img * c + block * b) * pixels..][..lanes * pixels];
+        match (b, lanes) {
+            (8, 8) => interleave::<8>(planes, dst, pixels),
+            (16, 16) => interleave::<16>(planes, dst, pixels),
+            _ => {
+                for (lane, plane) in planes.chunks_exact(pixels).enumerate() {
+                    dst[lane..].iter_mut().step_by(b).zip(plane).for_each(|(d, &v)| *d = v);
+                }
+                dst.chunks_exact_mut(b).for_each(|pixel| pixel[lanes..].fill(0.0));
             }
-        }
-        for pixel in dst.chunks_exact_mut(b) {
-            pixel[lanes..].fill(0.0);
         }
     };
     let plane = (pixels * b).max(1);
@@ -122,20 +125,66 @@ pub(crate) fn to_blocked(x: &[f32], [n, c, pixels]: [usize; 3], b: usize) -> Vec
 pub(crate) fn to_nchw(x: &[f32], [n, c, pixels]: [usize; 3], b: usize) -> Vec<f32> {
     let mut y = host_pool::take::<f32>(n * c * pixels);
     let blocks = c.div_ceil(b);
-    let one = |(i, dst): (usize, &mut [f32])| {
-        let (img, ch) = (i / c, i % c);
-        let src = &x[(img * blocks + ch / b) * pixels * b + ch % b..];
-        for (p, v) in dst.iter_mut().enumerate() {
-            *v = src[p * b];
+    // Output block `block` of image `img`: its channel planes, split from X's block.
+    let one = |img: usize, (block, dst): (usize, &mut [f32])| {
+        let src = &x[(img * blocks + block) * pixels * b..][..pixels * b];
+        match b {
+            8 if dst.len() == 8 * pixels => split::<8>(src, dst, pixels),
+            16 if dst.len() == 16 * pixels => split::<16>(src, dst, pixels),
+            _ => {
+                for (lane, plane) in dst.chunks_exact_mut(pixels).enumerate() {
+                    plane.iter_mut().zip(src[lane..].iter().step_by(b)).for_each(|(d, &v)| *d = v);
+                }
+            }
         }
     };
-    let plane = pixels.max(1);
+    let (image, block) = ((c * pixels).max(1), (b * pixels).max(1));
     if y.len() >= PARALLEL_WORK {
-        y.par_chunks_mut(plane).enumerate().for_each(one);
+        y.par_chunks_mut(image)
+            .enumerate()
+            .for_each(|(img, planes)| planes.par_chunks_mut(block).enumerate().for_each(|dst| one(img, dst)));
     } else {
-        y.chunks_mut(plane).enumerate().for_each(one);
+        for (img, planes) in y.chunks_mut(image).enumerate() {
+            planes.chunks_mut(block).enumerate().for_each(|dst| one(img, dst));
+        }
     }
     y
+}
+
+/// Pixels per step of [`interleave`] and [`split`]: an 8 x `B` transpose the compiler keeps in
+/// vector registers, where one lane at a time would store scalars.
+const STEP: usize = 8;
+
+/// [`to_blocked`] of one whole block: the `B` planes of `pixels` each into `dst`.
+fn interleave<const B: usize>(planes: &[f32], dst: &mut [f32], pixels: usize) {
+    let whole = pixels / STEP * STEP;
+    for (step, out) in dst[..whole * B].chunks_exact_mut(STEP * B).enumerate() {
+        let rows: [&[f32]; B] = std::array::from_fn(|lane| &planes[lane * pixels + step * STEP..][..STEP]);
+        for (p, pixel) in out.chunks_exact_mut(B).enumerate() {
+            pixel.iter_mut().zip(&rows).for_each(|(v, row)| *v = row[p]);
+        }
+    }
+    for p in whole..pixels {
+        for lane in 0..B {
+            dst[p * B + lane] = planes[lane * pixels + p];
+        }
+    }
+}
+
+/// [`to_nchw`] of one whole block: `src` (`pixels` x `B`) into the `B` planes of `dst`.
+fn split<const B: usize>(src: &[f32], dst: &mut [f32], pixels: usize) {
+    let whole = pixels / STEP * STEP;
+    for (step, group) in src[..whole * B].chunks_exact(STEP * B).enumerate() {
+        for lane in 0..B {
+            let out: [f32; STEP] = std::array::from_fn(|p| group[p * B + lane]);
+            dst[lane * pixels + step * STEP..][..STEP].copy_from_slice(&out);
+        }
+    }
+    for p in whole..pixels {
+        for lane in 0..B {
+            dst[lane * pixels + p] = src[p * B + lane];
+        }
+    }
 }
 
 #[cfg(test)]
@@ -148,7 +197,17 @@ mod tests {
 
     #[test]
     fn blocked_and_back_is_the_identity_with_zero_padding() {
-        for (shape, b) in [([2, 5, 3, 7], 4), ([1, 16, 2, 2], 16), ([1, 3, 5, 1], 8), ([3, 20, 4, 4], 8)] {
+        // Planes of 143, 200 and 3000 pixels (8-pixel steps and the rest), partial blocks; the last
+        // case big enough to run in parallel.
+        for (shape, b) in [
+            ([2, 5, 3, 7], 4),
+            ([1, 16, 2, 2], 16),
+            ([1, 3, 5, 1], 8),
+            ([3, 20, 4, 4], 8),
+            ([2, 11, 13, 11], 8),
+            ([1, 40, 10, 20], 16),
+            ([2, 13, 50, 60], 8),
+        ] {
             let [n, c, h, w] = shape;
             let x = rand_f32(n * c * h * w, 7);
             let attrs = |extra: Vec<(&'static str, onyx_core::ir::AttrValue)>| {
