@@ -1,11 +1,11 @@
 //! The direct NCHWc convolution (every input channel feeds every output channel): register
 //! tiles of `P` output pixels of one row by `Q` output channel blocks (3 x 4, 3 x 3, 6 x 2 or
-//! 12 x 1 with AVX2; 6 x 4, 8 x 3, 12 x 2 or 24 x 1 with AVX-512). For each input channel of each kernel tap the tile loads one weight vector per
-//! output block and broadcasts one input value per pixel: `P * Q` multiply-adds for `P + Q`
-//! loads. Where rows are too narrow for wide tiles (a 7x7 map on AVX2) a tile's pixels run on
-//! over the next rows (`Tile::run_span`). Pointwise convolutions run as one long row
-//! (`flattened`); a plain NCHW input is read through its own strides, or as the interleaved
-//! copy of [`super::stem`].
+//! 12 x 1 with AVX2; 6 x 4, 8 x 3, 12 x 2 or 24 x 1 with AVX-512). For each input channel of
+//! each kernel tap the tile loads one weight vector per output block and broadcasts one input
+//! value per pixel: `P * Q` multiply-adds for `P + Q` loads. Where rows are too narrow for
+//! wide tiles (a 7x7 map on AVX2) a tile's pixels run on over the next rows
+//! (`Tile::run_span`). Pointwise convolutions run as one long row (`flattened`); a plain NCHW
+//! input is read through its own strides, or as the interleaved copy of [`super::stem`].
 //!
 //! Work is split into items of (image, group of output blocks, rows, columns) small enough
 //! that their output stays in L1 while every input channel block is added into it; the
