@@ -4,11 +4,11 @@
 //! place (row-major), and C is written in place with an optional bias added in the tile
 //! (MatMul+Add, Gemm's C). The `gemm` crate would pack B again on every call.
 //!
-//! A register tile is `R <= TILE_ROWS` rows of C by one strip: per step along K it loads the
-//! strip's two vectors of B and broadcasts one element of A per row (12 multiply-adds for 8
-//! loads with 6 rows). Work is cut into tasks of (rows, strips) and K into passes of [`DEPTH`]
-//! steps: a task's block of B stays in L2 and each tile's rows of A in L1 while it walks the
-//! task's strips.
+//! A register tile is `R` rows of C (6 with AVX2, 12 with AVX-512) by one strip: per step
+//! along K it loads the strip's two vectors of B and broadcasts one element of A per row (2R
+//! multiply-adds for R + 2 loads). Work is cut into tasks of (rows, strips) and K into passes
+//! of [`DEPTH`] steps: a task's block of B stays in L2 and each tile's rows of A in L1 while it
+//! walks the task's strips.
 
 use std::borrow::Cow;
 
@@ -19,12 +19,11 @@ use onyx_core::{Error, Result};
 use super::gemm::{MatRef, PARALLEL_WORK};
 use crate::ops::lanes::{Lanes, Portable};
 
-/// Rows of C in one register tile: 6 rows x 2 vectors = 12 accumulators, + 2 vectors of B and
-/// 1 broadcast: 15 of AVX2's 16 registers.
-const TILE_ROWS: usize = 6;
+/// Most rows of C in one register tile (AVX-512's, see [`Isa::tile_rows`]).
+const MAX_TILE_ROWS: usize = 12;
 
 /// Steps along K of one pass: a tile keeps its accumulators in registers over a pass, and its
-/// rows of A (6 x 256 x 4 bytes) in L1 across the strips of its task.
+/// rows of A (up to 12 x 256 x 4 bytes) in L1 across the strips of its task.
 const DEPTH: usize = 256;
 
 /// Bytes of B one task walks in a pass (in L2 while it is reused by every row tile).
@@ -81,6 +80,16 @@ impl Isa {
         match self {
             Isa::Avx512 => 32,
             Isa::Avx2 | Isa::Portable => 16,
+        }
+    }
+
+    /// Rows of C in one register tile: with 2 vectors of B and 1 broadcast, AVX2's 6 rows x 2
+    /// vectors = 12 accumulators take 15 of its 16 registers; AVX-512's 12 x 2 = 24 take 27
+    /// of its 32 (twice the multiply-adds per load of B).
+    fn tile_rows(self) -> usize {
+        match self {
+            Isa::Avx512 => MAX_TILE_ROWS,
+            Isa::Avx2 | Isa::Portable => 6,
         }
     }
 }
@@ -216,7 +225,7 @@ impl PackedB {
             c: SharedC(c.as_mut_ptr()),
             ldc,
             m,
-            tasks: Tasks::new(m, k, n, strip, threads),
+            tasks: Tasks::new(m, k, n, (self.isa.tile_rows(), strip), threads),
         };
         let run: unsafe fn(&Job<'_>, usize) = match self.isa {
             #[cfg(target_arch = "x86_64")]
@@ -278,9 +287,10 @@ struct Job<'a> {
 // `SharedC`) while the job lives, and the slices behind them outlive it (`PackedB::matmul`).
 unsafe impl Sync for Job<'_> {}
 
-/// The product cut into tasks of `rows` rows (whole tiles) by `strips` strips.
+/// The product cut into tasks of `rows` rows (whole tiles of `tile` rows) by `strips` strips.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Tasks {
+    tile: usize,
     rows: usize,
     strips: usize,
     row_tasks: usize,
@@ -291,9 +301,9 @@ impl Tasks {
     /// Tasks whose block of B fits [`TASK_B_BYTES`], split further (strips first while B is
     /// the larger operand: rows split means B read once more) until every thread has
     /// [`TASKS_PER_THREAD`].
-    fn new(m: usize, k: usize, n: usize, strip: usize, threads: usize) -> Tasks {
+    fn new(m: usize, k: usize, n: usize, (tile, strip): (usize, usize), threads: usize) -> Tasks {
         let all_strips = n.div_ceil(strip);
-        let all_tiles = m.div_ceil(TILE_ROWS);
+        let all_tiles = m.div_ceil(tile);
         let mut strips = (TASK_B_BYTES / (DEPTH.min(k).max(1) * strip * 4)).clamp(1, all_strips);
         let mut tiles = all_tiles;
         let want = if threads > 1 && m.saturating_mul(k).saturating_mul(n) >= PARALLEL_WORK {
@@ -310,7 +320,8 @@ impl Tasks {
             }
         }
         Tasks {
-            rows: tiles * TILE_ROWS,
+            tile,
+            rows: tiles * tile,
             strips,
             row_tasks: all_tiles.div_ceil(tiles),
             strip_tasks: all_strips.div_ceil(strips),
@@ -351,15 +362,16 @@ unsafe fn run_task<V: Lanes>(job: &Job<'_>, t: usize) {
     let rows = row0..(row0 + job.tasks.rows).min(job.m);
     let strips = strip0..(strip0 + job.tasks.strips).min(n.div_ceil(strip));
     let passes = k.div_ceil(DEPTH).max(1);
+    let tile = job.tasks.tile;
     for pass in 0..passes {
         let steps = pass * DEPTH..((pass + 1) * DEPTH).min(k);
-        for row in rows.clone().step_by(TILE_ROWS) {
-            let tile_rows = (rows.end - row).min(TILE_ROWS);
+        for row in rows.clone().step_by(tile) {
+            let tile_rows = (rows.end - row).min(tile);
             for s in strips.clone() {
                 let cols = (n - s * strip).min(strip);
-                // SAFETY: rows < m and steps < k keep A's reads inside its checked rows; the strip has
-                // `k` steps of `strip` values; C's block is this task's, its columns < n; the
-                // bias is padded to whole strips.
+                // SAFETY: rows < m and steps < k keep A's reads inside its checked rows; the
+                // strip has `k` steps of `strip` values; C's block is this task's, its
+                // columns < n; the bias is padded to whole strips.
                 unsafe {
                     let start = match (pass, job.bias) {
                         (0, Some(bias)) => Start::Bias(bias.add(s * strip)),
@@ -376,7 +388,7 @@ unsafe fn run_task<V: Lanes>(job: &Job<'_>, t: usize) {
     }
 }
 
-/// A tile of `rows <= TILE_ROWS` rows and `cols <= strip` columns of C.
+/// A tile of `rows <= MAX_TILE_ROWS` rows and `cols <= strip` columns of C.
 ///
 /// # Safety
 /// As [`tile`], for `cols` columns of C (not a whole strip).
@@ -396,7 +408,7 @@ unsafe fn tile_any<V: Lanes>(
     let strip = 2 * V::WIDTH;
     if cols < strip {
         // A partial strip goes through a whole one on the stack.
-        let mut scratch = [0.0f32; TILE_ROWS * MAX_STRIP];
+        let mut scratch = [0.0f32; MAX_TILE_ROWS * MAX_STRIP];
         let s = scratch.as_mut_ptr();
         for r in 0..rows {
             // SAFETY: row r of C has `cols` elements here (the caller's contract), scratch
@@ -415,7 +427,7 @@ unsafe fn tile_any<V: Lanes>(
     }
 }
 
-/// A tile of `rows <= TILE_ROWS` rows and a whole strip (not recursive with [`tile_any`]: a
+/// A tile of `rows <= MAX_TILE_ROWS` rows and a whole strip (not recursive with [`tile_any`]: a
 /// function that recurses is not inlined, and out of line it would lose the caller's
 /// instruction set).
 ///
@@ -436,6 +448,12 @@ unsafe fn tile_rows<V: Lanes>(
     // SAFETY: the caller's contract.
     unsafe {
         match rows {
+            12 => tile::<V, 12>(a, lda, b, depth, c, ldc, start),
+            11 => tile::<V, 11>(a, lda, b, depth, c, ldc, start),
+            10 => tile::<V, 10>(a, lda, b, depth, c, ldc, start),
+            9 => tile::<V, 9>(a, lda, b, depth, c, ldc, start),
+            8 => tile::<V, 8>(a, lda, b, depth, c, ldc, start),
+            7 => tile::<V, 7>(a, lda, b, depth, c, ldc, start),
             6 => tile::<V, 6>(a, lda, b, depth, c, ldc, start),
             5 => tile::<V, 5>(a, lda, b, depth, c, ldc, start),
             4 => tile::<V, 4>(a, lda, b, depth, c, ldc, start),
@@ -480,11 +498,14 @@ unsafe fn tile<V: Lanes, const R: usize>(
         // One pointer per row: each broadcast is then one load with a base + index address.
         let rows: [*const f32; R] = std::array::from_fn(|r| a.add(r * lda));
         let mut step = 0;
-        while step + UNROLL <= depth {
-            for u in 0..UNROLL {
+        // Unrolled, the 24 accumulators of a 12-row tile spill: LLVM loads B for several steps
+        // ahead.
+        let unroll = if R > 6 { 1 } else { UNROLL };
+        while step + unroll <= depth {
+            for u in 0..unroll {
                 tile_step::<V, R>(&mut acc, &rows, b, step + u);
             }
-            step += UNROLL;
+            step += unroll;
         }
         while step < depth {
             tile_step::<V, R>(&mut acc, &rows, b, step);
@@ -601,7 +622,7 @@ mod tests {
         let isas = [Isa::Avx512, Isa::Avx2, Isa::Portable].into_iter().filter(|i| i.runs());
         for isa in isas {
             for &(m, k, n) in
-                &[(1, 1, 1), (5, 3, 17), (6, 256, 16), (7, 257, 33), (13, 700, 15), (128, 300, 100), (40, 520, 70)]
+                &[(1, 1, 1), (5, 3, 17), (6, 256, 16), (7, 257, 33), (13, 700, 15), (23, 65, 40), (128, 300, 100), (40, 520, 70)]
             {
                 let a = values(m * k, (m * 31 + k) as u64);
                 let b = values(k * n, (k * 17 + n) as u64);
@@ -670,10 +691,10 @@ mod tests {
         for &(m, k, n, threads) in
             &[(128, 384, 1536, 2), (128, 1536, 384, 2), (128, 384, 384, 16), (1, 4096, 4096, 8), (3000, 64, 16, 4)]
         {
-            let t = Tasks::new(m, k, n, 16, threads);
-            let (tiles, strips) = (m.div_ceil(TILE_ROWS), n.div_ceil(16));
-            assert!(t.rows.is_multiple_of(TILE_ROWS) && t.rows > 0 && t.strips > 0, "{t:?}");
-            assert_eq!(t.row_tasks, tiles.div_ceil(t.rows / TILE_ROWS), "{t:?}");
+            let t = Tasks::new(m, k, n, (6, 16), threads);
+            let (tiles, strips) = (m.div_ceil(6), n.div_ceil(16));
+            assert!(t.rows.is_multiple_of(6) && t.rows > 0 && t.strips > 0, "{t:?}");
+            assert_eq!(t.row_tasks, tiles.div_ceil(t.rows / 6), "{t:?}");
             assert_eq!(t.strip_tasks, strips.div_ceil(t.strips), "{t:?}");
             assert!(t.count() >= (threads * TASKS_PER_THREAD).min(tiles * strips), "{m}x{k}x{n}: {t:?}");
         }
