@@ -7,6 +7,7 @@ mod options;
 mod outputs;
 mod plan;
 mod plan_cache;
+mod spin;
 mod validate;
 
 use std::collections::HashMap;
@@ -40,6 +41,8 @@ pub struct Session {
     plans: PlanCache<Plan>,
     providers: Providers,
     pool: rayon::ThreadPool,
+    /// Keep the pool's threads awake through a run ([`SessionOptions::intra_op_spinning`]).
+    spin: bool,
 }
 
 impl Session {
@@ -95,7 +98,8 @@ impl Session {
             .build()
             .map_err(|e| Error::InvalidArgument(format!("cannot start {} threads: {e}", options.intra_op_threads)))?;
         let plans = PlanCache::new(&inputs);
-        Ok(Session { model, inputs, outputs, plan: Arc::new(plan), plans, providers, pool })
+        let spin = options.intra_op_spinning;
+        Ok(Session { model, inputs, outputs, plan: Arc::new(plan), plans, providers, pool, spin })
     }
 
     /// The inputs a caller feeds (initializers excluded), with free dimensions as overridden.
@@ -208,7 +212,11 @@ impl Session {
                 InputValue::View(v) => Slot::Ref(ValueRef::View(v)),
             });
         }
-        let values = self.pool.install(|| execute(&plan, &self.providers, env, &wanted, profile))?;
+        let run = || execute(&plan, &self.providers, env, &wanted, profile);
+        let values = self.pool.install(|| match self.spin {
+            true => spin::with_workers_awake(&self.pool, run),
+            false => run(),
+        })?;
         let names = wanted.iter().map(|(i, _)| self.plan.outputs[*i].0.clone());
         Ok(Outputs::new(names.zip(values).collect()))
     }

@@ -57,6 +57,11 @@ pub struct SessionOptions {
     /// run no longer needs (see `onyx_core::host_pool`); on by default, like ONNX Runtime's CPU
     /// memory arena. The environment variable `ONYX_HOST_POOL=0` turns it off too.
     pub enable_host_pool: bool,
+    /// Keep the intra-op threads looking for work through a run instead of sleeping between
+    /// parallel kernels (and paying tens of microseconds to wake each time), like ONNX
+    /// Runtime's `session.intra_op.allow_spinning`; on by default. A thread that finds no work
+    /// for 2 ms sleeps for the rest of the run.
+    pub intra_op_spinning: bool,
 }
 
 impl Default for SessionOptions {
@@ -70,6 +75,7 @@ impl Default for SessionOptions {
             free_dims_by_denotation: vec![],
             limits: super::limits::Limits::default(),
             enable_host_pool: true,
+            intra_op_spinning: true,
         }
     }
 }
@@ -84,6 +90,12 @@ impl SessionOptions {
     /// Turns the host buffer pool on or off (see [`SessionOptions::enable_host_pool`]).
     pub fn with_host_pool(mut self, enable: bool) -> Self {
         self.enable_host_pool = enable;
+        self
+    }
+
+    /// Turns intra-op spinning on or off (see [`SessionOptions::intra_op_spinning`]).
+    pub fn with_intra_op_spinning(mut self, spin: bool) -> Self {
+        self.intra_op_spinning = spin;
         self
     }
 
