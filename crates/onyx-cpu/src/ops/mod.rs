@@ -1,6 +1,7 @@
 //! CPU kernels, one module per operator family.
 
 pub mod activation;
+pub(crate) mod aligned;
 pub mod attention;
 pub mod bitcast;
 pub mod broadcast;

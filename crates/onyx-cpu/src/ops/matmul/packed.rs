@@ -17,6 +17,7 @@ use rayon::prelude::*;
 use onyx_core::{Error, Result};
 
 use super::gemm::{MatRef, PARALLEL_WORK};
+use crate::ops::aligned::AlignedBuf;
 use crate::ops::lanes::{Lanes, Portable};
 
 /// Most rows of C in one register tile (AVX-512's, see [`Isa::tile_rows`]).
@@ -102,7 +103,7 @@ pub(crate) struct PackedB {
     isa: Isa,
     /// Strip `s`, step `p`: columns `s * strip..` of B's row `p` at `((s * k) + p) * strip`;
     /// columns past N are zero.
-    data: Vec<f32>,
+    data: AlignedBuf,
 }
 
 impl PackedB {
@@ -123,10 +124,8 @@ impl PackedB {
         }
         let strips = n.div_ceil(strip);
         let len = strips * k * strip;
-        let mut data = Vec::new();
-        data.try_reserve_exact(len)
-            .map_err(|_| Error::InvalidArgument(format!("packing B: cannot allocate {len} elements")))?;
-        data.resize(len, 0.0);
+        let mut data = AlignedBuf::try_zeros(len)
+            .ok_or_else(|| Error::InvalidArgument(format!("packing B: cannot allocate {len} elements")))?;
         if k > 0 {
             for (s, block) in data.chunks_exact_mut(k * strip).enumerate() {
                 let cols = (n - s * strip).min(strip);

@@ -3,6 +3,7 @@
 use rayon::prelude::*;
 
 use super::BlockGroups;
+use crate::ops::aligned::AlignedBuf;
 
 /// The weights of a convolution with every input channel (group 1), in the order the register
 /// tiles read them: output blocks in the groups of [`BlockGroups`] (at most `max_blocks` each),
@@ -13,7 +14,7 @@ use super::BlockGroups;
 #[derive(Debug)]
 pub(crate) struct DenseWeights {
     /// The packed elements.
-    pub data: Vec<f32>,
+    pub data: AlignedBuf,
     /// The block size `b` (output channels).
     pub block: usize,
     /// Input channels per input block `ib`.
@@ -35,9 +36,9 @@ impl DenseWeights {
         let (taps, in_blocks, out_blocks) = (kh * kw, ic.div_ceil(in_block), oc.div_ceil(block));
         let groups = BlockGroups::new(out_blocks, max_blocks);
         let per_block = in_blocks * taps * in_block * block;
-        let mut data = vec![0.0; out_blocks * per_block];
+        let mut data = AlignedBuf::zeros(out_blocks * per_block);
         let mut parts = Vec::with_capacity(groups.count);
-        let mut rest = data.as_mut_slice();
+        let mut rest = &mut data[..];
         for g in 0..groups.count {
             let (first, q) = groups.group(g);
             let (part, tail) = rest.split_at_mut(q * per_block);
@@ -82,7 +83,7 @@ impl DenseWeights {
 #[derive(Debug)]
 pub(crate) struct DepthwiseWeights {
     /// The packed elements.
-    pub data: Vec<f32>,
+    pub data: AlignedBuf,
     /// `kH * kW`.
     pub taps: usize,
 }
@@ -90,7 +91,7 @@ pub(crate) struct DepthwiseWeights {
 impl DepthwiseWeights {
     /// Packs ONNX weights `w` of shape `[c, 1, kh, kw]`.
     pub fn pack(w: &[f32], c: usize, taps: usize, block: usize) -> Self {
-        let mut data = vec![0.0; c.div_ceil(block) * taps * block];
+        let mut data = AlignedBuf::zeros(c.div_ceil(block) * taps * block);
         for ch in 0..c {
             for t in 0..taps {
                 data[(ch / block * taps + t) * block + ch % block] = w[ch * taps + t];
