@@ -517,7 +517,9 @@ unsafe fn tile<V: Lanes, const R: usize>(
     }
 }
 
-/// Steps ahead of the tile that B is prefetched.
+/// Steps ahead of the tile that B is prefetched: a model's packed weights come from L3 or
+/// memory (bert4's 28 MB each run), and the hardware prefetchers left the tiles waiting
+/// (bert4 at 1 thread 1.13x of ORT without, 1.03x with; 16 and 32 steps alike).
 const PREFETCH_STEPS: usize = 16;
 
 /// Asks for the cache line at `p` in L1 (a hint: any address is fine).
