@@ -98,7 +98,7 @@ impl Session {
             .build()
             .map_err(|e| Error::InvalidArgument(format!("cannot start {} threads: {e}", options.intra_op_threads)))?;
         let plans = PlanCache::new(&inputs);
-        let spin = options.intra_op_spinning;
+        let spin = spin::wanted(options.intra_op_spinning, providers.list.iter().map(|p| p.device()));
         Ok(Session { model, inputs, outputs, plan: Arc::new(plan), plans, providers, pool, spin })
     }
 

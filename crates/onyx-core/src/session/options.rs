@@ -60,7 +60,7 @@ pub struct SessionOptions {
     /// Keep the intra-op threads looking for work through a run instead of sleeping between
     /// parallel kernels (and paying tens of microseconds to wake each time), like ONNX
     /// Runtime's `session.intra_op.allow_spinning`; on by default. A thread that finds no work
-    /// for 2 ms sleeps for the rest of the run.
+    /// for 2 ms sleeps for the rest of the run; sessions with a GPU provider never spin.
     pub intra_op_spinning: bool,
 }
 

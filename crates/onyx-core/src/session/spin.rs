@@ -8,6 +8,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::device::Device;
+
 /// How long a worker looks for work without finding any before it gives up spinning for the
 /// rest of the run (and sleeps as rayon's workers do): bounds the CPU time burnt while a run
 /// waits on something else, a GPU for one.
@@ -15,6 +17,13 @@ const IDLE_LIMIT: Duration = Duration::from_millis(2);
 
 /// Idle rounds between two looks at the clock.
 const ROUNDS_PER_CLOCK: u32 = 64;
+
+/// Whether a session spins: when the option is on and every provider runs on the host. A
+/// session with a GPU provider leaves the CPU to the application while its runs wait on
+/// the GPU.
+pub(super) fn wanted(enabled: bool, mut devices: impl Iterator<Item = Device>) -> bool {
+    enabled && devices.all(|d| d == Device::Cpu)
+}
 
 /// Runs `run` on the current thread of `pool` (call it inside `pool.install`) while the
 /// pool's other threads run its parallel work as it comes instead of sleeping between, until
@@ -104,6 +113,14 @@ mod tests {
         let start = Instant::now();
         pool.install(|| keep_busy(&never));
         assert!(start.elapsed() >= IDLE_LIMIT);
+    }
+
+    #[test]
+    fn only_host_sessions_spin() {
+        assert!(wanted(true, [Device::Cpu, Device::Cpu].into_iter()));
+        assert!(!wanted(false, [Device::Cpu].into_iter()));
+        assert!(!wanted(true, [Device::Wgpu(0), Device::Cpu].into_iter()));
+        assert!(!wanted(true, [Device::Cpu, Device::Cuda(1)].into_iter()));
     }
 
     #[test]
