@@ -42,9 +42,16 @@ fn check(got: &[f32], want: &[f64], k: usize, what: &str) {
 fn products_match_the_reference_on_every_form_and_awkward_sizes() {
     let isas = [Isa::Avx512, Isa::Avx2, Isa::Portable].into_iter().filter(|i| i.runs());
     for isa in isas {
-        for &(m, k, n) in
-            &[(1, 1, 1), (5, 3, 17), (6, 256, 16), (7, 257, 33), (13, 700, 15), (23, 65, 40), (128, 300, 100), (40, 520, 70)]
-        {
+        for &(m, k, n) in &[
+            (1, 1, 1),
+            (5, 3, 17),
+            (6, 256, 16),
+            (7, 257, 33),
+            (13, 700, 15),
+            (23, 65, 40),
+            (128, 300, 100),
+            (40, 520, 70),
+        ] {
             let a = values(m * k, (m * 31 + k) as u64);
             let b = values(k * n, (k * 17 + n) as u64);
             let bias = values(n, n as u64);
