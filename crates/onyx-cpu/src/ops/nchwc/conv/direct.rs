@@ -30,30 +30,59 @@ pub(crate) struct DirectItems {
 }
 
 impl DirectJob<'_> {
-    /// How the output is split into work items for lanes `V` and `threads` threads: each
-    /// item's output fits [`ITEM_BYTES`] (a long flattened row is cut into segments of whole
-    /// tiles), and there are enough items to keep every thread busy.
+    /// How the output is split into work items for lanes `V` and `threads` threads
+    /// ([`Split::items`]).
     pub(super) fn items<V: Lanes>(&self, threads: usize) -> DirectItems {
         let g = &self.geometry;
         let groups = self.weights.groups;
         debug_assert_eq!(groups, BlockGroups::new(g.out_blocks(), V::BLOCKS));
-        let pixel_bytes = groups.widest() * g.block * 4;
-        let unit = V::ACCUMULATORS;
-        let mut seg = if g.cols.output * pixel_bytes <= ITEM_BYTES {
-            g.cols.output
-        } else {
-            (ITEM_BYTES / pixel_bytes / unit * unit).max(unit)
+        // Segments are whole tiles where partial tiles are narrower than full ones.
+        let full = full_tile::<V>(groups.widest());
+        let split = Split {
+            pixel_bytes: groups.widest() * g.block * 4,
+            grain: if full > PARTIAL_TILE { full } else { 1 },
+            shortest: V::ACCUMULATORS,
+            wanted: ITEMS_PER_THREAD * threads,
         };
-        let mut rows = (ITEM_BYTES / (seg * pixel_bytes).max(1)).clamp(1, g.rows.output.max(1));
-        let items = |rows: usize, seg: usize| Items::new(g.batch, groups.count, g.rows.output, rows, g.cols.output, seg);
-        while items(rows, seg).count() < ITEMS_PER_THREAD * threads && (rows > 1 || seg > unit) {
-            if rows > 1 {
-                rows = rows.div_ceil(2);
+        DirectItems { items: split.items(g.batch, groups.count, g.rows.output, g.cols.output), groups }
+    }
+}
+
+/// How [`DirectJob::items`] cuts an output into work items.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Split {
+    /// Output bytes of one pixel of a block group.
+    pub pixel_bytes: usize,
+    /// Pixels a row segment is a multiple of (except a row's last).
+    pub grain: usize,
+    /// Fewest pixels of a segment cut to make more items.
+    pub shortest: usize,
+    /// Items wanted.
+    pub wanted: usize,
+}
+
+impl Split {
+    /// Items of (image, group, rows, row segment): each item's output fits [`ITEM_BYTES`] (a
+    /// long flattened row is cut into segments), and there are `wanted` items where rows and
+    /// segments can be cut that fine. A row's segments are as even as the grain allows: a
+    /// short remainder would stream the group's weights for a few pixels.
+    pub(super) fn items(&self, batch: usize, groups: usize, rows: usize, cols: usize) -> Items {
+        let cols = cols.max(1);
+        let seg = |segments: usize| cols.div_ceil(segments).next_multiple_of(self.grain).min(cols);
+        let shortest = self.shortest.min(cols);
+        let mut segments = (cols * self.pixel_bytes).div_ceil(ITEM_BYTES).max(1);
+        let mut per_item = (ITEM_BYTES / (seg(segments) * self.pixel_bytes).max(1)).clamp(1, rows.max(1));
+        let items = |per_item: usize, segments: usize| Items::new(batch, groups, rows, per_item, cols, seg(segments));
+        while items(per_item, segments).count() < self.wanted {
+            if per_item > 1 {
+                per_item = per_item.div_ceil(2);
+            } else if seg(segments + 1) < seg(segments) && seg(segments + 1) >= shortest {
+                segments += 1;
             } else {
-                seg = (seg / 2 / unit * unit).max(unit);
+                break;
             }
         }
-        DirectItems { items: items(rows, seg), groups }
+        items(per_item, segments)
     }
 }
 
@@ -368,11 +397,10 @@ impl Tile {
             let pixel_step = g.cols.stride * layout.pixel;
             for in_block in 0..self.in_blocks {
                 let x = start.wrapping_add(in_block * self.x_block);
-                let pixels: [*const f32; P] = std::array::from_fn(|p| x.wrapping_add(p * pixel_step));
                 let w = self.w.wrapping_add(in_block * self.w_block);
                 // SAFETY: the pixels and the weights of this input block are inside X and the
                 // packed weights (the caller's contract; the pixels checked above).
-                unsafe { Self::all_channels::<V, P, Q>(&mut acc, &pixels, w, self.channels_of(in_block, b), layout.channel) };
+                unsafe { Self::strided_pixels::<V, P, Q>(&mut acc, x, pixel_step, w, self.channels_of(in_block, b), layout.channel) };
             }
         } else {
             for in_block in 0..self.in_blocks {
@@ -492,8 +520,9 @@ impl Tile {
         acc
     }
 
-    /// Stores a tile's accumulators where [`Tile::start`] read them, then applies the register
-    /// epilogue after the last chunk.
+    /// Stores a tile's accumulators where [`Tile::start`] read them, finished by the register
+    /// epilogue after the last chunk (with its steps chosen once per tile, the epilogue no
+    /// longer pushes a wide tile's accumulators out of registers).
     ///
     /// # Safety
     /// As [`Tile::start`]; the epilogue's bias holds the Q blocks' lanes and its residual is
@@ -501,21 +530,15 @@ impl Tile {
     #[inline(always)]
     unsafe fn store<V: Lanes, const P: usize, const Q: usize>(&self, acc: &[[V; Q]; P], y_item: *mut f32, offset: usize, b: usize) {
         let at = |p: usize, q: usize| q * self.y_block + offset + p * b;
+        let mut acc = *acc;
+        if let Some(e) = &self.finish {
+            // SAFETY: the caller's contract.
+            unsafe { e.apply_tile::<V, P, Q>(&mut acc, b, at) };
+        }
         for (p, acc) in acc.iter().enumerate() {
             for (q, acc) in acc.iter().enumerate() {
                 // SAFETY: the caller's contract.
                 unsafe { acc.store(y_item.wrapping_add(at(p, q))) };
-            }
-        }
-        // The epilogue reads the tile back from L1 rather than from the accumulators: code
-        // after the loop that reads them keeps a wide tile from staying in registers.
-        if let Some(e) = &self.finish {
-            for q in 0..Q {
-                for p in 0..P {
-                    let y = y_item.wrapping_add(at(p, q));
-                    // SAFETY: the caller's contract.
-                    unsafe { e.apply(V::load(y), q * b, at(p, q)).store(y) };
-                }
             }
         }
     }
@@ -546,24 +569,54 @@ impl Tile {
             let row = x.wrapping_offset(ih * layout.row as isize);
             for kw in taps_w.0..taps_w.1 {
                 let first = g.cols.input_index(ow, kw);
-                let pixels: [*const f32; P] = if first >= 0 && g.cols.input_index(ow + P - 1, kw) < g.cols.input as isize {
-                    std::array::from_fn(|p| row.wrapping_offset(first * layout.pixel as isize).wrapping_add(p * pixel_step))
-                } else {
-                    // Zeros where the tap falls in the padding (only with `masks_padding`: the
-                    // callers give the other tiles valid taps).
-                    std::array::from_fn(|p| {
-                        let iw = g.cols.input_index(ow + p, kw);
-                        if (0..g.cols.input as isize).contains(&iw) {
-                            row.wrapping_offset(iw * layout.pixel as isize)
-                        } else {
-                            ZEROS.as_ptr()
-                        }
-                    })
-                };
                 let w_tap = w.wrapping_add((kh * g.cols.kernel + kw) * self.w_tap);
                 debug_assert_eq!(self.w_channel, Q * b);
+                if first >= 0 && g.cols.input_index(ow + P - 1, kw) < g.cols.input as isize {
+                    let x = row.wrapping_offset(first * layout.pixel as isize);
+                    // SAFETY: the caller's contract (every pixel's tap inside X).
+                    unsafe { Self::strided_pixels::<V, P, Q>(acc, x, pixel_step, w_tap, channels, layout.channel) };
+                    continue;
+                }
+                // Zeros where the tap falls in the padding (only with `masks_padding`: the
+                // callers give the other tiles valid taps).
+                let pixels: [*const f32; P] = std::array::from_fn(|p| {
+                    let iw = g.cols.input_index(ow + p, kw);
+                    if (0..g.cols.input as isize).contains(&iw) {
+                        row.wrapping_offset(iw * layout.pixel as isize)
+                    } else {
+                        ZEROS.as_ptr()
+                    }
+                });
                 // SAFETY: the caller's contract (see `Tile::channels`).
                 unsafe { Self::all_channels::<V, P, Q>(acc, &pixels, w_tap, channels, layout.channel) };
+            }
+        }
+    }
+
+    /// [`Tile::all_channels`] for pixels `pixel_step` elements apart from `x`. Pixels one
+    /// block apart (stride 1 over a blocked input, the common case) get the step as a
+    /// constant, so that every pixel's address is one register plus a displacement: a wide
+    /// tile's 12 or 24 pointers no longer spill to the stack.
+    ///
+    /// # Safety
+    /// As [`Tile::channels`], for the pixels `x + p * pixel_step`.
+    #[inline(always)]
+    unsafe fn strided_pixels<V: Lanes, const P: usize, const Q: usize>(
+        acc: &mut [[V; Q]; P],
+        x: *const f32,
+        pixel_step: usize,
+        w_tap: *const f32,
+        channels: usize,
+        channel: usize,
+    ) {
+        // SAFETY: the caller's contract.
+        unsafe {
+            if pixel_step == V::WIDTH {
+                let pixels: [*const f32; P] = std::array::from_fn(|p| x.wrapping_add(p * V::WIDTH));
+                Self::all_channels::<V, P, Q>(acc, &pixels, w_tap, channels, channel);
+            } else {
+                let pixels: [*const f32; P] = std::array::from_fn(|p| x.wrapping_add(p * pixel_step));
+                Self::all_channels::<V, P, Q>(acc, &pixels, w_tap, channels, channel);
             }
         }
     }

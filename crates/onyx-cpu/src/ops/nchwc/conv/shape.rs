@@ -164,13 +164,16 @@ fn add_per_pixel<const B: usize>(y: &mut [f32], bias: &[f32]) {
 /// An epilogue simple enough for registers: bias, residual, then a clamp (Relu, Clip or none).
 #[derive(Clone, Copy)]
 pub(crate) struct RegisterEpilogue {
-    /// The bias at the item's first output block (null: none).
+    /// The bias at the item's first output block ([`NO_BIAS`] when there is none).
     bias: *const f32,
     /// The residual at the item's first output block of the image (null: none); laid out as Y.
     residual: *const f32,
     /// Lower and upper bounds (infinite when absent).
     bounds: Option<(f32, f32)>,
 }
+
+/// The bias of a convolution without one: zeros for the widest tile (4 blocks of 16).
+static NO_BIAS: [f32; 64] = [0.0; 64];
 
 impl RegisterEpilogue {
     /// `v` finished: plus the bias at `bias_at`, plus the residual at `residual_at`, clamped.
@@ -181,9 +184,7 @@ impl RegisterEpilogue {
     pub unsafe fn apply<V: Lanes>(&self, mut v: V, bias_at: usize, residual_at: usize) -> V {
         // SAFETY: the caller's contract.
         unsafe {
-            if !self.bias.is_null() {
-                v = V::add(v, V::load(self.bias.add(bias_at)));
-            }
+            v = V::add(v, V::load(self.bias.add(bias_at)));
             if !self.residual.is_null() {
                 v = V::add(v, V::load(self.residual.add(residual_at)));
             }
@@ -192,6 +193,62 @@ impl RegisterEpilogue {
             }
         }
         v
+    }
+
+    /// Finishes a register tile `acc` of `P` pixels by `Q` blocks of `b` lanes whose residual
+    /// vectors are at `at(p, q)` past the residual's start. Which steps apply is decided once
+    /// per tile, not per vector.
+    ///
+    /// # Safety
+    /// `V`'s instruction set (`V::WIDTH == b`); the tile's vectors inside the residual; the
+    /// bias holds the `Q` blocks' lanes.
+    #[inline(always)]
+    pub unsafe fn apply_tile<V: Lanes, const P: usize, const Q: usize>(&self, acc: &mut [[V; Q]; P], b: usize, at: impl Fn(usize, usize) -> usize) {
+        debug_assert!(self.bias != NO_BIAS.as_ptr() || Q * b <= NO_BIAS.len());
+        let residual = !self.residual.is_null();
+        // SAFETY: the caller's contract.
+        unsafe {
+            match self.bounds {
+                None if residual => self.tile::<V, P, Q, true, false, false>(acc, b, at),
+                None => self.tile::<V, P, Q, false, false, false>(acc, b, at),
+                Some((_, hi)) if hi == f32::INFINITY && residual => self.tile::<V, P, Q, true, true, false>(acc, b, at),
+                Some((_, hi)) if hi == f32::INFINITY => self.tile::<V, P, Q, false, true, false>(acc, b, at),
+                Some(_) if residual => self.tile::<V, P, Q, true, true, true>(acc, b, at),
+                Some(_) => self.tile::<V, P, Q, false, true, true>(acc, b, at),
+            }
+        }
+    }
+
+    /// [`RegisterEpilogue::apply_tile`] with its steps fixed at compile time.
+    ///
+    /// # Safety
+    /// As [`RegisterEpilogue::apply_tile`].
+    #[inline(always)]
+    unsafe fn tile<V: Lanes, const P: usize, const Q: usize, const RESIDUAL: bool, const LOW: bool, const HIGH: bool>(
+        &self,
+        acc: &mut [[V; Q]; P],
+        b: usize,
+        at: impl Fn(usize, usize) -> usize,
+    ) {
+        let (lo, hi) = self.bounds.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
+        // SAFETY: the caller's contract.
+        unsafe {
+            let (lo, hi) = (V::value(lo), V::value(hi));
+            for (p, acc) in acc.iter_mut().enumerate() {
+                for (q, v) in acc.iter_mut().enumerate() {
+                    *v = V::add(*v, V::load(self.bias.add(q * b)));
+                    if RESIDUAL {
+                        *v = V::add(*v, V::load(self.residual.add(at(p, q))));
+                    }
+                    if LOW {
+                        *v = V::at_least(lo, *v);
+                    }
+                    if HIGH {
+                        *v = V::at_most(hi, *v);
+                    }
+                }
+            }
+        }
     }
 
     /// The register form of `epilogue` for the item whose Y starts at `y_item` (first output
@@ -204,7 +261,7 @@ impl RegisterEpilogue {
             _ => return None,
         };
         Some(RegisterEpilogue {
-            bias: epilogue.bias.map_or(std::ptr::null(), |bias| bias[first_block * b..].as_ptr()),
+            bias: epilogue.bias.map_or(NO_BIAS.as_ptr(), |bias| bias[first_block * b..].as_ptr()),
             residual: epilogue.residual.map_or(std::ptr::null(), |z| z[y_item..].as_ptr()),
             bounds,
         })

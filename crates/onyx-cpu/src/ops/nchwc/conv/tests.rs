@@ -5,7 +5,7 @@ use onyx_core::ep::ValueRef;
 use onyx_core::ir::{AttrValue, Node};
 use onyx_core::{Tensor, Value};
 
-use super::direct::{EvenTiles, PARTIAL_TILE};
+use super::direct::{EvenTiles, Split, PARTIAL_TILE};
 use super::*;
 use crate::ops::conv::conv_for;
 use crate::ops::layout::testkit::rand_f32;
@@ -323,6 +323,37 @@ fn work_is_split_into_disjoint_items_covering_the_output() {
         }
     }
     assert!(seen.iter().all(|&s| s == 1));
+}
+
+#[test]
+fn row_segments_are_even_whole_tiles() {
+    // (pixel bytes, grain, groups, rows, cols, wanted): mobilenet_v2's 960->320 pointwise
+    // conv at 7x7 (one flattened row of 49 pixels, 5 groups of 4 blocks of 16) on 2 threads;
+    // long flattened rows of 8-pixel tiles; a 56-wide map; a 7x7 map on 16 threads.
+    for (pixel_bytes, grain, groups, rows, cols, wanted) in
+        [(256, 1, 5, 1, 49, 8), (192, 8, 2, 1, 12544, 8), (64, 24, 1, 1, 3136, 64), (256, 1, 1, 56, 56, 8), (256, 1, 8, 7, 7, 64)]
+    {
+        let items = Split { pixel_bytes, grain, shortest: 24, wanted }.items(1, groups, rows, cols);
+        let mut seen = vec![0u8; groups * rows * cols];
+        let mut lengths = Vec::new();
+        for i in 0..items.count() {
+            let (_, g, rs, cs) = items.decode(i);
+            if cs.end < cols {
+                assert_eq!(cs.len() % grain, 0, "{cols} pixels by {grain}: {cs:?}");
+            }
+            assert!(cs.len() * pixel_bytes <= ITEM_BYTES + grain * pixel_bytes || cs.len() == cols, "{cs:?}");
+            lengths.push(cs.len());
+            for r in rs {
+                cs.clone().for_each(|c| seen[(g * rows + r) * cols + c] += 1);
+            }
+        }
+        assert!(seen.iter().all(|&s| s == 1), "{cols} pixels: items overlap or miss pixels");
+        let (lo, hi) = (lengths.iter().min().unwrap(), lengths.iter().max().unwrap());
+        assert!(hi - lo <= grain.max(1) || *lo >= 24, "{cols} pixels by {grain}: segments {lo}..{hi}");
+    }
+    // The 7x7 pointwise conv: two segments of 25 and 24 pixels (not 24 + 24 + 1).
+    let items = Split { pixel_bytes: 256, grain: 1, shortest: 24, wanted: 8 }.items(1, 5, 1, 49);
+    assert_eq!(items.count(), 10);
 }
 
 #[test]
