@@ -89,11 +89,22 @@ impl Split {
 /// Pixels of a full register tile of `blocks` output blocks. AVX2 runs 3 blocks as 3 x 3 with
 /// the broadcasts held (13 registers): 4 x 3 with the weights held needs all 16, and LLVM then
 /// spills accumulators.
-fn full_tile<V: Lanes>(blocks: usize) -> usize {
+const fn full_tile<V: Lanes>(blocks: usize) -> usize {
     if V::WIDTH == 8 && blocks == 3 {
         return 3;
     }
-    V::ACCUMULATORS / blocks.max(1)
+    V::ACCUMULATORS / if blocks == 0 { 1 } else { blocks }
+}
+
+/// True when lanes `V` may be given a tile of `p` pixels by `q` output blocks: `q` up to
+/// `V::BLOCKS`, and `p` the full tile's pixels or a partial tile no wider ([`EvenTiles`] never
+/// cuts a tile wider than the full one; the pixels beside unmasked padding go one by one).
+/// The tile kernels compile only these: `dispatch!` names every size, and the others (a
+/// 24-pixel tile of plain 16-float arrays for the portable lanes) took most of this crate's
+/// build time.
+const fn has_tile<V: Lanes>(p: usize, q: usize) -> bool {
+    let full = full_tile::<V>(q);
+    q >= 1 && q <= V::BLOCKS && p >= 1 && (p == full || (p <= PARTIAL_TILE && p <= full))
 }
 
 /// Multiply-add steps (taps x channels) a tile runs between loading and storing its
@@ -384,6 +395,9 @@ impl Tile {
         y_item: *mut f32,
         offset: usize,
     ) {
+        if const { !has_tile::<V>(P, Q) } {
+            unreachable!("no tile of {P} x {Q} for lanes of {}", V::WIDTH);
+        }
         let b = g.block;
         // SAFETY: the tile's pixels of its Q blocks are inside Y (the caller's contract).
         let mut acc = unsafe { self.start::<V, P, Q>(y_item, offset, b) };
@@ -430,6 +444,9 @@ impl Tile {
         y_item: *mut f32,
         offset: usize,
     ) {
+        if const { !has_tile::<V>(P, Q) } {
+            unreachable!("no tile of {P} x {Q} for lanes of {}", V::WIDTH);
+        }
         let b = g.block;
         let layout = g.input;
         // SAFETY: the tile's pixels of its Q blocks are inside Y (the caller's contract).
