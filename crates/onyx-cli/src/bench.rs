@@ -98,6 +98,7 @@ pub fn bench(model: &Path, inputs: &[String], options: Options, args: &SessionAr
         runs,
         slowest: shared.as_ref().map(|g| g.compile_times().into_iter().take(SLOWEST_COMPILES).collect()).unwrap_or_default(),
     });
+    let samples = times.clone();
     times.sort_by(f64::total_cmp);
     let mean = times.iter().sum::<f64>() / times.len().max(1) as f64;
     let report = serde_json::json!({
@@ -112,6 +113,7 @@ pub fn bench(model: &Path, inputs: &[String], options: Options, args: &SessionAr
         "p99_ms": percentile(&times, 99.0),
         "min_ms": times.first().copied().unwrap_or(f64::NAN),
         "mean_ms": mean,
+        "samples_ms": samples,
         "peak_host_bytes": peak_host_bytes(),
     });
     println!("model            {}", model.display());

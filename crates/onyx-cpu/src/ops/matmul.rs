@@ -10,7 +10,6 @@ pub(crate) mod real;
 #[cfg(test)]
 pub(crate) mod test_support;
 
-use rayon::prelude::*;
 
 use onyx_core::ep::{Kernel, NodeContext, ValueRef};
 use onyx_core::{element_count, DataType, Element, Error, Location, Result, TensorView, Value};
@@ -170,7 +169,7 @@ pub(crate) fn matmul_float<T: Real>(a: &[T], b: &[T], plan: &MatMulPlan) -> Resu
     let chunk = (m * n).max(1);
     let work = plan.batches().saturating_mul(m * n * k);
     if plan.batches() >= rayon::current_num_threads() && work >= PARALLEL_WORK {
-        out.par_chunks_mut(chunk).zip(plan.offsets.par_iter()).try_for_each(|pair| one(pair, false))?;
+        crate::parallel::try_for_each_chunk_mut(&mut out, chunk, &|i, c| one((c, &plan.offsets[i]), false))?;
     } else {
         out.chunks_mut(chunk).zip(plan.offsets.iter()).try_for_each(|pair| one(pair, true))?;
     }

@@ -129,7 +129,7 @@ fn rows<T: Real>(x: &[T], n: usize, row: impl Fn(&[T], &mut [T]) + Sync) -> Vec<
         out.chunks_mut(n).zip(x.chunks(n)).for_each(|(d, s)| row(s, d));
     } else {
         let per_task = n * (PAR_CHUNK / n).max(1);
-        out.par_chunks_mut(per_task).zip(x.par_chunks(per_task)).for_each(|(d, s)| {
+        crate::parallel::for_each_chunk_pair(x, per_task, &mut out, per_task, &|_, s, d| {
             d.chunks_mut(n).zip(s.chunks(n)).for_each(|(dr, sr)| row(sr, dr));
         });
     }
@@ -182,7 +182,7 @@ fn columns<T: Real>(log: bool, x: &[T], d: Dims) -> Vec<T> {
         }
     };
     if big && outer >= rayon::current_num_threads() {
-        out.par_chunks_mut(block).zip(x.par_chunks(block)).for_each(|(dst, src)| one(src, dst, false));
+        crate::parallel::for_each_chunk_pair(x, block, &mut out, block, &|_, src, dst| one(src, dst, false));
     } else {
         out.chunks_mut(block).zip(x.chunks(block)).for_each(|(dst, src)| one(src, dst, big));
     }

@@ -2,7 +2,6 @@
 //! bias along the last axis) and FastGelu (the tanh approximation, with an optional bias).
 //! Computed in f64 for double and f32 otherwise (half types rounded once).
 
-use rayon::prelude::*;
 
 use onyx_core::ep::{Kernel, NodeContext, ValueRef};
 use onyx_core::{DataType, Error, Location, Result, TensorView, Value};
@@ -158,7 +157,7 @@ fn apply<T: bytemuck::Pod + Send + Sync + std::ops::Add<Output = T>>(
     let chunk = bias.map_or(target, |b| (target / b.len()).max(1) * b.len());
     let body = |(out, x): (&mut [T], &[T])| util::simd_body(Chunk { x, out, bias, f });
     if out.len() >= 2 * CHUNK {
-        out.par_chunks_mut(chunk).zip(x.par_chunks(chunk)).for_each(body);
+        crate::parallel::for_each_chunk_pair(x, chunk, &mut out, chunk, &|_, x, out| body((out, x)));
     } else {
         out.chunks_mut(chunk).zip(x.chunks(chunk)).for_each(body);
     }

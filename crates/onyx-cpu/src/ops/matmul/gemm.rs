@@ -3,7 +3,6 @@
 //! the `gemm` crate (packed panels, runtime SIMD dispatch), on rayon threads when the product
 //! is large.
 
-use rayon::prelude::*;
 
 use onyx_core::{Error, Result};
 
@@ -200,7 +199,7 @@ fn split_rows<T: Real>(
 ) -> Result<()> {
     let (m, n, rs) = (c.rows, c.cols, c.rs);
     let per = m.div_ceil(blocks).next_multiple_of(MIN_ROWS_PER_BLOCK);
-    c.data.par_chunks_mut(per * rs).enumerate().try_for_each(|(i, chunk)| {
+    crate::parallel::try_for_each_chunk_mut(c.data, per * rs, &|i, chunk| {
         let start = i * per;
         let rows = per.min(m.saturating_sub(start));
         if rows == 0 {
@@ -235,7 +234,7 @@ fn split_cols<T: Real>(
     let (m, k, n, rs) = (a.rows, a.cols, c.cols, c.rs);
     let per = n.div_ceil(blocks).next_multiple_of(MIN_COLS_PER_BLOCK);
     let c_ptr = SharedC(c.data.as_mut_ptr());
-    (0..n.div_ceil(per)).into_par_iter().for_each(|i| {
+    crate::parallel::for_each_index(n.div_ceil(per), &|i| {
         let c_ptr = c_ptr;
         let j0 = i * per;
         let cols = per.min(n - j0);

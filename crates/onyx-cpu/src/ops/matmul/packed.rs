@@ -12,7 +12,6 @@
 
 use std::borrow::Cow;
 
-use rayon::prelude::*;
 
 use onyx_core::{Error, Result};
 
@@ -240,7 +239,7 @@ impl PackedB {
         // long; tasks cover disjoint blocks of C.
         let one = |t: usize| unsafe { run(&job, t) };
         if count > 1 && parallel && m.saturating_mul(k).saturating_mul(n) >= PARALLEL_WORK {
-            (0..count).into_par_iter().for_each(one);
+            crate::parallel::for_each_index(count, &one);
         } else {
             (0..count).for_each(one);
         }

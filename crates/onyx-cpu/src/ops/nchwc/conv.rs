@@ -19,7 +19,6 @@ mod stem;
 
 use std::ops::Range;
 
-use rayon::prelude::*;
 
 use onyx_core::ep::{Kernel, NodeContext, ValueRef};
 use onyx_core::ir::{Node, ONYX_DOMAIN};
@@ -151,7 +150,7 @@ const SERIAL_WORK: usize = 1 << 17;
 /// Runs `run(item)` for every item, on the thread pool when the work pays for it.
 fn for_each_item(count: usize, work: usize, run: impl Fn(usize) + Sync + Send) {
     if count > 1 && work >= SERIAL_WORK && rayon::current_num_threads() > 1 {
-        (0..count).into_par_iter().for_each(run);
+        crate::parallel::for_each_index(count, &run);
     } else {
         (0..count).for_each(run);
     }

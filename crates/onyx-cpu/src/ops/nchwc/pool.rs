@@ -6,7 +6,6 @@
 //! axis (the lanes) has a unit window, so NchwcAveragePool runs the plain pooling kernel with
 //! that axis added. The global ones sum (or take the max of) every pixel's lane vector.
 
-use rayon::prelude::*;
 
 use onyx_core::ep::{Kernel, NodeContext, ValueRef};
 use onyx_core::ir::{AttrValue, Node, ONYX_DOMAIN};
@@ -107,7 +106,7 @@ impl Kernel for BlockedMaxPool {
             util::simd_body(MaxRow { src, rows: &rows, cols: &cols, oh, b, dst })
         };
         if y.len().saturating_mul(rows.kernel * cols.kernel) >= PARALLEL_WORK {
-            y.par_chunks_mut(row_len).enumerate().for_each(one);
+            crate::parallel::for_each_chunk_mut(&mut y, row_len, &|r, dst| one((r, dst)));
         } else {
             y.chunks_mut(row_len).enumerate().for_each(one);
         }
@@ -233,7 +232,7 @@ impl Kernel for GlobalPool {
             util::simd(|| reduce_plane(&xs[plane * pixels * b..][..pixels * b], reduce, pixels, dst))
         };
         if xs.len() >= PARALLEL_WORK {
-            y.par_chunks_mut(b).enumerate().for_each(one);
+            crate::parallel::for_each_chunk_mut(&mut y, b, &|p, dst| one((p, dst)));
         } else {
             y.chunks_mut(b).enumerate().for_each(one);
         }

@@ -2,7 +2,6 @@
 //! (blocked → NCHW, attribute `channels` = the real channel count): where a chain of NCHWc ops
 //! starts and ends.
 
-use rayon::prelude::*;
 
 use onyx_core::ep::{Kernel, NodeContext, ValueRef};
 use onyx_core::ir::{Node, ONYX_DOMAIN};
@@ -114,7 +113,7 @@ pub(crate) fn to_blocked(x: &[f32], [n, c, pixels]: [usize; 3], b: usize) -> Vec
     };
     let plane = (pixels * b).max(1);
     if y.len() >= PARALLEL_WORK {
-        y.par_chunks_mut(plane).enumerate().for_each(one);
+        crate::parallel::for_each_chunk_mut(&mut y, plane, &|p, dst| one((p, dst)));
     } else {
         y.chunks_mut(plane).enumerate().for_each(one);
     }
@@ -140,9 +139,9 @@ pub(crate) fn to_nchw(x: &[f32], [n, c, pixels]: [usize; 3], b: usize) -> Vec<f3
     };
     let (image, block) = ((c * pixels).max(1), (b * pixels).max(1));
     if y.len() >= PARALLEL_WORK {
-        y.par_chunks_mut(image)
-            .enumerate()
-            .for_each(|(img, planes)| planes.par_chunks_mut(block).enumerate().for_each(|dst| one(img, dst)));
+        for (img, planes) in y.chunks_mut(image).enumerate() {
+            crate::parallel::for_each_chunk_mut(planes, block, &|blk, dst| one(img, (blk, dst)));
+        }
     } else {
         for (img, planes) in y.chunks_mut(image).enumerate() {
             planes.chunks_mut(block).enumerate().for_each(|dst| one(img, dst));

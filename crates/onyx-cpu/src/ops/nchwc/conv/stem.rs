@@ -7,7 +7,6 @@
 //! contiguous channels instead of 49 taps of 3).
 
 use onyx_core::host_pool;
-use rayon::prelude::*;
 
 use super::pack::DenseWeights;
 use super::shape::{ConvGeometry, InputLayout};
@@ -65,7 +64,7 @@ impl StemInput {
         let cols = w + left + g.cols.pad_end.max(0) as usize;
         let row_len = cols * c;
         let mut scratch = host_pool::take::<f32>(g.batch * rows * row_len);
-        scratch.par_chunks_mut(row_len.max(1)).enumerate().for_each(|(i, row)| {
+        crate::parallel::for_each_chunk_mut(&mut scratch, row_len, &|i, row| {
             let (n, r) = (i / rows, i % rows);
             row.fill(0.0);
             let Some(ih) = r.checked_sub(top).filter(|&ih| ih < h) else { return };
