@@ -4,14 +4,13 @@
 //! crate's LLVM IR and most of its build time. One dynamic call per chunk costs nothing
 //! next to the chunk's work.
 //!
-//! The calling thread never sleeps in these loops. In a rayon join, a thread that finishes its
-//! half before the half another thread stole goes to sleep after a few dozen idle rounds, and
-//! waking it costs tens of microseconds, far more on a virtual machine whose idle vCPU the
-//! host has taken back (resnet18 ran in 20 ms instead of 13.5 ms through phases of such
-//! wakeups on a 2-vCPU VM). Here the items are claimed from a shared counter and the caller
-//! spins, running other pending jobs, until the items others claimed are done, as ONNX
-//! Runtime's threads do; the session keeps the other threads spinning too
-//! (`onyx_core::session`'s intra-op spinning).
+//! No thread sleeps in these loops. In a rayon join, a thread that finishes its half before
+//! the half another thread stole goes to sleep after a few dozen idle rounds, and waking it
+//! costs tens of microseconds (more on a virtual machine, whose idle vCPU the host may have
+//! taken back): resnet18 at 2 threads slept about 8 times a run that way. Here each thread
+//! claims items from shared counters, then spins, running other pending jobs, until the
+//! items the others claimed are done, as ONNX Runtime's threads do; the session keeps the
+//! pool's threads spinning between loops (`onyx_core::session`'s intra-op spinning).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -29,26 +28,33 @@ pub fn for_each_index(n: usize, body: &(dyn Fn(usize) + Sync)) {
     }
     let ranges = Ranges::new(n, threads, n.div_ceil(threads * CLAIMS_PER_THREAD));
     let finished = AtomicUsize::new(0);
-    let work = |first: usize| {
+    fan_out(0..threads, &|first| {
         for r in (first..threads).chain(0..first) {
             while let Some(claimed) = ranges.claim(r) {
-                // Counted as finished even when they unwind, so that the caller's wait ends.
+                // Counted as finished even when they unwind, so that every wait ends.
                 let _done = CountOnDrop(&finished, claimed.len());
                 claimed.for_each(body);
             }
         }
-    };
-    rayon::in_place_scope(|scope| {
-        for t in 1..threads {
-            scope.spawn(move |_| work(t));
-        }
-        work(0);
+        // Every thread leaves together: the joins above then find their other half done
+        // and never put a thread to sleep.
         while finished.load(Ordering::Acquire) < n {
             if rayon::yield_now() != Some(rayon::Yield::Executed) {
                 std::hint::spin_loop();
             }
         }
     });
+}
+
+/// Runs `work(t)` for every `t` of `threads` through a tree of rayon joins (no allocation),
+/// `work(threads.start)` on the calling thread.
+fn fan_out(threads: std::ops::Range<usize>, work: &(dyn Fn(usize) + Sync)) {
+    if threads.len() <= 1 {
+        threads.for_each(work);
+        return;
+    }
+    let mid = threads.start + threads.len() / 2;
+    rayon::join(|| fan_out(threads.start..mid, work), || fan_out(mid..threads.end, work));
 }
 
 /// Claims per thread of [`for_each_index`] when its items are many: each claim is one atomic
