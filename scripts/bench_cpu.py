@@ -1,11 +1,12 @@
 """Benchmarks Onyx's CPU EP against ONNX Runtime's CPU EP on resnet18, mobilenet_v2 and bert4.
 
 Run: python3 scripts/bench_cpu.py [--models DIR] [--onyx PATH] [--threads N] [--runs 30]
-                                  [--warmup 5] [--markdown FILE]
+                                  [--warmup 5] [--rounds 1] [--markdown FILE]
 Needs: onnxruntime, numpy, and a release `onyx` binary (cargo build --release -p onyx-cli).
 Test models missing from DIR are generated with scripts/make_test_models.py. Per model, in turn:
 ORT (ORT_ENABLE_ALL, intra_op_num_threads=N) session creation and p50 over R runs after W
-warm-ups; `onyx bench --json` on the same inputs; `onyx run` once, its outputs compared with
+warm-ups; `onyx bench --json` on the same inputs (with --rounds, both again in turn, and the
+medians over rounds reported); `onyx run` once, its outputs compared with
 ORT's (max relative error as the end-to-end tests measure it; MISMATCH if outside the case's
 rtol/atol). --markdown appends a dated section with the machine and the table to FILE.
 """
@@ -16,6 +17,7 @@ import os
 import pathlib
 import platform
 import shlex
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -120,28 +122,44 @@ def bench_model(args, models_dir, case):
     sess = ort.InferenceSession(str(model), opts, providers=["CPUExecutionProvider"])
     row["ort_session_ms"] = (time.perf_counter() - start) * 1e3
     names = [o.name for o in sess.get_outputs()]
-    for _ in range(args.warmup):
-        sess.run(names, feeds)
-    times = []
-    for _ in range(args.runs):
-        start = time.perf_counter()
-        sess.run(names, feeds)
-        times.append((time.perf_counter() - start) * 1e3)
-    row["ort_p50_ms"] = p50(times)
-    expected = dict(zip(names, sess.run(names, feeds)))
-    del sess
-    row["ort_peak_mib"] = ort_peak_mib(args, model, inputs)
 
-    try:
+    def ort_round():
+        for _ in range(args.warmup):
+            sess.run(names, feeds)
+        times = []
+        for _ in range(args.runs):
+            start = time.perf_counter()
+            sess.run(names, feeds)
+            times.append((time.perf_counter() - start) * 1e3)
+        return p50(times)
+
+    def onyx_round():
         out = run_onyx(onyx_cmd(args, "bench", model, inputs, "--warmup", args.warmup,
                                 "--runs", args.runs, "--json"))
-        report = json.loads(out.strip().splitlines()[-1])
-        row["onyx_p50_ms"] = report["p50_ms"]
+        return json.loads(out.strip().splitlines()[-1])
+
+    # Rounds alternate which engine goes first, so that both see the machine's slow phases.
+    ort_p50s, onyx_p50s = [], []
+    try:
+        for r in range(args.rounds):
+            if r % 2 == 0:
+                ort_p50s.append(ort_round())
+            report = onyx_round()
+            onyx_p50s.append(report["p50_ms"])
+            if r % 2 == 1:
+                ort_p50s.append(ort_round())
         row["onyx_session_ms"] = report["session_create_ms"]
         row["onyx_peak_mib"] = report["peak_host_bytes"] / 2**20
     except (RuntimeError, ValueError, KeyError, IndexError) as e:
+        row["ort_p50_ms"] = statistics.median(ort_p50s) if ort_p50s else float("nan")
         row["error"] = f"onyx bench: {e}"
         return row
+    row["ort_p50_ms"] = statistics.median(ort_p50s)
+    row["onyx_p50_ms"] = statistics.median(onyx_p50s)
+    row["ratio"] = statistics.median(o / t for o, t in zip(onyx_p50s, ort_p50s))
+    expected = dict(zip(names, sess.run(names, feeds)))
+    del sess
+    row["ort_peak_mib"] = ort_peak_mib(args, model, inputs)
     with tempfile.TemporaryDirectory(prefix="onyx-bench-") as tmp:
         try:
             run_onyx(onyx_cmd(args, "run", model, inputs, "--output-dir", tmp))
@@ -181,7 +199,7 @@ def cells(row):
     err = f"{row['max_rel_err']:.2e}" + ("" if row["ok"] else " MISMATCH")
     ort_peak = "" if row.get("ort_peak_mib") is None else f"{row['ort_peak_mib']:.0f}"
     return [row["model"], f"{row['ort_p50_ms']:.2f}", f"{row['onyx_p50_ms']:.2f}",
-            f"{row['onyx_p50_ms'] / row['ort_p50_ms']:.2f}", f"{row['ort_session_ms']:.1f}",
+            f"{row['ratio']:.2f}", f"{row['ort_session_ms']:.1f}",
             f"{row['onyx_session_ms']:.1f}", ort_peak, f"{row['onyx_peak_mib']:.0f}", err]
 
 
@@ -226,7 +244,8 @@ def markdown_section(args, text):
             f"- machine: {platform.machine()}, {cpu_model()}, {os.cpu_count()} cores\n"
             f"- onnxruntime {ort.__version__} (CPUExecutionProvider, ORT_ENABLE_ALL), "
             f"onyx {git_commit()}\n"
-            f"- threads {args.threads}, warmup {args.warmup}, runs {args.runs}; p50 latency\n"
+            f"- threads {args.threads}, warmup {args.warmup}, runs {args.runs}, rounds {args.rounds}; "
+            "p50 latency (median over rounds; ratio: median of the rounds' ratios)\n"
             f"- command: `{command}`\n\n{text}\n")
 
 
@@ -240,10 +259,13 @@ def main():
     parser.add_argument("--threads", type=int, default=os.cpu_count(), help="threads for both engines")
     parser.add_argument("--runs", type=int, default=30, help="timed runs per model")
     parser.add_argument("--warmup", type=int, default=5, help="untimed runs first")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="rounds of both engines, alternating which goes first; the table "
+                             "gives medians over rounds (a noisy machine needs several)")
     parser.add_argument("--markdown", type=pathlib.Path, help="append the table to this file")
     args = parser.parse_args()
-    if args.runs < 1 or args.warmup < 0 or args.threads < 1:
-        parser.error("need --runs >= 1, --warmup >= 0, --threads >= 1")
+    if args.runs < 1 or args.warmup < 0 or args.threads < 1 or args.rounds < 1:
+        parser.error("need --runs >= 1, --warmup >= 0, --threads >= 1, --rounds >= 1")
     if not (args.onyx.is_file() and os.access(args.onyx, os.X_OK)):
         sys.exit(f"error: no onyx binary at {args.onyx}: build it with "
                  "`cargo build --release -p onyx-cli` or pass --onyx PATH")
