@@ -121,7 +121,10 @@ pub fn try_for_each_chunk_mut<T: Send, E: Send>(
     let failed = std::sync::Mutex::new(Ok(()));
     for_each_chunk_mut(data, chunk_len, &|i, chunk| {
         if let Err(e) = body(i, chunk) {
-            *failed.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Err(e);
+            let mut first = failed.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            if first.is_ok() {
+                *first = Err(e);
+            }
         }
     });
     failed.into_inner().unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -216,6 +219,15 @@ mod tests {
         let mut data = vec![0u32; 77];
         pool.install(|| for_each_chunk_mut(&mut data, 10, &|i, c| c.fill(i as u32)));
         assert!(data.iter().enumerate().all(|(j, &v)| v as usize == j / 10));
+        // A failing chunk does not stop the others; one of the errors comes back.
+        let got = pool.install(|| {
+            try_for_each_chunk_mut(&mut data, 7, &|i, c| {
+                c.fill(100);
+                if i % 4 == 1 { Err(i) } else { Ok(()) }
+            })
+        });
+        assert!(matches!(got, Err(i) if i % 4 == 1), "{got:?}");
+        assert!(data.iter().all(|&v| v == 100));
     }
 
     #[test]
