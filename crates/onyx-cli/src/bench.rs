@@ -143,7 +143,7 @@ pub fn bench(model: &Path, inputs: &[String], options: Options, args: &SessionAr
         summary.print(percentile(&times, 50.0) * 1e3);
         report["profile"] = summary.json();
     }
-    crate::profile_cpu::maybe_profile(profile, args, &session, &inputs, percentile(&times, 50.0), &mut report)?;
+    crate::profile_cpu::maybe_profile(profile, runs, args, &session, &inputs, percentile(&times, 50.0), &mut report)?;
     if json {
         println!("{report}");
     }

@@ -66,7 +66,8 @@ enum Command {
         json: bool,
         /// After the timed runs, time every GPU dispatch of a few more runs and list the most
         /// expensive kernels (wgpu; needs timestamp queries inside passes); with only the CPU
-        /// provider, time every node instead (host wall time per op type and per node).
+        /// provider, time every node of as many more runs as `--runs` instead (host wall time
+        /// per op type and per node: mean per run and best run).
         #[arg(long)]
         profile: bool,
         #[command(flatten)]

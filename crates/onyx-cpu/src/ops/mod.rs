@@ -29,6 +29,7 @@ pub mod ml;
 pub mod nchwc;
 pub mod norm;
 pub mod optional;
+pub(crate) mod prefetch;
 pub mod pool;
 pub mod quant;
 pub mod rec;

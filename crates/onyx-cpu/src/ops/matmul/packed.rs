@@ -18,6 +18,7 @@ use onyx_core::{Error, Result};
 use super::gemm::{MatRef, PARALLEL_WORK};
 use crate::ops::aligned::AlignedBuf;
 use crate::ops::lanes::{Lanes, Portable};
+use crate::ops::prefetch;
 
 /// Most rows of C in one register tile (AVX-512's, see [`Isa::tile_rows`]).
 const MAX_TILE_ROWS: usize = 12;
@@ -521,18 +522,6 @@ unsafe fn tile<V: Lanes, const R: usize>(
 /// (bert4 at 1 thread 1.13x of ORT without, 1.03x with; 16 and 32 steps alike).
 const PREFETCH_STEPS: usize = 16;
 
-/// Asks for the cache line at `p` in L1 (a hint: any address is fine).
-#[inline(always)]
-fn prefetch(p: *const f32) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch never faults, whatever the address; SSE is part of x86_64.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast())
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
-}
-
 /// Steps of a tile's loop body.
 const UNROLL: usize = 4;
 
@@ -551,9 +540,9 @@ unsafe fn tile_step<V: Lanes, const R: usize>(
     // SAFETY: the caller's contract.
     unsafe {
         let bs = b.add(step * 2 * w);
-        prefetch(bs.wrapping_add(PREFETCH_STEPS * 2 * w));
+        prefetch::to_l1(bs.wrapping_add(PREFETCH_STEPS * 2 * w));
         if w == 16 {
-            prefetch(bs.wrapping_add(PREFETCH_STEPS * 2 * w + w));
+            prefetch::to_l1(bs.wrapping_add(PREFETCH_STEPS * 2 * w + w));
         }
         let (b0, b1) = (V::load(bs), V::load(bs.add(w)));
         for (acc, row) in acc.iter_mut().zip(rows) {

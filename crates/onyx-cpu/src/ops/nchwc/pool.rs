@@ -139,24 +139,27 @@ impl util::SimdBody for MaxRow<'_> {
 }
 
 impl MaxRow<'_> {
-    /// The row with `B` lanes known at compile time (one vector max per tap).
+    /// The row with `B` lanes known at compile time (one vector max per tap). Each window
+    /// row is sliced once (one bounds check), then its taps are consecutive chunks of it.
     #[inline(always)]
     fn run_lanes<const B: usize>(self) {
         let MaxRow { src, rows, cols, oh, dst, .. } = self;
         let (h0, h1) = valid_taps(rows, oh);
         let inside = interior(cols);
+        let (line, step) = (cols.input * B, cols.dilation * B);
         for (ow, out) in dst.chunks_exact_mut(B).enumerate() {
             let mut m = [f32::NEG_INFINITY; B];
             let (w0, w1) = if (inside.0..inside.1).contains(&ow) { (0, cols.kernel) } else { valid_taps(cols, ow) };
-            for kh in h0..h1 {
-                let ih = rows.input_index(oh, kh) as usize;
-                for kw in w0..w1 {
-                    let iw = cols.input_index(ow, kw) as usize;
-                    let Some(pixel) = src.get((ih * cols.input + iw) * B..).and_then(|p| p.first_chunk::<B>()) else {
-                        continue;
-                    };
-                    for (m, &v) in m.iter_mut().zip(pixel) {
-                        *m = if v > *m { v } else { *m };
+            if w0 < w1 {
+                let first = cols.input_index(ow, w0) as usize * B;
+                let span = (w1 - w0 - 1) * step + B;
+                for kh in h0..h1 {
+                    let ih = rows.input_index(oh, kh) as usize;
+                    let Some(window) = src.get(ih * line + first..).and_then(|s| s.get(..span)) else { continue };
+                    for pixel in window.chunks(step).filter_map(|p| p.first_chunk::<B>()) {
+                        for (m, &v) in m.iter_mut().zip(pixel) {
+                            *m = if v > *m { v } else { *m };
+                        }
                     }
                 }
             }
