@@ -8,22 +8,26 @@ pub(crate) const LINE_FLOATS: usize = 64 / size_of::<f32>();
 /// Asks for the cache line at `p` in L1.
 #[inline(always)]
 pub(crate) fn to_l1(p: *const f32) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch never faults, whatever the address; SSE is part of x86_64.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast())
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
+    fetch::<false>(p);
 }
 
 /// Asks for the cache line at `p` in L2 (not L1, where the current block's data stays).
 #[inline(always)]
 pub(crate) fn to_l2(p: *const f32) {
+    fetch::<true>(p);
+}
+
+#[inline(always)]
+fn fetch<const L2_ONLY: bool>(p: *const f32) {
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: as in `to_l1`.
+    // SAFETY: a prefetch never faults, whatever the address; SSE is part of x86_64.
     unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(p.cast())
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0, _MM_HINT_T1};
+        if L2_ONLY {
+            _mm_prefetch::<_MM_HINT_T1>(p.cast())
+        } else {
+            _mm_prefetch::<_MM_HINT_T0>(p.cast())
+        }
     };
     #[cfg(not(target_arch = "x86_64"))]
     let _ = p;
