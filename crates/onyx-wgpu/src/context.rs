@@ -114,6 +114,11 @@ fn has_f16_tensor_cores(adapter: &wgpu::Adapter) -> bool {
         })
 }
 
+/// How the device suballocates memory: blocks that start at 8 MiB (host-visible ones at 4 MiB)
+/// and double up to 256 MiB. wgpu's default starts host-visible blocks at 64 MiB, and the
+/// first download of a session then waits ~15 ms for the driver to allocate and pin them.
+const MEMORY_BLOCKS: wgpu::MemoryHints = wgpu::MemoryHints::Manual { suballocated_device_memory_block_size: (8 << 20)..(256 << 20) };
+
 /// Each context gets its own `Device::Wgpu` number.
 static NEXT_ID: AtomicU32 = AtomicU32::new(0);
 
@@ -174,6 +179,7 @@ impl GpuContext {
             label: Some("onyx"),
             required_features: adapter.features() & WANTED_FEATURES,
             required_limits: adapter.limits(),
+            memory_hints: MEMORY_BLOCKS,
             ..Default::default()
         };
         if cooperative {

@@ -97,10 +97,12 @@ impl SessionBuilder {
     /// providers open (a GPU device takes tens of milliseconds) while the file is decoded.
     pub fn commit_from_file(self, path: impl AsRef<Path>) -> Result<Session> {
         let path = path.as_ref();
+        // The providers open on this thread and the file is decoded on a helper: a thread that
+        // opened an NVIDIA Vulkan device takes ~10 ms to exit, which joining it would add.
         let (model, providers) = std::thread::scope(|s| {
-            let providers = s.spawn(|| self.instantiate_providers());
-            let model = onyx_onnx::load_model(path);
-            let providers = providers.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            let model = s.spawn(|| onyx_onnx::load_model(path));
+            let providers = self.instantiate_providers();
+            let model = model.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
             (model, providers)
         });
         self.commit(model?, providers?)

@@ -124,6 +124,23 @@ const PASSES: &[Pass] = &[
     Pass { name: "attention", level: OptimizationLevel::Extended, run: attention::attention },
 ];
 
+/// Runs `passes` in order on one view of `model`'s graph until one proposes changes: its index
+/// and changes. The view is made once for all the passes that change nothing (most of them, on
+/// most models: a view of resnet50 takes ~0.25 ms to make).
+fn next_changes(model: &Model, passes: &[&Pass], fusion: &Fusion<'_>) -> Result<Option<(usize, Changes)>> {
+    if passes.is_empty() {
+        return Ok(None);
+    }
+    let view = View::new(&model.graph, &model.opsets)?;
+    for (i, pass) in passes.iter().enumerate() {
+        let changes = (pass.run)(&view, fusion)?;
+        if changes.count > 0 {
+            return Ok(Some((i, changes)));
+        }
+    }
+    Ok(None)
+}
+
 /// Rewrites `model`'s main graph at `level` for `providers` (in priority order, the CPU
 /// fallback included). The model must be checked ([`crate::ir::check_model`]): nodes sorted,
 /// implicit inputs filled. Constant folding needs a provider on [`crate::Device::Cpu`]; without
@@ -136,23 +153,21 @@ pub fn optimize(
     let mut report = OptimizeReport { level, before: op_counts(&model.graph), ..Default::default() };
     if level > OptimizationLevel::Disable {
         let fusion = Fusion { providers };
+        let passes: Vec<&Pass> = PASSES.iter().filter(|p| p.level <= level).collect();
         for _ in 0..MAX_ROUNDS {
             let mut changed = false;
-            for pass in PASSES.iter().filter(|p| p.level <= level) {
-                let changes = {
-                    let view = View::new(&model.graph, &model.opsets)?;
-                    (pass.run)(&view, &fusion)?
-                };
-                if changes.count > 0 {
-                    changed = true;
-                    *report.passes.entry(pass.name.to_string()).or_insert(0) += changes.count;
-                    changes.apply(&mut model.graph);
-                    for domain in [MS_DOMAIN, ONYX_DOMAIN] {
-                        if model.graph.nodes.iter().any(|n| n.domain == domain) {
-                            model.opsets.entry(domain.to_string()).or_insert(1);
-                        }
+            let mut from = 0;
+            while let Some((i, changes)) = next_changes(model, &passes[from..], &fusion)? {
+                changed = true;
+                let pass = passes[from + i];
+                *report.passes.entry(pass.name.to_string()).or_insert(0) += changes.count;
+                changes.apply(&mut model.graph);
+                for domain in [MS_DOMAIN, ONYX_DOMAIN] {
+                    if model.graph.nodes.iter().any(|n| n.domain == domain) {
+                        model.opsets.entry(domain.to_string()).or_insert(1);
                     }
                 }
+                from += i + 1;
             }
             if !changed {
                 break;
