@@ -238,6 +238,11 @@ impl GpuContext {
         let tail = size.get() as usize - bytes.len();
         view.slice(..bytes.len()).copy_from_slice(bytes);
         view.slice(bytes.len()..).copy_from_slice(&[0u8; 4][..tail]);
+        drop(view);
+        if self.staged.fetch_add(size.get(), Ordering::Relaxed) + size.get() >= self.submit_after_staged {
+            self.staged.store(0, Ordering::Relaxed);
+            self.queue.submit([]);
+        }
         Ok(())
     }
 
@@ -327,6 +332,28 @@ impl GpuContext {
                 self.onyx_device(),
                 tensor.device()
             ))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+
+    use crate::testkit;
+
+    #[test]
+    fn uploads_past_the_staging_limit_are_submitted_and_read_back_intact() {
+        let Some(mut ctx) = testkit::private_context() else { return };
+        Arc::get_mut(&mut ctx).expect("a new context has one owner").submit_after_staged = 4096;
+        let tensors: Vec<_> = (0..24).map(|i| testkit::rand(&[3, 97 + i], -1.0, 1.0, i as u64)).collect();
+        let uploaded: Vec<_> = tensors.iter().map(|t| ctx.upload(t.view().unwrap()).unwrap()).collect();
+        let staged_bytes: u64 = uploaded.iter().map(|t| super::padded(t.len() * 4)).sum();
+        assert!(ctx.staged.load(Ordering::Relaxed) < 4096, "the queue was never submitted ({staged_bytes} bytes staged)");
+        for (host, device) in tensors.iter().zip(&uploaded) {
+            let back = ctx.download(device).unwrap();
+            assert_eq!(back.view().unwrap().bytes().unwrap(), host.view().unwrap().bytes().unwrap());
         }
     }
 }

@@ -39,6 +39,10 @@ pub struct GpuContext {
     /// Host-to-device and device-to-host copies made so far.
     pub(crate) uploads: AtomicU64,
     pub(crate) downloads: AtomicU64,
+    /// Bytes written through the queue since it was last submitted (see `buffer.rs`).
+    pub(crate) staged: AtomicU64,
+    /// Bytes written through the queue after which it is submitted (see `buffer.rs`).
+    pub(crate) submit_after_staged: u64,
     /// Whether runs beginning now time their dispatches (see `profile.rs`).
     pub(crate) profiling: AtomicBool,
     /// Profiles of the submissions of profiled runs, until taken.
@@ -118,6 +122,11 @@ fn has_f16_tensor_cores(adapter: &wgpu::Adapter) -> bool {
 /// and double up to 256 MiB. wgpu's default starts host-visible blocks at 64 MiB, and the
 /// first download of a session then waits ~15 ms for the driver to allocate and pin them.
 const MEMORY_BLOCKS: wgpu::MemoryHints = wgpu::MemoryHints::Manual { suballocated_device_memory_block_size: (8 << 20)..(256 << 20) };
+
+/// Bytes written through the queue after which it is submitted: the GPU then copies a large
+/// model's weights while the rest are written, and their staging memory is freed as it goes
+/// instead of all of it being held until the first run.
+const STAGED_BYTES_PER_SUBMIT: u64 = 256 << 20;
 
 /// Each context gets its own `Device::Wgpu` number.
 static NEXT_ID: AtomicU32 = AtomicU32::new(0);
@@ -237,6 +246,8 @@ impl GpuContext {
             recycler: Recycler::default(),
             stats: Stats::default(),
             uploads: AtomicU64::new(0),
+            staged: AtomicU64::new(0),
+            submit_after_staged: STAGED_BYTES_PER_SUBMIT,
             downloads: AtomicU64::new(0),
             profiling: AtomicBool::new(false),
             profiles: Mutex::new(vec![]),

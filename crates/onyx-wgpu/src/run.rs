@@ -265,6 +265,7 @@ impl RunState for GpuRun {
         let readback = self.profiler.as_ref().and_then(|p| p.resolve(&self.ctx.device, &mut encoder));
         let record_us = self.profiler.as_ref().map_or(0.0, |p| p.record_us());
         let index = self.ctx.queue.submit([encoder.finish()]);
+        self.ctx.staged.store(0, Ordering::Relaxed);
         let stats = &self.ctx.stats;
         stats.submissions.fetch_add(1, Ordering::Relaxed);
         stats.dispatches.fetch_add((self.dispatches - self.submitted) as u64, Ordering::Relaxed);

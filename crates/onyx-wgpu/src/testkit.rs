@@ -31,6 +31,11 @@ pub(crate) fn startup_provider() -> Option<Arc<WgpuProvider>> {
         .clone()
 }
 
+/// A device of the test's own, or `None` when no adapter exists outside CI.
+pub(crate) fn private_context() -> Option<Arc<crate::GpuContext>> {
+    open(&WgpuOptions::default()).map(|p| p.context().clone())
+}
+
 fn open(options: &WgpuOptions) -> Option<Arc<WgpuProvider>> {
     match WgpuProvider::new(options) {
         Ok(p) => Some(Arc::new(p)),
