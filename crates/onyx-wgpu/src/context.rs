@@ -161,6 +161,9 @@ fn shared_instance(backends: wgpu::Backends) -> wgpu::Instance {
     }
     let mut desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
     desc.backends = backends;
+    // Onyx dispatches no indirect calls, and wgpu's validation of them compiles pipelines when
+    // each device opens: ~40 ms of a cold start on the H200's driver.
+    desc.flags.remove(wgpu::InstanceFlags::VALIDATION_INDIRECT_CALL);
     let instance = wgpu::Instance::new(desc);
     instances.push((backends, instance.clone()));
     instance
