@@ -221,7 +221,7 @@ fn shared_gpu(args: &SessionArgs) -> Result<Option<Arc<GpuContext>>> {
     for (key, value) in crate::parse_pairs(&args.provider_options, "--provider-option")? {
         options.set(&key, &value)?;
     }
-    Ok(Some(onyx::shared_wgpu(&options)?.context().clone()))
+    Ok(Some(onyx::shared_wgpu(&options)?.context()?.clone()))
 }
 
 /// The wgpu provider's GPU the session runs on, which must be able to time dispatches.

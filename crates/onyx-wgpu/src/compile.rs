@@ -133,6 +133,9 @@ struct Queue {
 struct Jobs {
     urgent: VecDeque<Job>,
     background: VecDeque<Job>,
+    /// Urgent jobs being compiled: background ones wait for them, so that the driver's compiler
+    /// spends every core on the pipelines a run waits for.
+    urgent_running: usize,
     /// Set when the context is dropped: the threads end once the queue is empty.
     closed: bool,
 }
@@ -147,17 +150,35 @@ impl Queue {
         self.added.notify_one();
     }
 
-    /// The next job, urgent ones first; `None` once closed and empty.
-    fn pop(&self) -> Option<Job> {
+    /// The next job and its priority: urgent ones first, background ones once no urgent one is
+    /// queued or compiling; `None` once closed and empty. Call [`Queue::done`] after it.
+    fn pop(&self) -> Option<(Job, Priority)> {
         let mut jobs = self.jobs.lock().unwrap_or_else(PoisonError::into_inner);
         loop {
-            if let Some(job) = jobs.urgent.pop_front().or_else(|| jobs.background.pop_front()) {
-                return Some(job);
+            if let Some(job) = jobs.urgent.pop_front() {
+                jobs.urgent_running += 1;
+                return Some((job, Priority::Urgent));
             }
-            if jobs.closed {
-                return None;
+            if jobs.urgent_running == 0 {
+                if let Some(job) = jobs.background.pop_front() {
+                    return Some((job, Priority::Background));
+                }
+                if jobs.closed {
+                    return None;
+                }
             }
             jobs = self.added.wait(jobs).unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    /// Marks a job of `priority` popped earlier as compiled.
+    fn done(&self, priority: Priority) {
+        if priority == Priority::Urgent {
+            let mut jobs = self.jobs.lock().unwrap_or_else(PoisonError::into_inner);
+            jobs.urgent_running -= 1;
+            if jobs.urgent_running == 0 {
+                self.added.notify_all();
+            }
         }
     }
 
@@ -242,8 +263,9 @@ impl Drop for Compiler {
 
 /// A compiler thread: compiles queued shaders until the device's context is dropped.
 fn work(queue: &Queue, device: &wgpu::Device, ns: &AtomicU64, pending: &Pending) {
-    while let Some((pipeline, source)) = queue.pop() {
+    while let Some(((pipeline, source), priority)) = queue.pop() {
         ns.fetch_add(pipeline.compile(device, source), Ordering::Relaxed);
+        queue.done(priority);
         pending.add(-1);
     }
 }
@@ -265,8 +287,37 @@ mod tests {
         queue.push(job("tuned 2"), Priority::Background);
         queue.push(job("startup 2"), Priority::Urgent);
         queue.close();
-        let order: Vec<String> = std::iter::from_fn(|| queue.pop()).map(|(p, _)| p.key.clone()).collect();
+        let order: Vec<String> = std::iter::from_fn(|| {
+            let ((p, _), priority) = queue.pop()?;
+            queue.done(priority);
+            Some(p.key.clone())
+        })
+        .collect();
         assert_eq!(order, ["startup 1", "startup 2", "tuned 1", "tuned 2"]);
+    }
+
+    #[test]
+    fn background_jobs_wait_for_the_urgent_ones_being_compiled() {
+        let job = |key: &str| {
+            let p = Pipeline { compiled: OnceLock::new(), key: key.into(), compile_ns: AtomicU64::new(0) };
+            (Arc::new(p), String::new())
+        };
+        let queue = Arc::new(Queue::default());
+        queue.push(job("startup"), Priority::Urgent);
+        queue.push(job("tuned"), Priority::Background);
+        let (_, priority) = queue.pop().unwrap();
+        assert_eq!(priority, Priority::Urgent);
+        let (sender, receiver) = std::sync::mpsc::channel();
+        let other = queue.clone();
+        let waiter = std::thread::spawn(move || {
+            let popped = other.pop().map(|((p, _), _)| p.key.clone());
+            let _ = sender.send(popped);
+        });
+        let timeout = std::time::Duration::from_millis(200);
+        assert!(receiver.recv_timeout(timeout).is_err(), "a background job started beside an urgent one");
+        queue.done(priority);
+        assert_eq!(receiver.recv_timeout(std::time::Duration::from_secs(10)).unwrap().as_deref(), Some("tuned"));
+        waiter.join().unwrap();
     }
 
     const GOOD: &str = "@group(0) @binding(0) var<storage, read> p: array<u32>;\n\

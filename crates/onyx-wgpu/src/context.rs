@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use onyx_core::{Device, Error, Result};
 
 use crate::bind_cache::BindCache;
+use crate::capabilities::Capabilities;
 use crate::compile::{Compiler, Priority};
 use crate::options::WgpuOptions;
 use crate::profile::SubmitProfile;
@@ -51,8 +52,8 @@ pub struct GpuContext {
     pub(crate) lost: Arc<Mutex<Option<String>>>,
     /// The first error the device reported outside an error scope since the last check.
     error: Arc<Mutex<Option<String>>>,
-    /// Whether f16 products use cooperative matrices (see [`GpuContext::has_cooperative_matrix`]).
-    cooperative: bool,
+    /// What the device can do.
+    caps: Capabilities,
     /// Whether kernels made from now on get startup pipelines (see [`GpuContext::set_startup_kernels`]).
     startup_kernels: AtomicBool,
     /// How long opening the adapter and the device took (zero for the application's device).
@@ -169,11 +170,20 @@ fn shared_instance(backends: wgpu::Backends) -> wgpu::Instance {
     instance
 }
 
-impl GpuContext {
-    /// Opens the adapter `options` choose and creates a device on it with every limit the
-    /// adapter offers and the optional features Onyx uses.
-    pub fn new(options: &WgpuOptions) -> Result<Arc<GpuContext>> {
-        let start = std::time::Instant::now();
+/// The adapter a context will open, chosen, with what its device will be able to do.
+pub(crate) struct ChosenAdapter {
+    adapter: wgpu::Adapter,
+    caps: Capabilities,
+    id: u32,
+    startup_kernels: bool,
+    started: std::time::Instant,
+}
+
+impl ChosenAdapter {
+    /// Chooses the adapter `options` ask for. This is the quick half of opening a GPU (the
+    /// driver's instance and its adapters); [`ChosenAdapter::open`] is the slow one.
+    pub(crate) fn choose(options: &WgpuOptions) -> Result<ChosenAdapter> {
+        let started = std::time::Instant::now();
         let found = adapters(options);
         let index = options.adapter_index.unwrap_or(0);
         let count = found.len();
@@ -187,28 +197,57 @@ impl GpuContext {
             })
         })?;
         let cooperative = !options.no_cooperative_matrix && has_f16_tensor_cores(&adapter);
+        let mut features = adapter.features() & WANTED_FEATURES;
+        if cooperative {
+            features |= wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
+        }
+        let caps = Capabilities::new(features, adapter.limits(), cooperative);
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        Ok(ChosenAdapter { adapter, caps, id, startup_kernels: !options.no_startup_kernels, started })
+    }
+
+    /// What the device will be able to do.
+    pub(crate) fn capabilities(&self) -> &Capabilities {
+        &self.caps
+    }
+
+    /// The [`Device`] values on the GPU will carry.
+    pub(crate) fn onyx_device(&self) -> Device {
+        Device::Wgpu(self.id)
+    }
+
+    /// Creates the device with every limit the adapter offers and the optional features Onyx uses.
+    pub(crate) fn open(self) -> Result<Arc<GpuContext>> {
+        let ChosenAdapter { adapter, caps, id, startup_kernels, started } = self;
         let mut desc = wgpu::DeviceDescriptor {
             label: Some("onyx"),
-            required_features: adapter.features() & WANTED_FEATURES,
-            required_limits: adapter.limits(),
+            required_features: caps.features(),
+            required_limits: caps.limits().clone(),
             memory_hints: MEMORY_BLOCKS,
             ..Default::default()
         };
-        if cooperative {
-            desc.required_features |= wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
+        if caps.has_cooperative_matrix() {
             // SAFETY: the token only unlocks wgpu's experimental features, and the one
             // requested is the cooperative matrix feature. Onyx uses it in one kernel (the f16
             // tiled GEMM of ops/matmul/tiled.rs), only with the 16x16x16 f16 -> f32
-            // configuration the adapter reported above, loading and storing fragments in
-            // workgroup arrays at offsets that stay inside them (checked by that kernel's
-            // tests on a GPU that has them).
+            // configuration the adapter reported (see `has_f16_tensor_cores`), loading and
+            // storing fragments in workgroup arrays at offsets that stay inside them (checked
+            // by that kernel's tests on a GPU that has them).
             desc.experimental_features = unsafe { wgpu::ExperimentalFeatures::enabled() };
         }
         let (device, queue) = pollster::block_on(adapter.request_device(&desc))
             .map_err(|e| Error::Device(format!("wgpu: cannot open {}: {e}", adapter.get_info().name)))?;
-        let gpu = Self::build(device, queue, adapter.get_info(), cooperative, start.elapsed());
-        gpu.set_startup_kernels(!options.no_startup_kernels);
+        let gpu = GpuContext::build(device, queue, adapter.get_info(), caps, id, started.elapsed());
+        gpu.set_startup_kernels(startup_kernels);
         Ok(gpu)
+    }
+}
+
+impl GpuContext {
+    /// Opens the adapter `options` choose and creates a device on it with every limit the
+    /// adapter offers and the optional features Onyx uses.
+    pub fn new(options: &WgpuOptions) -> Result<Arc<GpuContext>> {
+        ChosenAdapter::choose(options)?.open()
     }
 
     /// Uses the application's own device and queue: all of Onyx's work is submitted on that
@@ -217,14 +256,17 @@ impl GpuContext {
     /// Onyx's f16 products use cooperative matrices only on a device it opens itself (it must
     /// know the adapter's configurations).
     pub fn from_device(device: wgpu::Device, queue: wgpu::Queue, info: wgpu::AdapterInfo) -> Arc<GpuContext> {
-        Self::build(device, queue, info, false, std::time::Duration::ZERO)
+        let caps = Capabilities::of_device(&device);
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        Self::build(device, queue, info, caps, id, std::time::Duration::ZERO)
     }
 
     fn build(
         device: wgpu::Device,
         queue: wgpu::Queue,
         info: wgpu::AdapterInfo,
-        cooperative: bool,
+        caps: Capabilities,
+        id: u32,
         opened_in: std::time::Duration,
     ) -> Arc<GpuContext> {
         let (lost, error) = (Arc::new(Mutex::new(None)), Arc::new(Mutex::new(None)));
@@ -234,7 +276,6 @@ impl GpuContext {
         device.set_device_lost_callback(move |reason, message| {
             record_fault(&on_lost, format!("device lost ({reason:?}): {message}"))
         });
-        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         Arc::new(GpuContext {
             device,
             queue,
@@ -256,7 +297,7 @@ impl GpuContext {
             profiles: Mutex::new(vec![]),
             lost,
             error,
-            cooperative,
+            caps,
             startup_kernels: AtomicBool::new(true),
             opened_in,
             #[cfg(test)]
@@ -284,10 +325,15 @@ impl GpuContext {
         Device::Wgpu(self.id)
     }
 
+    /// What the device can do (f16, tensor cores, limits).
+    pub fn capabilities(&self) -> &Capabilities {
+        &self.caps
+    }
+
     /// Whether f16 matrix products run on cooperative matrices (16x16x16 fragments, f32
     /// accumulators, subgroups of 32).
     pub fn has_cooperative_matrix(&self) -> bool {
-        self.cooperative
+        self.caps.has_cooperative_matrix()
     }
 
     /// Whether the GEMM and convolution kernels made from now on (when sessions are built) also
@@ -302,8 +348,8 @@ impl GpuContext {
         self.startup_kernels.store(enabled, Ordering::Relaxed);
     }
 
-    /// Milliseconds [`GpuContext::new`] took to find the adapter and open the device (0 for
-    /// the application's device): the part of a cold start that is the driver's.
+    /// Milliseconds from choosing the adapter to the device being open (0 for the
+    /// application's device): the part of a cold start that is the driver's.
     pub fn open_ms(&self) -> f64 {
         self.opened_in.as_secs_f64() * 1e3
     }
@@ -315,7 +361,7 @@ impl GpuContext {
 
     /// Whether shaders may use `f16`.
     pub fn has_f16(&self) -> bool {
-        self.device.features().contains(wgpu::Features::SHADER_F16)
+        self.caps.has_f16()
     }
 
     /// An error if the device was lost (always, from then on) or reported an error nobody

@@ -7,6 +7,7 @@
 
 mod bind_cache;
 mod buffer;
+mod capabilities;
 mod compile;
 mod context;
 mod kernel;
@@ -23,6 +24,7 @@ mod run;
 mod testkit;
 
 pub use buffer::{gpu_buffer, GpuBuffer};
+pub use capabilities::Capabilities;
 pub use context::{adapters, GpuContext, HostStats};
 pub use options::{vendor, WgpuOptions};
 pub use profile::{DispatchTime, SubmitProfile};

@@ -1,11 +1,12 @@
 //! The wgpu execution provider: which nodes it takes, their kernels, host copies.
 
-use std::sync::Arc;
+use std::sync::{mpsc, Arc, Mutex, OnceLock, PoisonError};
 
 use onyx_core::ep::{DeviceDescription, ExecutionProvider, Kernel, NodeContext, RunState};
-use onyx_core::{Device, Result, Tensor, TensorView};
+use onyx_core::{Device, Error, Result, Tensor, TensorView};
 
-use crate::context::{adapters, GpuContext};
+use crate::capabilities::Capabilities;
+use crate::context::{adapters, ChosenAdapter, GpuContext};
 use crate::kernel::GpuKernel;
 use crate::ops::Registry;
 use crate::options::WgpuOptions;
@@ -14,14 +15,69 @@ use crate::run::GpuRun;
 /// Runs ONNX nodes on one GPU through wgpu (Vulkan, Metal or DX12). Share one provider between
 /// sessions to share its device, pipelines and tensors.
 pub struct WgpuProvider {
-    ctx: Arc<GpuContext>,
+    caps: Capabilities,
+    device: Device,
+    ctx: OpeningContext,
     registry: Registry,
 }
 
+/// The provider's GPU context, or the device that a helper thread still opens.
+struct OpeningContext {
+    opened: OnceLock<std::result::Result<Arc<GpuContext>, String>>,
+    opening: Mutex<Option<mpsc::Receiver<Result<Arc<GpuContext>>>>>,
+}
+
+impl OpeningContext {
+    fn opened(ctx: Arc<GpuContext>) -> OpeningContext {
+        OpeningContext { opened: OnceLock::from(Ok(ctx)), opening: Mutex::new(None) }
+    }
+
+    /// Opens `adapter`'s device on a helper thread. The thread is never joined: a thread that
+    /// opened an NVIDIA Vulkan device takes ~10 ms to exit, which no caller needs to wait for.
+    fn open(adapter: ChosenAdapter) -> Result<OpeningContext> {
+        let (sender, receiver) = mpsc::sync_channel(1);
+        std::thread::Builder::new()
+            .name("onyx-wgpu-open".into())
+            .spawn(move || {
+                // The receiver is gone only when the provider was dropped, and then so is the device.
+                let _ = sender.send(adapter.open());
+            })
+            .map_err(|e| Error::Device(format!("wgpu: cannot start a thread to open the device: {e}")))?;
+        Ok(OpeningContext { opened: OnceLock::new(), opening: Mutex::new(Some(receiver)) })
+    }
+
+    /// The context, once the device is open (waiting for it), or why it could not be opened.
+    fn get(&self) -> Result<&Arc<GpuContext>> {
+        let opened = self.opened.get_or_init(|| {
+            let receiver = self.opening.lock().unwrap_or_else(PoisonError::into_inner).take();
+            match receiver.map(|r| r.recv()) {
+                Some(Ok(Ok(ctx))) => Ok(ctx),
+                Some(Ok(Err(Error::Device(message)))) => Err(message),
+                Some(Ok(Err(other))) => Err(other.to_string()),
+                _ => Err("wgpu: the thread opening the device stopped without opening it".into()),
+            }
+        });
+        opened.as_ref().map_err(|message| Error::Device(message.clone()))
+    }
+}
+
+impl Drop for OpeningContext {
+    /// Waits for a device still opening: a process must not exit while a thread is inside the
+    /// driver (the NVIDIA driver crashes when torn down under it).
+    fn drop(&mut self) {
+        let _ = self.get();
+    }
+}
+
 impl WgpuProvider {
-    /// Opens the adapter `options` choose.
+    /// Chooses the adapter `options` ask for and opens its device on a helper thread: a session
+    /// is optimized and partitioned meanwhile, and the first use of the device waits for it.
+    /// An adapter that cannot be found is an error here; a device that cannot be opened is one
+    /// at the first use (for a session, when it is built).
     pub fn new(options: &WgpuOptions) -> Result<WgpuProvider> {
-        Ok(Self::with_context(GpuContext::new(options)?))
+        let adapter = ChosenAdapter::choose(options)?;
+        let (caps, device) = (adapter.capabilities().clone(), adapter.onyx_device());
+        Ok(WgpuProvider { caps, device, ctx: OpeningContext::open(adapter)?, registry: Registry::with_all_ops() })
     }
 
     /// Runs on the application's own device and queue (see [`GpuContext::from_device`]).
@@ -31,12 +87,19 @@ impl WgpuProvider {
 
     /// Runs on an existing context (shared with other providers or the application).
     pub fn with_context(ctx: Arc<GpuContext>) -> WgpuProvider {
-        WgpuProvider { ctx, registry: Registry::with_all_ops() }
+        let (caps, device) = (ctx.capabilities().clone(), ctx.onyx_device());
+        WgpuProvider { caps, device, ctx: OpeningContext::opened(ctx), registry: Registry::with_all_ops() }
     }
 
     /// The GPU this provider runs on: allocate, wrap, upload and download tensors through it.
-    pub fn context(&self) -> &Arc<GpuContext> {
-        &self.ctx
+    /// Waits for the device if it is still opening; an error if it could not be opened.
+    pub fn context(&self) -> Result<&Arc<GpuContext>> {
+        self.ctx.get()
+    }
+
+    /// What the GPU can do, known before its device is open.
+    pub fn capabilities(&self) -> &Capabilities {
+        &self.caps
     }
 
     /// Op types this provider has kernels for (it may still decline a node for its dtypes).
@@ -97,7 +160,7 @@ impl ExecutionProvider for WgpuProvider {
     }
 
     fn device(&self) -> Device {
-        self.ctx.onyx_device()
+        self.device
     }
 
     fn describe_devices(&self) -> Vec<DeviceDescription> {
@@ -105,19 +168,23 @@ impl ExecutionProvider for WgpuProvider {
     }
 
     fn supports(&self, ctx: &NodeContext<'_>) -> bool {
-        self.registry.get(&ctx.node.domain, &ctx.node.op_type).is_some_and(|op| (op.supports)(ctx, &self.ctx))
+        self.registry.get(&ctx.node.domain, &ctx.node.op_type).is_some_and(|op| (op.supports)(ctx, &self.caps))
     }
 
     fn build_kernel(&self, ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
-        let op = self.registry.get(&ctx.node.domain, &ctx.node.op_type).ok_or_else(|| {
-            onyx_core::Error::Unsupported(format!("wgpu: no kernel for {}", ctx.node.location()))
-        })?;
-        let gpu_op = (op.build)(ctx, &self.ctx).map_err(|e| e.at(&ctx.node.location()))?;
-        Ok(Box::new(GpuKernel { ctx: self.ctx.clone(), op: gpu_op, at: ctx.node.location() }))
+        let op = self
+            .registry
+            .get(&ctx.node.domain, &ctx.node.op_type)
+            .ok_or_else(|| onyx_core::Error::Unsupported(format!("wgpu: no kernel for {}", ctx.node.location())))?;
+        let gpu = self.context()?;
+        let gpu_op = (op.build)(ctx, gpu).map_err(|e| e.at(&ctx.node.location()))?;
+        Ok(Box::new(GpuKernel { ctx: gpu.clone(), op: gpu_op, at: ctx.node.location() }))
     }
 
+    /// No run state when the device could not be opened (then no session has kernels on it).
     fn begin_run(&self) -> Option<Box<dyn RunState>> {
-        Some(Box::new(GpuRun::new(self.ctx.clone())))
+        let gpu = self.context().ok()?;
+        Some(Box::new(GpuRun::new(gpu.clone())))
     }
 
     fn host_inputs(&self, ctx: &NodeContext<'_>) -> Vec<usize> {
@@ -125,12 +192,13 @@ impl ExecutionProvider for WgpuProvider {
     }
 
     fn copy_into(&self, run: Option<&mut dyn RunState>, src: &Tensor, dst: &Tensor) -> Result<()> {
-        let (from, to) = (self.ctx.own_buffer(src)?, self.ctx.own_buffer(dst)?);
+        let gpu = self.context()?;
+        let (from, to) = (gpu.own_buffer(src)?, gpu.own_buffer(dst)?);
         let bytes = onyx_core::device::DeviceStorage::byte_len(from) as u64;
         match run.and_then(|r| r.as_any_mut().downcast_mut::<GpuRun>()) {
             Some(run) => run.copy(from, to, bytes),
             None => {
-                let mut run = GpuRun::new(self.ctx.clone());
+                let mut run = GpuRun::new(gpu.clone());
                 run.copy(from, to, bytes);
                 run.flush()?;
             }
@@ -139,10 +207,54 @@ impl ExecutionProvider for WgpuProvider {
     }
 
     fn upload(&self, tensor: TensorView<'_>) -> Result<Tensor> {
-        self.ctx.upload(tensor)
+        self.context()?.upload(tensor)
     }
 
     fn download(&self, tensor: &Tensor) -> Result<Tensor> {
-        self.ctx.download(tensor)
+        self.context()?.download(tensor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opening(result: Option<Result<Arc<GpuContext>>>) -> OpeningContext {
+        let (sender, receiver) = mpsc::sync_channel(1);
+        if let Some(result) = result {
+            sender.send(result).unwrap();
+        }
+        OpeningContext { opened: OnceLock::new(), opening: Mutex::new(Some(receiver)) }
+    }
+
+    #[test]
+    fn a_device_that_failed_to_open_is_the_same_error_at_every_use() {
+        let ctx = opening(Some(Err(Error::Device("wgpu: cannot open Some GPU: out of memory".into()))));
+        for _ in 0..2 {
+            let e = ctx.get().unwrap_err().to_string();
+            assert!(
+                e.contains("cannot open Some GPU: out of memory") && !e.contains("device error: device error"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_thread_that_stopped_without_a_device_is_an_error_not_a_hang() {
+        let e = opening(None).get().unwrap_err().to_string();
+        assert!(e.contains("stopped without opening it"), "{e}");
+    }
+
+    #[test]
+    fn the_device_opened_in_the_background_has_the_capabilities_nodes_were_chosen_by() {
+        let Some(gpu) = crate::testkit::provider() else { return };
+        let provider = WgpuProvider::new(&WgpuOptions::default()).unwrap();
+        let (before, ctx) = (provider.capabilities().clone(), provider.context().unwrap());
+        assert_eq!(ctx.capabilities().features(), before.features());
+        assert_eq!(ctx.capabilities().limits(), before.limits());
+        assert_eq!(ctx.has_cooperative_matrix(), before.has_cooperative_matrix());
+        assert_eq!(ctx.device().features(), before.features(), "the device has what was asked for");
+        assert_eq!(provider.device(), ctx.onyx_device());
+        assert_ne!(provider.device(), gpu.device(), "each provider has its own device");
     }
 }

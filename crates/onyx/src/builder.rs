@@ -94,11 +94,12 @@ impl SessionBuilder {
     }
 
     /// Loads an ONNX file (external data resolved in its folder) and creates the session. The
-    /// providers open (a GPU device takes tens of milliseconds) while the file is decoded.
+    /// providers open while the file is decoded (a GPU's driver takes tens of milliseconds to
+    /// list its adapters), and a GPU's device opens while the model is optimized.
     pub fn commit_from_file(self, path: impl AsRef<Path>) -> Result<Session> {
         let path = path.as_ref();
         // The providers open on this thread and the file is decoded on a helper: a thread that
-        // opened an NVIDIA Vulkan device takes ~10 ms to exit, which joining it would add.
+        // used the Vulkan driver takes milliseconds to exit, which joining it would add.
         let (model, providers) = std::thread::scope(|s| {
             let model = s.spawn(|| onyx_onnx::load_model(path));
             let providers = self.instantiate_providers();

@@ -92,7 +92,7 @@ fn a_bound_run_on_gpu_values_copies_nothing_between_host_and_device() {
     }
     // A device of its own, so that other tests' copies do not show in its counters.
     let gpu = Arc::new(WgpuProvider::new(&Default::default()).unwrap());
-    let ctx = gpu.context();
+    let ctx = gpu.context().unwrap();
     let x = random(&[2, 333], 4);
     let session = gpu_session(small_model(333), &gpu);
     let x_gpu = ctx.upload(x.view().unwrap()).unwrap();
@@ -100,7 +100,7 @@ fn a_bound_run_on_gpu_values_copies_nothing_between_host_and_device() {
     let mut outputs = vec![];
     for _ in 0..3 {
         let mut binding = IoBinding::new();
-        binding.bind_input("x", x_gpu.clone()).bind_output_to_device("y", gpu.context().onyx_device());
+        binding.bind_input("x", x_gpu.clone()).bind_output_to_device("y", gpu.context().unwrap().onyx_device());
         outputs.push(session.run_with_binding(binding).unwrap());
     }
     assert_eq!(ctx.transfer_counts(), before, "a bound GPU run made host copies");
@@ -118,7 +118,7 @@ fn app_buffer(ctx: &onyx::gpu::GpuContext, bytes: u64, usage: wgpu::BufferUsages
 #[test]
 fn wrapped_application_buffers_are_read_and_written_in_place() {
     let Some(gpu) = gpu() else { return };
-    let ctx = gpu.context();
+    let ctx = gpu.context().unwrap();
     let n = 77;
     let x = random(&[2, n], 5);
     let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC;
@@ -141,7 +141,7 @@ fn wrapped_application_buffers_are_read_and_written_in_place() {
 #[test]
 fn bad_buffers_and_bindings_are_named_errors() {
     let Some(gpu) = gpu() else { return };
-    let ctx = gpu.context();
+    let ctx = gpu.context().unwrap();
     let storage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC;
     let small = app_buffer(ctx, 64, storage);
     let e = ctx.wrap_buffer(&small, 0, DataType::Float, vec![2, 77]).unwrap_err().to_string();
@@ -154,7 +154,7 @@ fn bad_buffers_and_bindings_are_named_errors() {
     assert!(e.contains("offset 4"), "{e}");
 
     let other = WgpuProvider::new(&Default::default()).unwrap();
-    let foreign = app_buffer(other.context(), 4096, storage);
+    let foreign = app_buffer(other.context().unwrap(), 4096, storage);
     let e = ctx.wrap_buffer(&foreign, 0, DataType::Float, vec![4]).unwrap_err().to_string();
     assert!(e.contains("another device"), "{e}");
     ctx.wrap_buffer(&big, 0, DataType::Float, vec![4]).expect("a buffer of this device wraps");
@@ -162,7 +162,7 @@ fn bad_buffers_and_bindings_are_named_errors() {
     let session = gpu_session(small_model(77), &gpu);
     let wrong_shape = ctx.upload(random(&[3, 77], 1).view().unwrap()).unwrap();
     let mut binding = IoBinding::new();
-    binding.bind_input("x", wrong_shape).bind_output_to_device("y", gpu.context().onyx_device());
+    binding.bind_input("x", wrong_shape).bind_output_to_device("y", gpu.context().unwrap().onyx_device());
     let e = session.run_with_binding(binding).unwrap_err().to_string();
     assert!(e.contains("'x'") && e.contains('3'), "{e}");
 
@@ -239,14 +239,14 @@ fn a_lost_device_gives_errors_not_panics_or_hangs() {
     let gpu = Arc::new(WgpuProvider::new(&Default::default()).unwrap());
     let session = gpu_session(small_model(40), &gpu);
     let x = random(&[2, 40], 9);
-    let resident = gpu.context().upload(x.view().unwrap()).unwrap();
+    let resident = gpu.context().unwrap().upload(x.view().unwrap()).unwrap();
     session.run([("x", x.clone())]).expect("runs before the loss");
-    gpu.context().device().destroy();
+    gpu.context().unwrap().device().destroy();
     let e = session.run([("x", x.clone())]).unwrap_err().to_string();
     assert!(e.contains("lost"), "{e}");
-    let e = gpu.context().download(&resident).unwrap_err().to_string();
+    let e = gpu.context().unwrap().download(&resident).unwrap_err().to_string();
     assert!(e.contains("lost"), "{e}");
-    let e = gpu.context().upload(x.view().unwrap()).unwrap_err().to_string();
+    let e = gpu.context().unwrap().upload(x.view().unwrap()).unwrap_err().to_string();
     assert!(e.contains("lost"), "{e}");
 }
 

@@ -143,7 +143,7 @@ struct Builder {
     input_slots: HashSet<usize>,
     /// Slots of initializers, whose device copies are shared across plans.
     initializer_slots: HashSet<usize>,
-    /// Constants to copy to a device, all together once every kernel is built.
+    /// Constants to copy to a device, all together while the kernels are built.
     pending: Vec<PendingCopy>,
 }
 
@@ -279,17 +279,12 @@ pub(crate) fn build_plan(
         host.push(if folded.is_some() { vec![] } else { host_inputs(&*providers.list[p], &contexts.of(node)?) });
     }
     prefer_host_for_shape_nodes(graph, providers, &contexts, &mut choice, &mut host)?;
-    // Every kernel first, then the constants' copies: a GPU EP's kernels start compiling in
-    // the background while the weights are uploaded.
-    let mut kernels = vec![];
-    for ((node, &p), folded) in graph.nodes.iter().zip(&choice).zip(&folded) {
-        kernels.push(if folded.is_some() { None } else { Some(providers.list[p].build_kernel(&contexts.of(node)?)?) });
-    }
     let mut assignments = vec![];
-    for ((((node, &p), host), folded), kernel) in graph.nodes.iter().zip(&choice).zip(&host).zip(folded).zip(kernels) {
-        // No kernel: the node was folded into constants.
-        let Some(kernel) = kernel else {
-            for (name, value) in node.outputs.iter().zip(folded.into_iter().flatten()) {
+    let mut kernel_steps = vec![];
+    for (((node, &p), host), folded) in graph.nodes.iter().zip(&choice).zip(&host).zip(folded) {
+        // The node was folded into constants.
+        if let Some(values) = folded {
+            for (name, value) in node.outputs.iter().zip(values) {
                 if !name.is_empty() {
                     let s = b.define(name, Device::Cpu);
                     b.constants.push((s, Value::Tensor(value)));
@@ -301,7 +296,7 @@ pub(crate) fn build_plan(
                 provider: FOLDED.to_string(),
             });
             continue;
-        };
+        }
         let provider = &providers.list[p];
         let device = provider.device();
         let mut step_inputs = vec![];
@@ -326,16 +321,20 @@ pub(crate) fn build_plan(
             op: node.op_type.clone(),
             provider: provider.name().to_string(),
         });
-        b.steps.push(Step {
-            kind: StepKind::Kernel { kernel, provider: p, at: node.location(), wanted: vec![] },
-            inputs: step_inputs,
-            outputs,
-            free_after: vec![],
-            donatable: vec![],
-        });
+        kernel_steps.push(KernelStep { node, provider: p, inputs: step_inputs, outputs, copies_before: b.steps.len() });
     }
-    let copied = copy_constants(std::mem::take(&mut b.pending), providers)?;
+    // The kernels are built while the constants are copied: a GPU EP's kernels make their
+    // shaders and start compiling them while the weights are uploaded.
+    let pending = std::mem::take(&mut b.pending);
+    let (kernels, copied) = std::thread::scope(|s| {
+        let copies = s.spawn(|| copy_constants(pending, providers));
+        let kernels: Result<Vec<Box<dyn Kernel>>> =
+            kernel_steps.iter().map(|k| providers.list[k.provider].build_kernel(&contexts.of(k.node)?)).collect();
+        (kernels, copies.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+    });
+    let (kernels, copied) = (kernels?, copied?);
     b.constants.extend(copied);
+    b.steps = merge_steps(std::mem::take(&mut b.steps), kernel_steps, kernels);
     let mut outputs = vec![];
     for out in &graph.outputs {
         let s = b.lookup(&out.name);
@@ -361,6 +360,37 @@ pub(crate) fn build_plan(
         inferred: known,
         peak_bytes,
     })
+}
+
+/// A node's step, placed before its kernel is built.
+struct KernelStep<'g> {
+    node: &'g crate::ir::Node,
+    /// Index in [`Providers::list`].
+    provider: usize,
+    inputs: Vec<Option<usize>>,
+    outputs: Vec<Option<usize>>,
+    /// How many copy steps the plan had when the node was placed (they run before it).
+    copies_before: usize,
+}
+
+/// The plan's steps in order: each node's kernel step after the copy steps placed before it.
+fn merge_steps(copies: Vec<Step>, nodes: Vec<KernelStep<'_>>, kernels: Vec<Box<dyn Kernel>>) -> Vec<Step> {
+    let mut steps = Vec::with_capacity(copies.len() + nodes.len());
+    let mut copies = copies.into_iter();
+    let mut merged = 0;
+    for (node, kernel) in nodes.into_iter().zip(kernels) {
+        steps.extend(copies.by_ref().take(node.copies_before - merged));
+        merged = node.copies_before;
+        steps.push(Step {
+            kind: StepKind::Kernel { kernel, provider: node.provider, at: node.node.location(), wanted: vec![] },
+            inputs: node.inputs,
+            outputs: node.outputs,
+            free_after: vec![],
+            donatable: vec![],
+        });
+    }
+    steps.extend(copies);
+    steps
 }
 
 /// Makes the constants' device copies, several at once, largest first. A copy to a GPU is
@@ -546,5 +576,53 @@ fn plan_donations(steps: &mut [Step], slot_count: usize) {
             .filter(|&(_, s)| made[s] && step.free_after.contains(&s) && reads(s) == 1)
             .map(|(i, _)| i)
             .collect();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ep::ValueRef;
+
+    struct NoKernel;
+
+    impl Kernel for NoKernel {
+        fn run(&self, _: &[Option<ValueRef<'_>>], _: &[bool]) -> Result<Vec<Value>> {
+            Ok(vec![])
+        }
+    }
+
+    fn copy_of(slot: usize) -> Step {
+        Step {
+            kind: StepKind::Copy { to: Device::Cpu },
+            inputs: vec![Some(slot)],
+            outputs: vec![Some(slot + 1000)],
+            free_after: vec![],
+            donatable: vec![],
+        }
+    }
+
+    #[test]
+    fn each_kernel_step_runs_after_the_copies_placed_before_it() {
+        let node = crate::ir::Node::default();
+        let placed = |input: usize, copies_before: usize| KernelStep {
+            node: &node,
+            provider: 0,
+            inputs: vec![Some(input)],
+            outputs: vec![],
+            copies_before,
+        };
+        // Copies 0 and 1 before node 100, none between 100 and 101, copy 2 before 102, copy 3 after.
+        let nodes = vec![placed(100, 2), placed(101, 2), placed(102, 3)];
+        let kernels: Vec<Box<dyn Kernel>> = (0..3).map(|_| Box::new(NoKernel) as Box<dyn Kernel>).collect();
+        let steps = merge_steps((0..4).map(copy_of).collect(), nodes, kernels);
+        let order: Vec<String> = steps
+            .iter()
+            .map(|s| {
+                let kind = if matches!(s.kind, StepKind::Copy { .. }) { "copy" } else { "node" };
+                format!("{kind} {}", s.inputs[0].unwrap_or(usize::MAX))
+            })
+            .collect();
+        assert_eq!(order, ["copy 0", "copy 1", "node 100", "node 101", "copy 2", "node 102", "copy 3"]);
     }
 }

@@ -8,6 +8,7 @@ use onyx_core::{DataType, Error, Location, Result, Value};
 
 use super::layout::{dispatch_elements, element_shader, Elements};
 use super::{input_dtype, Registry};
+use crate::capabilities::Capabilities;
 use crate::context::{GpuContext, Pipeline};
 use crate::kernel::{gpu_input, GpuOp, OnGpu};
 use crate::run::GpuRun;
@@ -19,7 +20,7 @@ pub(crate) fn register(r: &mut Registry) {
 }
 
 /// An f32 input.
-fn supports_f32(ctx: &NodeContext<'_>, _gpu: &GpuContext) -> bool {
+fn supports_f32(ctx: &NodeContext<'_>, _gpu: &Capabilities) -> bool {
     input_dtype(ctx, 0) == Some(DataType::Float)
 }
 

@@ -8,6 +8,7 @@ use onyx_core::{DataType, Error, Location, Result, Value};
 
 use super::layout::{dispatch_elements, elem_size, element_shader, input_elem_size, Elements};
 use super::{input_dtype, Registry};
+use crate::capabilities::Capabilities;
 use crate::context::{GpuContext, Pipeline};
 use crate::kernel::{gpu_input, GpuOp, OnGpu};
 use crate::run::GpuRun;
@@ -24,7 +25,7 @@ fn target(ctx: &NodeContext<'_>) -> Option<DataType> {
 }
 
 /// Movable types of equal width; not to bool (whose bytes the CPU EP checks are 0 or 1).
-fn supports_bitcast(ctx: &NodeContext<'_>, _gpu: &GpuContext) -> bool {
+fn supports_bitcast(ctx: &NodeContext<'_>, _gpu: &Capabilities) -> bool {
     let from = input_dtype(ctx, 0);
     match (from, target(ctx)) {
         (Some(f), Some(t)) => t != DataType::Bool && input_elem_size(ctx, 0).is_some() && elem_size(t) == elem_size(f),

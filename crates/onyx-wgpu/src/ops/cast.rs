@@ -19,6 +19,7 @@ use onyx_core::{DataType, Error, Location, Result, Tensor, TensorView, Value};
 
 use super::layout::{dispatch_elements, elem_size, element_shader, fill_words, known_dtype, Elements};
 use super::{input_dtype, Registry};
+use crate::capabilities::Capabilities;
 use crate::context::{GpuContext, Pipeline};
 use crate::kernel::{gpu_input, host_input, GpuOp, OnGpu};
 use crate::run::GpuRun;
@@ -223,7 +224,7 @@ fn target(ctx: &NodeContext<'_>) -> Option<DataType> {
 }
 
 /// Cast takes conversions between [`castable`] types, and same-type casts of any movable type.
-fn supports_cast(ctx: &NodeContext<'_>, _gpu: &GpuContext) -> bool {
+fn supports_cast(ctx: &NodeContext<'_>, _gpu: &Capabilities) -> bool {
     match (input_dtype(ctx, 0), target(ctx)) {
         (Some(from), Some(to)) if from == to => elem_size(from).is_some(),
         (Some(from), Some(to)) => {
@@ -327,7 +328,7 @@ fn constant_value(ctx: &NodeContext<'_>) -> Result<Tensor> {
     }
 }
 
-fn supports_constant_of_shape(ctx: &NodeContext<'_>, _gpu: &GpuContext) -> bool {
+fn supports_constant_of_shape(ctx: &NodeContext<'_>, _gpu: &Capabilities) -> bool {
     constant_value(ctx).is_ok_and(|t| elem_size(t.dtype()).is_some() && t.view().is_ok())
 }
 
@@ -376,7 +377,7 @@ impl GpuOp for ConstantOfShape {
     }
 }
 
-fn supports_range(ctx: &NodeContext<'_>, _gpu: &GpuContext) -> bool {
+fn supports_range(ctx: &NodeContext<'_>, _gpu: &Capabilities) -> bool {
     let t = input_dtype(ctx, 0);
     matches!(t, Some(DataType::Float | DataType::Int32 | DataType::Int64)) && (1..3).all(|i| input_dtype(ctx, i) == t)
 }

@@ -13,6 +13,7 @@ use onyx_core::{DataType, Error, Location, Result, Value};
 
 use super::layout::{dispatch_elements, element_shader, Elements};
 use super::{input_dtype, Registry};
+use crate::capabilities::Capabilities;
 use crate::context::{GpuContext, Pipeline};
 use crate::kernel::{gpu_input, opt_gpu_input, u32_of, GpuOp, GpuTensor, OnGpu};
 use crate::run::GpuRun;
@@ -23,7 +24,7 @@ pub(crate) fn register(r: &mut Registry) {
 }
 
 /// f32 inputs and a known activation.
-fn supports_causal_conv(ctx: &NodeContext<'_>, _gpu: &GpuContext) -> bool {
+fn supports_causal_conv(ctx: &NodeContext<'_>, _gpu: &Capabilities) -> bool {
     let f32_or_absent = |i| ctx.node.input(i).is_none() || input_dtype(ctx, i) == Some(DataType::Float);
     (0..4).all(f32_or_absent)
         && ctx.node.input(0).is_some()

@@ -10,6 +10,7 @@ use onyx_core::{Error, Location, Result, Value};
 
 use super::layout::{dispatch_elements, element_shader, input_elem_size, known_size, normalize_axis, Elements};
 use super::Registry;
+use crate::capabilities::Capabilities;
 use crate::context::{GpuContext, Pipeline};
 use crate::kernel::{gpu_input, host_ints, strides, u32_of, GpuOp, OnGpu};
 use crate::run::GpuRun;
@@ -20,7 +21,7 @@ pub(crate) fn register(r: &mut Registry) {
 }
 
 /// Input 0 of an element size the kernels move.
-fn supports_center_crop_pad(ctx: &NodeContext<'_>, _gpu: &GpuContext) -> bool {
+fn supports_center_crop_pad(ctx: &NodeContext<'_>, _gpu: &Capabilities) -> bool {
     input_elem_size(ctx, 0).is_some() && ctx.node.get_ints("axes").is_ok()
 }
 

@@ -9,6 +9,7 @@ use onyx_core::{DataType, Error, Location, Result, Value};
 
 use super::layout::{dispatch_elements, element_shader, Elements};
 use super::{input_dtype, Registry};
+use crate::capabilities::Capabilities;
 use crate::context::{GpuContext, Pipeline};
 use crate::kernel::{gpu_input, host_ints, u32_of, GpuOp, OnGpu};
 use crate::run::GpuRun;
@@ -22,7 +23,7 @@ pub(crate) fn register(r: &mut Registry) {
 }
 
 /// f32 input and valid attributes.
-fn supports_col2im(ctx: &NodeContext<'_>, _gpu: &GpuContext) -> bool {
+fn supports_col2im(ctx: &NodeContext<'_>, _gpu: &Capabilities) -> bool {
     input_dtype(ctx, 0) == Some(DataType::Float) && Attrs::decode(ctx).is_ok()
 }
 

@@ -14,6 +14,7 @@ use onyx_core::{DataType, Error, Location, Result, Value};
 
 use super::layout::{dispatch_elements, elem_size, element_shader, known_dtype, known_size, Elements};
 use super::{input_dtype, Registry};
+use crate::capabilities::Capabilities;
 use crate::context::{GpuContext, Pipeline};
 use crate::kernel::{gpu_input, Broadcast, GpuOp, OnGpu};
 use crate::run::GpuRun;
@@ -114,12 +115,12 @@ pub(crate) fn broadcast_walk(inputs: usize) -> String {
 // Binary comparisons and logic.
 // ---------------------------------------------------------------------------------------------
 
-fn supports_compare(ctx: &NodeContext<'_>, _gpu: &GpuContext) -> bool {
+fn supports_compare(ctx: &NodeContext<'_>, _gpu: &Capabilities) -> bool {
     let t = input_dtype(ctx, 0);
     ctx.node.inputs.len() == 2 && t.is_some_and(comparable) && input_dtype(ctx, 1) == t
 }
 
-fn supports_logic(ctx: &NodeContext<'_>, _gpu: &GpuContext) -> bool {
+fn supports_logic(ctx: &NodeContext<'_>, _gpu: &Capabilities) -> bool {
     ctx.node.inputs.len() == 2 && (0..2).all(|i| input_dtype(ctx, i) == Some(DataType::Bool))
 }
 
@@ -201,11 +202,11 @@ impl GpuOp for BinaryBool {
 // Not, IsNaN, IsInf.
 // ---------------------------------------------------------------------------------------------
 
-fn supports_not(ctx: &NodeContext<'_>, _gpu: &GpuContext) -> bool {
+fn supports_not(ctx: &NodeContext<'_>, _gpu: &Capabilities) -> bool {
     input_dtype(ctx, 0) == Some(DataType::Bool)
 }
 
-fn supports_float_test(ctx: &NodeContext<'_>, _gpu: &GpuContext) -> bool {
+fn supports_float_test(ctx: &NodeContext<'_>, _gpu: &Capabilities) -> bool {
     matches!(input_dtype(ctx, 0), Some(DataType::Float | DataType::Float16 | DataType::BFloat16 | DataType::Double))
 }
 
@@ -263,7 +264,7 @@ impl GpuOp for UnaryBool {
 // Where.
 // ---------------------------------------------------------------------------------------------
 
-fn supports_where(ctx: &NodeContext<'_>, _gpu: &GpuContext) -> bool {
+fn supports_where(ctx: &NodeContext<'_>, _gpu: &Capabilities) -> bool {
     let t = input_dtype(ctx, 1);
     input_dtype(ctx, 0) == Some(DataType::Bool) && t.and_then(elem_size).is_some() && input_dtype(ctx, 2) == t
 }

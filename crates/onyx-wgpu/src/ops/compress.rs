@@ -9,6 +9,7 @@ use onyx_core::{DataType, Error, Location, Result, Value};
 
 use super::layout::{dispatch_elements, element_shader, input_elem_size, known_size, normalize_axis, Elements};
 use super::{input_dtype, Registry};
+use crate::capabilities::Capabilities;
 use crate::context::{GpuContext, Pipeline};
 use crate::kernel::{gpu_input, host_input, u32_of, GpuOp, OnGpu};
 use crate::run::GpuRun;
@@ -19,7 +20,7 @@ pub(crate) fn register(r: &mut Registry) {
 }
 
 /// Movable data and a bool condition.
-fn supports_compress(ctx: &NodeContext<'_>, _gpu: &GpuContext) -> bool {
+fn supports_compress(ctx: &NodeContext<'_>, _gpu: &Capabilities) -> bool {
     input_elem_size(ctx, 0).is_some() && input_dtype(ctx, 1) == Some(DataType::Bool)
 }
 

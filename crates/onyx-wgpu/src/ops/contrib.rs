@@ -9,6 +9,7 @@ use onyx_core::{Error, Location, Result, Value};
 
 use super::elementwise::{expression, MATH, UNARY};
 use super::{float_inputs, input_dtype, Registry};
+use crate::capabilities::Capabilities;
 use crate::context::{GpuContext, Pipeline};
 use crate::kernel::{enables, gpu_input, grid, opt_gpu_input, u32_of, wgsl_type, GpuOp, OnGpu, FLAT_INDEX};
 use crate::run::GpuRun;
@@ -25,7 +26,7 @@ pub(crate) fn register(r: &mut Registry) {
 
 /// Float inputs of one type: X alone (Gelu), X and a required (BiasGelu) or optional
 /// (FastGelu) bias.
-fn supports(ctx: &NodeContext<'_>, gpu: &GpuContext) -> bool {
+fn supports(ctx: &NodeContext<'_>, gpu: &Capabilities) -> bool {
     let n = ctx.node.inputs.len();
     let arity = match ctx.node.op_type.as_str() {
         "Gelu" => n == 1,

@@ -9,6 +9,7 @@ use onyx_core::{DataType, Error, Location, Result, Value};
 
 use super::layout::{dispatch_elements, element_shader, normalize_axis, Elements};
 use super::{input_dtype, Registry};
+use crate::capabilities::Capabilities;
 use crate::context::{GpuContext, Pipeline};
 use crate::kernel::{gpu_input, host_ints, u32_of, GpuOp, OnGpu};
 use crate::run::GpuRun;
@@ -30,7 +31,7 @@ fn scalar(dtype: DataType) -> Option<&'static str> {
 }
 
 /// f32/int32/uint32 data, flags of 0 or 1.
-fn supports_cumulative(ctx: &NodeContext<'_>, _gpu: &GpuContext) -> bool {
+fn supports_cumulative(ctx: &NodeContext<'_>, _gpu: &Capabilities) -> bool {
     let flag = |name| ctx.node.int_or(name, 0).is_ok_and(|v| v == 0 || v == 1);
     input_dtype(ctx, 0).and_then(scalar).is_some() && flag("exclusive") && flag("reverse")
 }

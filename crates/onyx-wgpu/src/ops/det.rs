@@ -8,6 +8,7 @@ use onyx_core::ep::{NodeContext, ValueRef};
 use onyx_core::{DataType, Error, Location, Result, Value};
 
 use super::{input_dtype, Registry};
+use crate::capabilities::Capabilities;
 use crate::context::{GpuContext, Pipeline};
 use crate::kernel::{gpu_input, grid, u32_of, GpuOp, OnGpu, FLAT_INDEX};
 use crate::run::GpuRun;
@@ -18,7 +19,7 @@ pub(crate) fn register(r: &mut Registry) {
 }
 
 /// f32 input.
-fn supports_det(ctx: &NodeContext<'_>, _gpu: &GpuContext) -> bool {
+fn supports_det(ctx: &NodeContext<'_>, _gpu: &Capabilities) -> bool {
     input_dtype(ctx, 0) == Some(DataType::Float)
 }
 

@@ -8,6 +8,7 @@ use onyx_core::ep::{NodeContext, ValueRef};
 use onyx_core::{Error, Location, Result, Tensor, Value};
 
 use super::{float_inputs, input_dtype, integer, Registry};
+use crate::capabilities::Capabilities;
 use crate::context::{GpuContext, Pipeline};
 use crate::kernel::{enables, gpu_input, grid, u32_of, wgsl_type, Broadcast, GpuOp, GpuTensor, OnGpu, FLAT_INDEX};
 use crate::run::GpuRun;
@@ -122,12 +123,12 @@ pub(crate) fn register(r: &mut Registry) {
     }
 }
 
-fn supports_unary(ctx: &NodeContext<'_>, gpu: &GpuContext) -> bool {
+fn supports_unary(ctx: &NodeContext<'_>, gpu: &Capabilities) -> bool {
     let gelu_ok = ctx.node.op_type != "Gelu" || ctx.node.string_or("approximate", "none").is_ok_and(|s| s == "none" || s == "tanh");
     gelu_ok && ctx.node.inputs.len() == 1 && float_inputs(ctx, gpu, 0..1)
 }
 
-fn supports_clip(ctx: &NodeContext<'_>, gpu: &GpuContext) -> bool {
+fn supports_clip(ctx: &NodeContext<'_>, gpu: &Capabilities) -> bool {
     float_inputs(ctx, gpu, 0..1) || super::clip_int::supports(ctx)
 }
 
@@ -137,7 +138,7 @@ fn integer_node(ctx: &NodeContext<'_>) -> bool {
     a.is_some_and(integer::is_int) || (ctx.node.op_type == "Pow" && b.is_some() && a != b)
 }
 
-fn supports_binary(ctx: &NodeContext<'_>, gpu: &GpuContext) -> bool {
+fn supports_binary(ctx: &NodeContext<'_>, gpu: &Capabilities) -> bool {
     if integer_node(ctx) {
         return integer::supports(ctx, gpu);
     }

@@ -16,6 +16,7 @@ use super::layout::{
     dispatch_elements, element_shader, known_dtype, known_size, normalize_axis, Elements, Strided, Units,
 };
 use super::{input_dtype, Registry};
+use crate::capabilities::Capabilities;
 use crate::context::{GpuContext, Pipeline};
 use crate::kernel::{gpu_input, strides, u32_of, GpuOp, OnGpu};
 use crate::run::GpuRun;
@@ -94,7 +95,7 @@ fn fetch(e: u32) -> E {
 
 /// Gather takes movable data with int32/int64 indices. (Shape arithmetic such as
 /// Shape → Gather → Concat → Reshape is moved to the host by the planner.)
-fn supports_gather(ctx: &NodeContext<'_>, _gpu: &GpuContext) -> bool {
+fn supports_gather(ctx: &NodeContext<'_>, _gpu: &Capabilities) -> bool {
     data_and_indices(ctx)
 }
 
@@ -174,7 +175,7 @@ fn fetch(e: u32) -> E {
 }
 ";
 
-fn supports_gather_elements(ctx: &NodeContext<'_>, _gpu: &GpuContext) -> bool {
+fn supports_gather_elements(ctx: &NodeContext<'_>, _gpu: &Capabilities) -> bool {
     data_and_indices(ctx)
 }
 
@@ -271,7 +272,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 
 /// ScatterND takes reduction "none" with int64 indices on 4- and 8-byte data (sub-word
 /// elements would need atomics: two updates may share a word).
-pub(super) fn supports_scatter_nd(ctx: &NodeContext<'_>, _gpu: &GpuContext) -> bool {
+pub(super) fn supports_scatter_nd(ctx: &NodeContext<'_>, _gpu: &Capabilities) -> bool {
     let none = ctx.node.string_or("reduction", "none").is_ok_and(|r| r == "none");
     let size_ok = matches!(super::layout::input_elem_size(ctx, 0), Some(4 | 8));
     let same = input_dtype(ctx, 0) == input_dtype(ctx, 2);

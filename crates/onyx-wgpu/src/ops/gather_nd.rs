@@ -11,6 +11,7 @@ use onyx_core::{DataType, Error, Location, Result, Value};
 
 use super::layout::{dispatch_elements, element_shader, input_elem_size, known_size, Elements};
 use super::{input_dtype, Registry};
+use crate::capabilities::Capabilities;
 use crate::context::{GpuContext, Pipeline};
 use crate::kernel::{gpu_input, strides, u32_of, GpuOp, OnGpu};
 use crate::run::GpuRun;
@@ -21,7 +22,7 @@ pub(crate) fn register(r: &mut Registry) {
 }
 
 /// Movable data, int64 indices, a valid batch_dims.
-fn supports_gather_nd(ctx: &NodeContext<'_>, _gpu: &GpuContext) -> bool {
+fn supports_gather_nd(ctx: &NodeContext<'_>, _gpu: &Capabilities) -> bool {
     input_elem_size(ctx, 0).is_some()
         && input_dtype(ctx, 1) == Some(DataType::Int64)
         && ctx.node.int_or("batch_dims", 0).is_ok_and(|b| b >= 0)

@@ -10,6 +10,7 @@ use onyx_core::{DataType, Error, Location, Result, Value};
 
 use super::layout::{dispatch_elements, element_shader, Elements};
 use super::{input_dtype, Registry};
+use crate::capabilities::Capabilities;
 use crate::context::{GpuContext, Pipeline};
 use crate::kernel::{gpu_input, u32_of, GpuOp, OnGpu};
 use crate::run::GpuRun;
@@ -41,7 +42,7 @@ fn padding(ctx: &NodeContext<'_>) -> Option<u32> {
 }
 
 /// f32 data and grid, known mode and padding.
-fn supports_grid_sample(ctx: &NodeContext<'_>, _gpu: &GpuContext) -> bool {
+fn supports_grid_sample(ctx: &NodeContext<'_>, _gpu: &Capabilities) -> bool {
     input_dtype(ctx, 0) == Some(DataType::Float)
         && input_dtype(ctx, 1) == Some(DataType::Float)
         && mode(ctx).is_some()

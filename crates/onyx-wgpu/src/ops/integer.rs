@@ -19,6 +19,7 @@ use super::cast::CAST_LIB;
 use super::compare::broadcast_walk;
 use super::layout::{dispatch_elements, elem_size, element_shader, known_dtype, Elements};
 use super::{input_dtype, Registry};
+use crate::capabilities::Capabilities;
 use crate::context::{GpuContext, Pipeline};
 use crate::kernel::{gpu_input, Broadcast, GpuOp, GpuTensor, OnGpu};
 use crate::run::GpuRun;
@@ -112,7 +113,7 @@ impl IntOp {
 /// Whether the node is an integer op these kernels take: its inputs integers of one type
 /// (Pow: an int32/int64 base with an int32/int64/float exponent, or a float base with an
 /// integer exponent).
-pub(crate) fn supports(ctx: &NodeContext<'_>, _gpu: &GpuContext) -> bool {
+pub(crate) fn supports(ctx: &NodeContext<'_>, _gpu: &Capabilities) -> bool {
     let Ok(op) = IntOp::of(ctx) else { return false };
     let n = ctx.node.inputs.len();
     let t = input_dtype(ctx, 0);

@@ -14,6 +14,7 @@ use onyx_core::ep::{NodeContext, ValueRef};
 use onyx_core::{DataType, Error, Location, Result, Value};
 
 use super::{input_dtype, Registry};
+use crate::capabilities::Capabilities;
 use crate::context::{GpuContext, Pipeline};
 use crate::kernel::{gpu_input, grid, opt_gpu_input, u32_of, GpuOp, GpuTensor, OnGpu, FLAT_INDEX};
 use crate::run::GpuRun;
@@ -24,7 +25,7 @@ pub(crate) fn register(r: &mut Registry) {
 }
 
 /// f32 inputs and valid attributes.
-fn supports_linear_attention(ctx: &NodeContext<'_>, _gpu: &GpuContext) -> bool {
+fn supports_linear_attention(ctx: &NodeContext<'_>, _gpu: &Capabilities) -> bool {
     let f32_or_absent = |i| ctx.node.input(i).is_none() || input_dtype(ctx, i) == Some(DataType::Float);
     (0..6).all(f32_or_absent) && (0..3).all(|i| ctx.node.input(i).is_some()) && Attrs::decode(ctx).is_ok()
 }

@@ -17,6 +17,7 @@ use onyx_core::{DataType, Error, Location, Result, Value};
 use super::reduce::float_type;
 use super::softmax::RowLogSoftmax;
 use super::{input_dtype, is_float_input, Registry};
+use crate::capabilities::Capabilities;
 use crate::context::{GpuContext, Pipeline};
 use crate::kernel::{enables, gpu_input, grid, opt_gpu_input, u32_of, GpuOp, OnGpu, FLAT_INDEX};
 use crate::run::GpuRun;
@@ -48,7 +49,7 @@ impl Reduction {
 
 /// Whether the EP takes the node: float input (and weights of the same type), int32 or int64
 /// targets, a known reduction.
-fn supports(ctx: &NodeContext<'_>, gpu: &GpuContext) -> bool {
+fn supports(ctx: &NodeContext<'_>, gpu: &Capabilities) -> bool {
     let weight_ok = match ctx.node.inputs.get(2).filter(|n| !n.is_empty()) {
         Some(_) => input_dtype(ctx, 2) == input_dtype(ctx, 0),
         None => true,

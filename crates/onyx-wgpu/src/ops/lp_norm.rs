@@ -8,6 +8,7 @@ use onyx_core::{DataType, Error, Location, Result, Value};
 
 use super::layout::{dispatch_elements, element_shader, normalize_axis, Elements};
 use super::{input_dtype, Registry};
+use crate::capabilities::Capabilities;
 use crate::context::{GpuContext, Pipeline};
 use crate::kernel::{gpu_input, u32_of, GpuOp, OnGpu};
 use crate::run::GpuRun;
@@ -18,7 +19,7 @@ pub(crate) fn register(r: &mut Registry) {
 }
 
 /// f32 input, p of 1 or 2.
-fn supports_lp(ctx: &NodeContext<'_>, _gpu: &GpuContext) -> bool {
+fn supports_lp(ctx: &NodeContext<'_>, _gpu: &Capabilities) -> bool {
     input_dtype(ctx, 0) == Some(DataType::Float) && matches!(ctx.node.int_or("p", 2), Ok(1 | 2))
 }
 

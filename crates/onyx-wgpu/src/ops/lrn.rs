@@ -8,6 +8,7 @@ use onyx_core::{DataType, Error, Location, Result, Value};
 
 use super::layout::{dispatch_elements, element_shader, Elements};
 use super::{input_dtype, Registry};
+use crate::capabilities::Capabilities;
 use crate::context::{GpuContext, Pipeline};
 use crate::kernel::{gpu_input, u32_of, GpuOp, OnGpu};
 use crate::run::GpuRun;
@@ -18,7 +19,7 @@ pub(crate) fn register(r: &mut Registry) {
 }
 
 /// f32 input and a positive size.
-fn supports_lrn(ctx: &NodeContext<'_>, _gpu: &GpuContext) -> bool {
+fn supports_lrn(ctx: &NodeContext<'_>, _gpu: &Capabilities) -> bool {
     input_dtype(ctx, 0) == Some(DataType::Float) && ctx.node.int_or("size", 0).is_ok_and(|s| s > 0 && s < 1 << 20)
 }
 

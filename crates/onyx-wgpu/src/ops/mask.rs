@@ -9,6 +9,7 @@ use onyx_core::{DataType, Error, Location, Result, Value};
 
 use super::layout::{dispatch_elements, element_shader, input_elem_size, known_size, Elements};
 use super::{input_dtype, Registry};
+use crate::capabilities::Capabilities;
 use crate::context::{GpuContext, Pipeline};
 use crate::kernel::{gpu_input, host_input, host_ints, u32_of, GpuOp, OnGpu};
 use crate::run::GpuRun;
@@ -22,7 +23,7 @@ pub(crate) fn register(r: &mut Registry) {
 // ---------------------------------------------------------------------------------------------
 // Trilu
 
-fn supports_trilu(ctx: &NodeContext<'_>, _gpu: &GpuContext) -> bool {
+fn supports_trilu(ctx: &NodeContext<'_>, _gpu: &Capabilities) -> bool {
     input_elem_size(ctx, 0).is_some() && ctx.node.int_or("upper", 1).is_ok_and(|u| u == 0 || u == 1)
 }
 
@@ -85,7 +86,7 @@ impl GpuOp for Trilu {
 
 /// Any movable element type. Training mode is checked when the node runs: it is taken only
 /// where it changes nothing (ratio 0).
-fn supports_dropout(ctx: &NodeContext<'_>, _gpu: &GpuContext) -> bool {
+fn supports_dropout(ctx: &NodeContext<'_>, _gpu: &Capabilities) -> bool {
     let training_attr = ctx.node.int_or("is_test", 1).is_ok_and(|t| t == 1);
     input_elem_size(ctx, 0).is_some() && training_attr
 }

@@ -8,6 +8,7 @@ use onyx_core::ep::NodeContext;
 use onyx_core::types::ValueType;
 use onyx_core::{DataType, Result};
 
+use crate::capabilities::Capabilities;
 use crate::context::GpuContext;
 use crate::kernel::GpuOp;
 
@@ -52,8 +53,9 @@ pub(crate) mod clip_int;
 pub(crate) mod col2im;
 pub(crate) mod scatter_nd;
 
-/// Whether the EP takes a node: dtypes and attributes the kernel handles on this device.
-pub(crate) type SupportsFn = fn(&NodeContext<'_>, &GpuContext) -> bool;
+/// Whether the EP takes a node: dtypes and attributes the kernel handles on a device that can
+/// do what the adapter says (known before the device is open).
+pub(crate) type SupportsFn = fn(&NodeContext<'_>, &Capabilities) -> bool;
 
 /// Builds a node's GPU op: decodes attributes once, compiles (or reuses) its pipelines.
 pub(crate) type BuildFn = fn(&NodeContext<'_>, &Arc<GpuContext>) -> Result<Box<dyn GpuOp>>;
@@ -162,7 +164,7 @@ pub(crate) fn input_dtype(ctx: &NodeContext<'_>, i: usize) -> Option<DataType> {
 
 /// Whether input `i` is a tensor whose dtype the kernels compute in on this device: f32, or f16
 /// where the adapter has SHADER_F16.
-pub(crate) fn is_float_input(ctx: &NodeContext<'_>, gpu: &GpuContext, i: usize) -> bool {
+pub(crate) fn is_float_input(ctx: &NodeContext<'_>, gpu: &Capabilities, i: usize) -> bool {
     match input_dtype(ctx, i) {
         Some(DataType::Float) => true,
         Some(DataType::Float16) => gpu.has_f16(),
@@ -171,6 +173,6 @@ pub(crate) fn is_float_input(ctx: &NodeContext<'_>, gpu: &GpuContext, i: usize) 
 }
 
 /// Whether every present input among `indices` is a float input (see [`is_float_input`]).
-pub(crate) fn float_inputs(ctx: &NodeContext<'_>, gpu: &GpuContext, indices: std::ops::Range<usize>) -> bool {
+pub(crate) fn float_inputs(ctx: &NodeContext<'_>, gpu: &Capabilities, indices: std::ops::Range<usize>) -> bool {
     indices.filter(|&i| ctx.node.inputs.get(i).is_some_and(|n| !n.is_empty())).all(|i| is_float_input(ctx, gpu, i))
 }

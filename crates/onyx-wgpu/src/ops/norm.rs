@@ -17,6 +17,7 @@ use onyx_core::{DataType, Error, Location, Result, Value};
 
 use super::reduce::{float_type, normalize_axis, Lanes, ALL_LANES};
 use super::{float_inputs, input_dtype, Registry};
+use crate::capabilities::Capabilities;
 use crate::context::{GpuContext, Pipeline};
 use crate::kernel::{enables, gpu_input, grid, opt_gpu_input, static_shape, u32_of, GpuOp, GpuTensor, OnGpu, FLAT_INDEX};
 use crate::run::GpuRun;
@@ -58,7 +59,7 @@ fn has_output(ctx: &NodeContext<'_>, i: usize) -> bool {
 // BatchNormalization
 
 /// Inference mode only: training mode and the running statistics outputs are declined.
-fn supports_batch_norm(ctx: &NodeContext<'_>, gpu: &GpuContext) -> bool {
+fn supports_batch_norm(ctx: &NodeContext<'_>, gpu: &Capabilities) -> bool {
     let n = ctx.node;
     let inference = n.int_or("training_mode", 0).is_ok_and(|t| t == 0) && n.float_or("epsilon", 1e-5).is_ok();
     let one_output = (1..n.outputs.len()).all(|i| !has_output(ctx, i));
@@ -370,7 +371,7 @@ fn param_map(param: &[usize], norm: &[usize]) -> Option<ParamMap> {
 
 /// Float data; stash type float (any float type when Mean and InvStdDev are not read); scale
 /// and bias broadcasting along one block of dims (checked when shapes are known).
-fn supports_layer_norm(ctx: &NodeContext<'_>, gpu: &GpuContext) -> bool {
+fn supports_layer_norm(ctx: &NodeContext<'_>, gpu: &Capabilities) -> bool {
     let n = ctx.node;
     let stats = has_output(ctx, 1) || has_output(ctx, 2);
     let stash_ok = n.int_or("stash_type", 1).is_ok_and(|s| s == 1 || (!stats && matches!(s, 10 | 11 | 16)));
@@ -452,12 +453,12 @@ impl GpuOp for LayerNorm {
 }
 
 /// Float data.
-fn supports_instance_norm(ctx: &NodeContext<'_>, gpu: &GpuContext) -> bool {
+fn supports_instance_norm(ctx: &NodeContext<'_>, gpu: &Capabilities) -> bool {
     ctx.node.float_or("epsilon", 1e-5).is_ok() && ctx.node.inputs.len() == 3 && float_inputs(ctx, gpu, 0..3)
 }
 
 /// Float data, a positive `num_groups`.
-fn supports_group_norm(ctx: &NodeContext<'_>, gpu: &GpuContext) -> bool {
+fn supports_group_norm(ctx: &NodeContext<'_>, gpu: &Capabilities) -> bool {
     let n = ctx.node;
     let groups_ok = n.get_int("num_groups").is_ok_and(|g| g.is_some_and(|g| g > 0 && g <= u32::MAX as i64));
     let attrs_ok = n.float_or("epsilon", 1e-5).is_ok() && n.int_or("stash_type", 1).is_ok();

@@ -8,6 +8,7 @@ use onyx_core::{DataType, Error, Location, Result, Value};
 
 use super::layout::{dispatch_elements, elem_size, element_shader, input_elem_size, Elements};
 use super::{input_dtype, Registry};
+use crate::capabilities::Capabilities;
 use crate::context::{GpuContext, Pipeline};
 use crate::kernel::{gpu_input, host_input, u32_of, GpuOp, OnGpu};
 use crate::run::GpuRun;
@@ -42,7 +43,7 @@ fn index_kind(dtype: Option<DataType>) -> Option<(u32, bool)> {
 }
 
 /// int32/int64/f32 indices, values of any movable type.
-fn supports_one_hot(ctx: &NodeContext<'_>, _gpu: &GpuContext) -> bool {
+fn supports_one_hot(ctx: &NodeContext<'_>, _gpu: &Capabilities) -> bool {
     index_kind(input_dtype(ctx, 0)).is_some() && input_elem_size(ctx, 2).is_some()
 }
 
@@ -198,7 +199,7 @@ fn eye_dtype(ctx: &NodeContext<'_>) -> Option<DataType> {
 }
 
 /// A numeric or bool output type; the input is only read for its shape.
-fn supports_eye_like(ctx: &NodeContext<'_>, _gpu: &GpuContext) -> bool {
+fn supports_eye_like(ctx: &NodeContext<'_>, _gpu: &Capabilities) -> bool {
     eye_dtype(ctx).and_then(one_bits).is_some() && input_elem_size(ctx, 0).is_some()
 }
 

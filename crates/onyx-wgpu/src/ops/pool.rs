@@ -16,8 +16,9 @@ use onyx_core::{Error, Location, Result, Value};
 
 use super::reduce::{float_type, x_dtype, ReduceKernel, ReduceOp};
 use super::{float_inputs, Registry};
+use crate::capabilities::Capabilities;
 use crate::context::{GpuContext, Pipeline};
-use crate::kernel::{enables, gpu_input, grid, u32_of, GpuOp, OnGpu, FLAT_INDEX};
+use crate::kernel::{enables, gpu_input, grid, static_shape, u32_of, GpuOp, OnGpu, FLAT_INDEX};
 use crate::run::GpuRun;
 
 /// Registers the pooling ops.
@@ -250,7 +251,7 @@ fn lp_exponent(node: &Node, at: &Location) -> Result<f32> {
 }
 
 /// Float data, valid attributes of 1 to 3 spatial dims, and (MaxPool) no Indices output.
-fn supports_window(ctx: &NodeContext<'_>, gpu: &GpuContext) -> bool {
+fn supports_window(ctx: &NodeContext<'_>, gpu: &Capabilities) -> bool {
     let node = ctx.node;
     let at = node.location();
     let window_ok = Window::from_node(node).is_ok_and(|w| (1..=MAX_SPATIAL).contains(&w.kernel.len()));
@@ -382,7 +383,7 @@ impl GpuOp for WindowPool {
 }
 
 /// Float data (and a valid `p` for GlobalLpPool).
-fn supports_global(ctx: &NodeContext<'_>, gpu: &GpuContext) -> bool {
+fn supports_global(ctx: &NodeContext<'_>, gpu: &Capabilities) -> bool {
     let node = ctx.node;
     let p_ok = node.op_type != "GlobalLpPool" || lp_exponent(node, &node.location()).is_ok();
     p_ok && float_inputs(ctx, gpu, 0..1)
@@ -407,7 +408,10 @@ fn build_global(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<dyn 
             p => (ReduceOp::Lp, p),
         },
     };
-    Ok(Box::new(GlobalPool { kernel: ReduceKernel::new(gpu, op, x_dtype(ctx)?)?, p, at }))
+    let shape = static_shape(ctx, 0).filter(|s| s.len() >= 2);
+    let mask: Option<Vec<bool>> = shape.as_ref().map(|s| (0..s.len()).map(|d| d >= 2).collect());
+    let known = shape.as_deref().zip(mask.as_deref());
+    Ok(Box::new(GlobalPool { kernel: ReduceKernel::new(gpu, op, x_dtype(ctx)?, known)?, p, at }))
 }
 
 impl GpuOp for GlobalPool {

@@ -19,6 +19,7 @@ use onyx_core::{DataType, Error, Location, Result, Value};
 
 use super::layout::{dispatch_elements, element_shader, normalize_axis, Elements};
 use super::{input_dtype, Registry};
+use crate::capabilities::Capabilities;
 use crate::context::{GpuContext, Pipeline};
 use crate::kernel::{gpu_input, opt_gpu_input, u32_of, GpuOp, GpuTensor, OnGpu};
 use crate::run::GpuRun;
@@ -81,7 +82,7 @@ fn quantize_output(ctx: &NodeContext<'_>) -> Option<DataType> {
 }
 
 /// f32 data and scales, an 8/16-bit integer output, no `precision` other than f32.
-fn supports_quantize(ctx: &NodeContext<'_>, _gpu: &GpuContext) -> bool {
+fn supports_quantize(ctx: &NodeContext<'_>, _gpu: &Capabilities) -> bool {
     let precision_ok =
         ctx.since_version < 23 || matches!(dtype_attr(ctx, "precision"), Ok(None | Some(DataType::Float)));
     input_dtype(ctx, 0) == Some(DataType::Float)
@@ -91,7 +92,7 @@ fn supports_quantize(ctx: &NodeContext<'_>, _gpu: &GpuContext) -> bool {
 }
 
 /// Integer or float8/float4 data (a zero point of the same type), f32 scales, f32 output.
-fn supports_dequantize(ctx: &NodeContext<'_>, _gpu: &GpuContext) -> bool {
+fn supports_dequantize(ctx: &NodeContext<'_>, _gpu: &Capabilities) -> bool {
     let x = input_dtype(ctx, 0);
     let zp_ok = ctx.node.input(2).is_none() || input_dtype(ctx, 2) == x;
     let out_ok = ctx.since_version < 23 || matches!(dtype_attr(ctx, "output_dtype"), Ok(None | Some(DataType::Float)));

@@ -10,14 +10,15 @@
 //! so that reads coalesce; the partial results of an output's threads are combined in
 //! workgroup memory.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use onyx_core::ep::{NodeContext, ValueRef};
 use onyx_core::{DataType, Error, Location, Result, Tensor, Value};
 
 use super::{float_inputs, input_dtype, Registry};
+use crate::capabilities::Capabilities;
 use crate::context::{GpuContext, Pipeline};
-use crate::kernel::{enables, gpu_input, host_ints, strides, u32_of, wgsl_type, GpuOp, GpuTensor, OnGpu};
+use crate::kernel::{enables, gpu_input, host_ints, static_shape, strides, u32_of, wgsl_type, GpuOp, GpuTensor, OnGpu};
 use crate::run::GpuRun;
 
 /// Registers the Reduce* ops (axes from input 1, read on the host, in later opsets), ArgMax and
@@ -403,23 +404,63 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
     )
 }
 
-/// The pipelines of one reduction over one dtype, one per lane layout.
+/// A kernel's pipelines, one per lane layout, each made when first needed: with the kernel
+/// for the layout of the shape known when the session is built (all of them when the shape is
+/// unknown), any other at the first run whose shape needs it.
+pub(crate) struct LanePipelines {
+    /// The pipelines' key without the layout.
+    key: String,
+    /// The shader of a layout.
+    shader: Box<dyn Fn(Lanes) -> String + Send + Sync>,
+    made: [OnceLock<Arc<Pipeline>>; ALL_LANES.len()],
+}
+
+impl LanePipelines {
+    /// The pipelines `key`/layout of `shader`; the one of `known` is made now (all when `None`).
+    pub fn new(
+        gpu: &GpuContext,
+        key: String,
+        shader: impl Fn(Lanes) -> String + Send + Sync + 'static,
+        known: Option<Lanes>,
+    ) -> Result<LanePipelines> {
+        let pipelines = LanePipelines { key, shader: Box::new(shader), made: Default::default() };
+        for lanes in known.map_or(ALL_LANES.to_vec(), |l| vec![l]) {
+            pipelines.get(gpu, lanes)?;
+        }
+        Ok(pipelines)
+    }
+
+    /// The pipeline of `lanes`, made (or reused from the context) the first time.
+    pub fn get(&self, gpu: &GpuContext, lanes: Lanes) -> Result<&Arc<Pipeline>> {
+        let slot = &self.made[lanes.index()];
+        if let Some(p) = slot.get() {
+            return Ok(p);
+        }
+        let p = gpu.pipeline(&format!("{}/{}", self.key, lanes.key()), || (self.shader)(lanes))?;
+        Ok(slot.get_or_init(|| p))
+    }
+}
+
+/// The pipelines of one reduction over one dtype.
 pub(crate) struct ReduceKernel {
-    pipelines: Vec<Arc<Pipeline>>,
+    pipelines: LanePipelines,
     dtype: DataType,
 }
 
 impl ReduceKernel {
-    /// Compiles (or reuses) the pipelines of `op` on `dtype` (f32, or f16 on devices with it).
-    pub fn new(gpu: &GpuContext, op: ReduceOp, dtype: DataType) -> Result<ReduceKernel> {
+    /// Compiles (or reuses) the pipelines of `op` on `dtype` (f32, or f16 on devices with it):
+    /// the one for `known` (the input's shape and reduced axes, when the session knows them),
+    /// else every layout.
+    pub fn new(
+        gpu: &GpuContext,
+        op: ReduceOp,
+        dtype: DataType,
+        known: Option<(&[usize], &[bool])>,
+    ) -> Result<ReduceKernel> {
         let ty = float_type(dtype)?;
-        let pipelines = ALL_LANES
-            .iter()
-            .map(|&l| {
-                let key = format!("reduce/{}/{ty}/{}", op.key(), l.key());
-                gpu.pipeline(&key, || reduce_shader(op, ty, enables(dtype), l))
-            })
-            .collect::<Result<_>>()?;
+        let shader = move |l| reduce_shader(op, ty, enables(dtype), l);
+        let known = known.map(|(shape, mask)| Split::new(shape, mask).lanes());
+        let pipelines = LanePipelines::new(gpu, format!("reduce/{}/{ty}", op.key()), shader, known)?;
         Ok(ReduceKernel { pipelines, dtype })
     }
 
@@ -442,7 +483,8 @@ impl ReduceKernel {
         let y = run.alloc(self.dtype, out_shape)?;
         let lanes = split.lanes();
         let params = split.params(extra.to_bits(), at)?;
-        run.dispatch(&self.pipelines[lanes.index()], &params, &[x.buffer, y.gpu()?], lanes.groups(split.outputs()))?;
+        let pipeline = self.pipelines.get(run.context(), lanes)?;
+        run.dispatch(pipeline, &params, &[x.buffer, y.gpu()?], lanes.groups(split.outputs()))?;
         Ok(y)
     }
 }
@@ -463,7 +505,7 @@ pub(crate) fn x_dtype(ctx: &NodeContext<'_>) -> Result<DataType> {
 }
 
 /// Whether the EP takes a Reduce* node: float data, axes (if an input) as int64 or int32.
-fn supports_reduce(ctx: &NodeContext<'_>, gpu: &GpuContext) -> bool {
+fn supports_reduce(ctx: &NodeContext<'_>, gpu: &Capabilities) -> bool {
     let axes_ok = ctx.node.input(1).is_none() || matches!(input_dtype(ctx, 1), Some(DataType::Int64 | DataType::Int32));
     let attrs_ok = ctx.node.int_or("keepdims", 1).is_ok()
         && ctx.node.int_or("noop_with_empty_axes", 0).is_ok()
@@ -493,14 +535,42 @@ fn build_reduce(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<dyn 
         .ok_or_else(|| Error::node(&at, "not a Reduce op"))?;
     let axes_input = ctx.since_version >= if op == ReduceOp::Sum { 13 } else { 18 };
     let axes = if axes_input { None } else { node.get_ints("axes")?.map(<[i64]>::to_vec) };
+    let noop_with_empty_axes = node.int_or("noop_with_empty_axes", 0)? != 0;
+    let known = known_reduction(ctx, &axes, axes_input, noop_with_empty_axes);
+    let known = known.as_ref().map(|(shape, mask)| (shape.as_slice(), mask.as_slice()));
     Ok(Box::new(Reduce {
-        kernel: ReduceKernel::new(gpu, op, x_dtype(ctx)?)?,
+        kernel: ReduceKernel::new(gpu, op, x_dtype(ctx)?, known)?,
         axes,
         axes_input,
         keepdims: node.int_or("keepdims", 1)? != 0,
-        noop_with_empty_axes: node.int_or("noop_with_empty_axes", 0)? != 0,
+        noop_with_empty_axes,
         at,
     }))
+}
+
+/// The input's shape and the reduced axes, when the session knows both (a static shape; axes
+/// from the attribute, a constant input or none).
+fn known_reduction(
+    ctx: &NodeContext<'_>,
+    axes: &Option<Vec<i64>>,
+    axes_input: bool,
+    noop: bool,
+) -> Option<(Vec<usize>, Vec<bool>)> {
+    let shape = static_shape(ctx, 0)?;
+    let axes = match (axes_input, ctx.node.input(1)) {
+        (false, _) => axes.clone().unwrap_or_default(),
+        (true, None) => vec![],
+        (true, Some(_)) => {
+            let view = ctx.constant(1)?.view().ok()?;
+            match view.dtype() {
+                DataType::Int64 => view.as_slice::<i64>().ok()?.to_vec(),
+                DataType::Int32 => view.as_slice::<i32>().ok()?.iter().map(|&a| a as i64).collect(),
+                _ => return None,
+            }
+        }
+    };
+    let mask = reduced_axes(&axes, shape.len(), noop, &ctx.node.location()).ok()?;
+    Some((shape, mask))
 }
 
 /// Marks the axes to reduce: `axes` normalized (an error for out-of-range or repeated axes);
@@ -560,7 +630,7 @@ impl GpuOp for Reduce {
 // ArgMax and ArgMin.
 
 /// Whether the EP takes an ArgMax/ArgMin node: float data and readable attributes.
-fn supports_arg(ctx: &NodeContext<'_>, gpu: &GpuContext) -> bool {
+fn supports_arg(ctx: &NodeContext<'_>, gpu: &Capabilities) -> bool {
     let n = ctx.node;
     let attrs_ok =
         n.int_or("axis", 0).is_ok() && n.int_or("keepdims", 1).is_ok() && n.int_or("select_last_index", 0).is_ok();
@@ -569,7 +639,7 @@ fn supports_arg(ctx: &NodeContext<'_>, gpu: &GpuContext) -> bool {
 
 /// ArgMax or ArgMin along one axis.
 struct ArgOp {
-    pipelines: Vec<Arc<Pipeline>>,
+    pipelines: LanePipelines,
     axis: i64,
     keepdims: bool,
     at: Location,
@@ -581,19 +651,15 @@ fn build_arg(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<dyn Gpu
     let ty = float_type(dtype)?;
     let max = node.op_type == "ArgMax";
     let last = node.int_or("select_last_index", 0)? != 0;
-    let pipelines = ALL_LANES
-        .iter()
-        .map(|&l| {
-            let key = format!("arg/{max}/{last}/{ty}/{}", l.key());
-            gpu.pipeline(&key, || arg_shader(max, last, ty, enables(dtype), l))
-        })
-        .collect::<Result<_>>()?;
-    Ok(Box::new(ArgOp {
-        pipelines,
-        axis: node.int_or("axis", 0)?,
-        keepdims: node.int_or("keepdims", 1)? != 0,
-        at: node.location(),
-    }))
+    let axis = node.int_or("axis", 0)?;
+    let known = static_shape(ctx, 0).and_then(|shape| {
+        let axis = normalize_axis(axis, shape.len(), &node.location()).ok()?;
+        let mask: Vec<bool> = (0..shape.len()).map(|d| d == axis).collect();
+        Some(Split::new(&shape, &mask).lanes())
+    });
+    let shader = move |l| arg_shader(max, last, ty, enables(dtype), l);
+    let pipelines = LanePipelines::new(gpu, format!("arg/{max}/{last}/{ty}"), shader, known)?;
+    Ok(Box::new(ArgOp { pipelines, axis, keepdims: node.int_or("keepdims", 1)? != 0, at: node.location() }))
 }
 
 /// The ArgMax/ArgMin shader: int64 indices written as two u32 words (low, high = 0).
@@ -651,7 +717,8 @@ impl GpuOp for ArgOp {
         let y = run.alloc(DataType::Int64, reduced_shape(shape, &mask, self.keepdims))?;
         let lanes = split.lanes();
         let params = split.params(0, &self.at)?;
-        run.dispatch(&self.pipelines[lanes.index()], &params, &[x.buffer, y.gpu()?], lanes.groups(split.outputs()))?;
+        let pipeline = self.pipelines.get(run.context(), lanes)?;
+        run.dispatch(pipeline, &params, &[x.buffer, y.gpu()?], lanes.groups(split.outputs()))?;
         Ok(vec![Value::Tensor(y)])
     }
 }
@@ -730,6 +797,29 @@ mod tests {
                 Case::new(op, vec![x.clone()]).attrs(attrs).opset(since).check(tol, 1e-5);
             }
         }
+    }
+
+    #[test]
+    fn a_layout_the_session_did_not_expect_is_made_at_the_first_run_that_needs_it() {
+        let Some(gpu) = crate::testkit::provider() else { return };
+        let ctx = gpu.context().unwrap().clone();
+        // Built for rows of 1000 adjacent elements; run on 3 strided columns of 1000.
+        let built_for = (&[3, 1000][..], &[false, true][..]);
+        let kernel = ReduceKernel::new(&ctx, ReduceOp::Sum, DataType::Float, Some(built_for)).unwrap();
+        let made = |k: &ReduceKernel| k.pipelines.made.iter().filter(|p| p.get().is_some()).count();
+        assert_eq!(made(&kernel), 1, "only the layout the known shape uses is made with the kernel");
+        let x = rand(&[1000, 3], -1.0, 1.0, 12);
+        let mask = [true, false];
+        assert_ne!(Split::new(x.shape(), &mask).lanes(), Split::new(built_for.0, built_for.1).lanes());
+        let on_gpu = ctx.upload(x.view().unwrap()).unwrap();
+        let input = GpuTensor { tensor: &on_gpu, buffer: ctx.own_buffer(&on_gpu).unwrap() };
+        let mut run = crate::run::GpuRun::new(ctx.clone());
+        let y = kernel.record(&mut run, input, &mask, vec![3], 0.0, &Default::default()).unwrap();
+        onyx_core::ep::RunState::flush(&mut run).unwrap();
+        let xs = x.as_slice::<f32>().unwrap();
+        let want: Vec<f32> = (0..3).map(|c| (0..1000).map(|r| xs[r * 3 + c]).sum()).collect();
+        crate::testkit::assert_close(&ctx.download(&y).unwrap(), &t(&[3], want), 1e-5, 1e-5, "column sums");
+        assert_eq!(made(&kernel), 2);
     }
 
     #[test]

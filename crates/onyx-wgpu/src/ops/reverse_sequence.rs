@@ -9,6 +9,7 @@ use onyx_core::{DataType, Error, Location, Result, Value};
 
 use super::layout::{dispatch_elements, element_shader, input_elem_size, known_size, Elements};
 use super::{input_dtype, Registry};
+use crate::capabilities::Capabilities;
 use crate::context::{GpuContext, Pipeline};
 use crate::kernel::{gpu_input, host_ints, strides, u32_of, GpuOp, OnGpu};
 use crate::run::GpuRun;
@@ -22,7 +23,7 @@ pub(crate) fn register(r: &mut Registry) {
 }
 
 /// Movable data, int64 lengths, valid axes.
-fn supports_reverse_sequence(ctx: &NodeContext<'_>, _gpu: &GpuContext) -> bool {
+fn supports_reverse_sequence(ctx: &NodeContext<'_>, _gpu: &Capabilities) -> bool {
     input_elem_size(ctx, 0).is_some() && input_dtype(ctx, 1) == Some(DataType::Int64) && axes(ctx).is_ok()
 }
 

@@ -14,6 +14,7 @@ use onyx_core::{DataType, Error, Location, Result, Value};
 
 use super::layout::{dispatch_elements, element_shader, Elements};
 use super::{input_dtype, Registry};
+use crate::capabilities::Capabilities;
 use crate::context::{GpuContext, Pipeline};
 use crate::kernel::{gpu_input, opt_gpu_input, u32_of, GpuOp, OnGpu};
 use crate::run::GpuRun;
@@ -24,7 +25,7 @@ pub(crate) fn register(r: &mut Registry) {
 }
 
 /// f32 input and caches, int64 position ids (or none), attributes in range.
-fn supports_rotary(ctx: &NodeContext<'_>, _gpu: &GpuContext) -> bool {
+fn supports_rotary(ctx: &NodeContext<'_>, _gpu: &Capabilities) -> bool {
     let node = ctx.node;
     let f32_at = |i| input_dtype(ctx, i) == Some(DataType::Float);
     let pos_ok = node.input(3).is_none() || input_dtype(ctx, 3) == Some(DataType::Int64);

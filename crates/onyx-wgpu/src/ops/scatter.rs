@@ -14,6 +14,7 @@ use onyx_core::{DataType, Error, Location, Result, Value};
 
 use super::layout::{dispatch_elements, element_shader, input_elem_size, known_size, normalize_axis, Elements};
 use super::{input_dtype, Registry};
+use crate::capabilities::Capabilities;
 use crate::context::{GpuContext, Pipeline};
 use crate::kernel::{gpu_input, strides, u32_of, GpuOp, OnGpu};
 use crate::run::GpuRun;
@@ -68,7 +69,7 @@ fn index_size(dtype: Option<DataType>) -> Option<u32> {
 }
 
 /// Movable data with int32/int64 indices; reductions on f32 and i32 data only.
-fn supports_scatter(ctx: &NodeContext<'_>, _gpu: &GpuContext) -> bool {
+fn supports_scatter(ctx: &NodeContext<'_>, _gpu: &Capabilities) -> bool {
     let data_ok = match (reduction(ctx), input_dtype(ctx, 0)) {
         (Some(Reduction::None), _) => input_elem_size(ctx, 0).is_some(),
         (Some(_), Some(d)) => reduce_type(d).is_some(),

@@ -16,12 +16,13 @@ use super::gather::{build_scatter_nd, supports_scatter_nd};
 use super::input_dtype;
 use super::layout::{dispatch_elements, element_shader, Elements};
 use super::scatter::{combine_fn, reduce_type, reduction, Reduction};
+use crate::capabilities::Capabilities;
 use crate::context::{GpuContext, Pipeline};
 use crate::kernel::{gpu_input, strides, u32_of, GpuOp, OnGpu};
 use crate::run::GpuRun;
 
 /// Reduction "none": the gather family's kernel; otherwise f32/i32 data, int64 indices.
-pub(crate) fn supports(ctx: &NodeContext<'_>, gpu: &GpuContext) -> bool {
+pub(crate) fn supports(ctx: &NodeContext<'_>, gpu: &Capabilities) -> bool {
     match reduction(ctx) {
         Some(Reduction::None) => supports_scatter_nd(ctx, gpu),
         Some(_) => {

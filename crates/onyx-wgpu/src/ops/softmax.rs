@@ -13,6 +13,7 @@ use onyx_core::{Error, Location, Result, Value};
 
 use super::reduce::{arg_wgsl, float_type, normalize_axis, x_dtype, Lanes, ALL_LANES, FLOAT_HELPERS};
 use super::{float_inputs, Registry};
+use crate::capabilities::Capabilities;
 use crate::context::{GpuContext, Pipeline};
 use crate::kernel::{enables, gpu_input, u32_of, GpuOp, OnGpu};
 use crate::run::GpuRun;
@@ -25,7 +26,7 @@ pub(crate) fn register(r: &mut Registry) {
 }
 
 /// Whether the EP takes the node: float data and a readable axis.
-fn supports(ctx: &NodeContext<'_>, gpu: &GpuContext) -> bool {
+fn supports(ctx: &NodeContext<'_>, gpu: &Capabilities) -> bool {
     ctx.node.int_or("axis", -1).is_ok() && float_inputs(ctx, gpu, 0..1)
 }
 

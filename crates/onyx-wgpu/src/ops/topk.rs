@@ -14,6 +14,7 @@ use onyx_core::{DataType, Error, Location, Result, Value};
 
 use super::layout::normalize_axis;
 use super::{input_dtype, Registry};
+use crate::capabilities::Capabilities;
 use crate::context::{GpuContext, Pipeline};
 use crate::kernel::{gpu_input, grid, host_ints, u32_of, GpuOp, OnGpu, FLAT_INDEX};
 use crate::run::GpuRun;
@@ -49,7 +50,7 @@ fn key_fn(dtype: DataType) -> Option<(&'static str, u32)> {
 }
 
 /// f32, int32, uint32, int64 or uint64 data.
-fn supports_topk(ctx: &NodeContext<'_>, _gpu: &GpuContext) -> bool {
+fn supports_topk(ctx: &NodeContext<'_>, _gpu: &Capabilities) -> bool {
     input_dtype(ctx, 0).and_then(key_fn).is_some()
 }
 

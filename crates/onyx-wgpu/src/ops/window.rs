@@ -8,6 +8,7 @@ use onyx_core::{DataType, Error, Location, Result, Value};
 
 use super::layout::{dispatch_elements, element_shader, Elements};
 use super::Registry;
+use crate::capabilities::Capabilities;
 use crate::context::{GpuContext, Pipeline};
 use crate::kernel::{host_ints, u32_of, GpuOp, OnGpu};
 use crate::run::GpuRun;
@@ -20,7 +21,7 @@ pub(crate) fn register(r: &mut Registry) {
 }
 
 /// f32 output (`output_datatype` 1, the default) and a periodic flag of 0 or 1.
-fn supports_window(ctx: &NodeContext<'_>, _gpu: &GpuContext) -> bool {
+fn supports_window(ctx: &NodeContext<'_>, _gpu: &Capabilities) -> bool {
     ctx.node.int_or("output_datatype", 1).is_ok_and(|d| d == 1)
         && ctx.node.int_or("periodic", 1).is_ok_and(|p| p == 0 || p == 1)
 }

@@ -18,6 +18,7 @@ use onyx_core::{DataType, Error, Location, Result, Tensor, Value};
 
 use super::reduce::float_type;
 use super::{input_dtype, is_float_input, Registry};
+use crate::capabilities::Capabilities;
 use crate::context::{GpuContext, Pipeline};
 use crate::kernel::{enables, gpu_input, grid, opt_gpu_input, strides, u32_of, GpuOp, GpuTensor, OnGpu, FLAT_INDEX};
 use crate::run::GpuRun;
@@ -40,7 +41,7 @@ fn has_input(ctx: &NodeContext<'_>, i: usize) -> bool {
 
 /// Float Q/K/V (and past) of one type, a bool or same-type mask, int64 lengths, valid
 /// attributes.
-fn supports(ctx: &NodeContext<'_>, gpu: &GpuContext) -> bool {
+fn supports(ctx: &NodeContext<'_>, gpu: &Capabilities) -> bool {
     let n = ctx.node;
     let q = input_dtype(ctx, 0);
     let same = [1, 2, 4, 5].iter().all(|&i| !has_input(ctx, i) || input_dtype(ctx, i) == q);

@@ -28,6 +28,7 @@ use window::{to_3d, ConvShape, Kind, Window, MAX_SPATIAL};
 use super::matmul::{dispatch_z, storage_type, Activation};
 use super::{float_inputs, input_dtype, Registry};
 use crate::buffer::GpuBuffer;
+use crate::capabilities::Capabilities;
 use crate::context::GpuContext;
 use crate::kernel::{gpu_input, grid, opt_gpu_input, static_shape, u32_of, GpuOp, OnGpu};
 use crate::run::GpuRun;
@@ -53,7 +54,7 @@ struct ConvOp {
 
 /// Whether the node's attributes decode, its dtypes are ones the kernels take and its rank
 /// (when known) is 3 to 5.
-fn supports_conv(ctx: &NodeContext<'_>, gpu: &GpuContext) -> bool {
+fn supports_conv(ctx: &NodeContext<'_>, gpu: &Capabilities) -> bool {
     let kind = if ctx.node.op_type == "ConvTranspose" { Kind::Transpose } else { Kind::Conv };
     let first = input_dtype(ctx, 0);
     let same = (1..4).filter(|&i| ctx.node.input(i).is_some()).all(|i| input_dtype(ctx, i) == first);

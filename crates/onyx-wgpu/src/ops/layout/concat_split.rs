@@ -19,9 +19,9 @@ fn concat_code(n: usize) -> String {
 }
 
 /// Whether Concat's inputs are tensors of one movable dtype, few enough to bind at once.
-pub(super) fn supports_concat(ctx: &NodeContext<'_>, gpu: &GpuContext) -> bool {
+pub(super) fn supports_concat(ctx: &NodeContext<'_>, gpu: &Capabilities) -> bool {
     let n = ctx.node.inputs.len();
-    let limit = gpu.device().limits().max_storage_buffers_per_shader_stage as usize;
+    let limit = gpu.limits().max_storage_buffers_per_shader_stage as usize;
     let first = input_dtype(ctx, 0);
     n >= 1 && n + 2 <= limit && movable(ctx, 0) && (0..n).all(|i| has_input(ctx, i) && input_dtype(ctx, i) == first)
 }

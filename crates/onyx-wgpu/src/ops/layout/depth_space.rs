@@ -13,7 +13,7 @@ struct Rearrange {
     at: Location,
 }
 
-pub(super) fn supports_rearrange(ctx: &NodeContext<'_>, _gpu: &GpuContext) -> bool {
+pub(super) fn supports_rearrange(ctx: &NodeContext<'_>, _gpu: &Capabilities) -> bool {
     let mode_ok =
         ctx.node.op_type != "DepthToSpace" || ctx.node.string_or("mode", "DCR").is_ok_and(|m| m == "DCR" || m == "CRD");
     mode_ok && movable(ctx, 0)

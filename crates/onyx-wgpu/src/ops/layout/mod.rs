@@ -22,6 +22,7 @@ use onyx_core::{DataType, Error, Location, Result, TensorView, Value};
 
 use super::{input_dtype, Registry};
 use crate::buffer::GpuBuffer;
+use crate::capabilities::Capabilities;
 use crate::context::{GpuContext, Pipeline};
 use crate::kernel::{gpu_input, grid, host_input, host_ints, strides, u32_of, GpuOp, OnGpu, FLAT_INDEX};
 use crate::run::GpuRun;
@@ -103,11 +104,11 @@ pub(crate) fn register(r: &mut Registry) {
 }
 
 /// Input 0 is a tensor the kernels can move.
-fn supports_first_movable(ctx: &NodeContext<'_>, _gpu: &GpuContext) -> bool {
+fn supports_first_movable(ctx: &NodeContext<'_>, _gpu: &Capabilities) -> bool {
     movable(ctx, 0)
 }
 
-fn supports_identity(ctx: &NodeContext<'_>, _gpu: &GpuContext) -> bool {
+fn supports_identity(ctx: &NodeContext<'_>, _gpu: &Capabilities) -> bool {
     is_tensor(ctx, 0) && movable(ctx, 0)
 }
 
@@ -358,7 +359,7 @@ pub(crate) mod tests {
                 },
             ])
             .collect();
-        eprintln!("adapter: {:?}", gpu.context().adapter_info());
+        eprintln!("adapter: {:?}", gpu.context().unwrap().adapter_info());
         let extra = 40;
         for b in &benches {
             let (t1, tn) = (time_chain(&gpu, b, 1), time_chain(&gpu, b, 1 + extra));

@@ -101,7 +101,7 @@ struct Resize {
 }
 
 /// Nearest mode moves any element size; linear and cubic compute in f32 on float types.
-pub(super) fn supports_resize(ctx: &NodeContext<'_>, _gpu: &GpuContext) -> bool {
+pub(super) fn supports_resize(ctx: &NodeContext<'_>, _gpu: &Capabilities) -> bool {
     let Ok(attrs) = ResizeAttrs::from_node(ctx.node, ctx.since_version) else { return false };
     let dtype = input_dtype(ctx, 0);
     match attrs.mode {

@@ -154,7 +154,7 @@ struct Pad {
     at: Location,
 }
 
-pub(super) fn supports_pad(ctx: &NodeContext<'_>, _gpu: &GpuContext) -> bool {
+pub(super) fn supports_pad(ctx: &NodeContext<'_>, _gpu: &Capabilities) -> bool {
     let mode_ok = ctx.node.string_or("mode", "constant").is_ok_and(|m| PadMode::parse(&m, ctx.since_version).is_some());
     let value_ok = ctx.since_version >= 11 || input_dtype(ctx, 0).is_some_and(|d| scalar_words(d, 0.0).is_some());
     mode_ok && value_ok && movable(ctx, 0)

@@ -7,6 +7,7 @@ use onyx_core::ep::NodeContext;
 use onyx_core::{Error, Result};
 
 use super::{rank_in, same_dtypes, MatMul};
+use crate::capabilities::Capabilities;
 use crate::context::GpuContext;
 use crate::kernel::GpuOp;
 use crate::ops::float_inputs;
@@ -15,7 +16,7 @@ use crate::ops::float_inputs;
 const UNSUPPORTED: [&str; 2] = ["transBatchA", "transBatchB"];
 
 /// Whether the node's attributes decode (transBatchA/B 0) and its inputs are float tensors.
-pub(super) fn supports(ctx: &NodeContext<'_>, gpu: &GpuContext) -> bool {
+pub(super) fn supports(ctx: &NodeContext<'_>, gpu: &Capabilities) -> bool {
     let n = ctx.node;
     n.inputs.len() == 2
         && n.float_or("alpha", 1.0).is_ok()

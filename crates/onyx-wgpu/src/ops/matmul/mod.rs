@@ -23,6 +23,7 @@ pub(crate) use tiled::{dispatch_z, fill, Tiled, TiledSource, Walk, RESERVED};
 
 use super::{float_inputs, input_dtype, Registry};
 use crate::buffer::GpuBuffer;
+use crate::capabilities::Capabilities;
 use crate::context::{GpuContext, Pipeline};
 use crate::kernel::{enables, gpu_input, opt_gpu_input, static_shape, strides, u32_of, wgsl_type, GpuOp, OnGpu};
 use crate::run::GpuRun;
@@ -415,7 +416,7 @@ fn same_dtypes(ctx: &NodeContext<'_>, n: usize) -> bool {
     (1..n).filter(|&i| ctx.node.input(i).is_some()).all(|i| input_dtype(ctx, i) == first)
 }
 
-fn supports_matmul(ctx: &NodeContext<'_>, gpu: &GpuContext) -> bool {
+fn supports_matmul(ctx: &NodeContext<'_>, gpu: &Capabilities) -> bool {
     ctx.node.inputs.len() == 2
         && float_inputs(ctx, gpu, 0..2)
         && same_dtypes(ctx, 2)
@@ -423,7 +424,7 @@ fn supports_matmul(ctx: &NodeContext<'_>, gpu: &GpuContext) -> bool {
         && rank_in(ctx, 1, 1..=usize::MAX)
 }
 
-fn supports_gemm(ctx: &NodeContext<'_>, gpu: &GpuContext) -> bool {
+fn supports_gemm(ctx: &NodeContext<'_>, gpu: &Capabilities) -> bool {
     let n = ctx.node;
     let attrs_ok = n.float_or("alpha", 1.0).is_ok()
         && n.float_or("beta", 1.0).is_ok()

@@ -115,7 +115,7 @@ pub(crate) fn half(t: &onyx_core::Tensor) -> onyx_core::Tensor {
 
 /// Whether the test adapter computes in f16 (else the f16 cases are skipped).
 pub(crate) fn has_f16() -> bool {
-    crate::testkit::provider().is_some_and(|p| p.context().has_f16())
+    crate::testkit::provider().is_some_and(|p| p.context().is_ok_and(|c| c.has_f16()))
 }
 
 #[test]
@@ -143,7 +143,7 @@ fn float16_products() {
     // Split-K (few output tiles, long K) and broadcast batches.
     f16_case("MatMul", &[&[20, 1000], &[1000, 30]], 90).check(3e-3, 5e-3);
     f16_case("MatMul", &[&[3, 1, 65, 40], &[2, 40, 66]], 91).check(2e-3, 5e-3);
-    let ctx = crate::testkit::provider().unwrap().context().clone();
+    let ctx = crate::testkit::provider().unwrap().context().unwrap().clone();
     if ctx.has_cooperative_matrix() {
         let keys: Vec<String> = ctx.compile_times().into_iter().map(|(key, _)| key).collect();
         assert!(keys.iter().any(|k| k.starts_with("matmul/tiled/f16") && k.ends_with("/coop")), "{keys:?}");
@@ -155,7 +155,7 @@ fn float16_products() {
 /// a warm-up submission.
 pub(crate) fn time_op(op: &dyn crate::kernel::GpuOp, inputs: &[onyx_core::Tensor], iters: usize) -> f64 {
     use onyx_core::ep::{RunState, ValueRef};
-    let ctx = crate::testkit::provider().unwrap().context().clone();
+    let ctx = crate::testkit::provider().unwrap().context().unwrap().clone();
     let values: Vec<onyx_core::Value> =
         inputs.iter().map(|t| onyx_core::Value::Tensor(ctx.upload(t.view().unwrap()).unwrap())).collect();
     let refs: Vec<Option<ValueRef<'_>>> = values.iter().map(|v| Some(ValueRef::Value(v))).collect();
@@ -180,7 +180,7 @@ pub(crate) fn time_op(op: &dyn crate::kernel::GpuOp, inputs: &[onyx_core::Tensor
 fn bench_products() {
     use super::{Gemm, MatMul, Pipelines, Walk};
     let Some(gpu) = crate::testkit::provider() else { return };
-    let ctx = gpu.context();
+    let ctx = gpu.context().unwrap();
     eprintln!("adapter: {:?}", ctx.adapter_info().name);
     let at = onyx_core::Location::default();
     let matmul = MatMul {

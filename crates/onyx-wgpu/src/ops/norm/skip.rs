@@ -7,7 +7,7 @@
 use super::*;
 
 /// f32 (or f16) inputs of one type; the statistics outputs unread.
-pub(super) fn supports(ctx: &NodeContext<'_>, gpu: &GpuContext) -> bool {
+pub(super) fn supports(ctx: &NodeContext<'_>, gpu: &Capabilities) -> bool {
     let n = ctx.node.inputs.len();
     let same = (1..n).filter(|&i| ctx.node.input(i).is_some()).all(|i| input_dtype(ctx, i) == input_dtype(ctx, 0));
     (3..=5).contains(&n)
