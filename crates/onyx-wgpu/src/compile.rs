@@ -6,7 +6,8 @@
 //! once, so the compilations overlap each other and the rest of session creation (weights
 //! upload, other nodes). A run waits for a pipeline only when it records the pipeline's first
 //! dispatch; a shader that does not compile is an error there. Urgent requests compile before
-//! background ones (tuned kernels that startup kernels stand in for until they are ready).
+//! background ones (tuned kernels that startup kernels stand in for until they are ready), and no
+//! background one starts while an urgent one compiles.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::collections::VecDeque;

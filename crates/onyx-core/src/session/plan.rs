@@ -326,12 +326,17 @@ pub(crate) fn build_plan(
     // The kernels are built while the constants are copied: a GPU EP's kernels make their
     // shaders and start compiling them while the weights are uploaded.
     let pending = std::mem::take(&mut b.pending);
-    let (kernels, copied) = std::thread::scope(|s| {
-        let copies = s.spawn(|| copy_constants(pending, providers));
-        let kernels: Result<Vec<Box<dyn Kernel>>> =
-            kernel_steps.iter().map(|k| providers.list[k.provider].build_kernel(&contexts.of(k.node)?)).collect();
-        (kernels, copies.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
-    });
+    let build_kernels = || -> Result<Vec<Box<dyn Kernel>>> {
+        kernel_steps.iter().map(|k| providers.list[k.provider].build_kernel(&contexts.of(k.node)?)).collect()
+    };
+    let (kernels, copied) = if pending.is_empty() {
+        (build_kernels(), Ok(vec![]))
+    } else {
+        std::thread::scope(|s| {
+            let copies = s.spawn(|| copy_constants(pending, providers));
+            (build_kernels(), copies.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+        })
+    };
     let (kernels, copied) = (kernels?, copied?);
     b.constants.extend(copied);
     b.steps = merge_steps(std::mem::take(&mut b.steps), kernel_steps, kernels);
