@@ -10,16 +10,22 @@
 //! so that reads coalesce; the partial results of an output's threads are combined in
 //! workgroup memory.
 
-use std::sync::{Arc, OnceLock};
+mod arg;
+mod lanes;
+
+use std::sync::Arc;
 
 use onyx_core::ep::{NodeContext, ValueRef};
 use onyx_core::{DataType, Error, Location, Result, Tensor, Value};
 
 use super::{float_inputs, input_dtype, Registry};
 use crate::capabilities::Capabilities;
-use crate::context::{GpuContext, Pipeline};
-use crate::kernel::{enables, gpu_input, host_ints, static_shape, strides, u32_of, wgsl_type, GpuOp, GpuTensor, OnGpu};
+use crate::context::GpuContext;
+use crate::kernel::{enables, gpu_input, host_ints, static_shape, wgsl_type, GpuOp, GpuTensor, OnGpu};
 use crate::run::GpuRun;
+
+use lanes::{LanePipelines, Split, OFFSETS_WGSL};
+pub(crate) use lanes::{Lanes, ALL_LANES};
 
 /// Registers the Reduce* ops (axes from input 1, read on the host, in later opsets), ArgMax and
 /// ArgMin.
@@ -27,113 +33,8 @@ pub(crate) fn register(r: &mut Registry) {
     for (name, _) in REDUCE_OPS {
         r.add_with_host_inputs(name, supports_reduce, build_reduce, &[1]);
     }
-    r.add("ArgMax", supports_arg, build_arg);
-    r.add("ArgMin", supports_arg, build_arg);
-}
-
-// ---------------------------------------------------------------------------------------------
-// Lanes: how a workgroup's threads share out the rows.
-
-/// How the 256 threads of a workgroup share out rows (the runs of elements reduced into one
-/// output): `w` rows per workgroup, `s` threads per row, each taking every `s`-th element.
-/// With `slices_fast` the threads of one row are adjacent (contiguous rows coalesce); otherwise
-/// the rows are (strided rows, whose neighbours are adjacent in memory, coalesce).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Lanes {
-    /// Rows per workgroup.
-    pub w: u32,
-    /// Threads per row.
-    pub s: u32,
-    /// Whether the threads of one row have adjacent thread indices.
-    pub slices_fast: bool,
-}
-
-/// One workgroup per row: long contiguous rows.
-pub(crate) const ROW: Lanes = Lanes { w: 1, s: 256, slices_fast: true };
-/// Eight rows per workgroup, 32 threads each: contiguous rows of moderate length.
-pub(crate) const SHORT_ROWS: Lanes = Lanes { w: 8, s: 32, slices_fast: true };
-/// 32 neighbouring strided rows per workgroup, 8 threads each: few, long strided rows.
-pub(crate) const COLUMNS: Lanes = Lanes { w: 32, s: 8, slices_fast: false };
-/// One thread per row: short rows, or many strided ones.
-pub(crate) const THREAD: Lanes = Lanes { w: 256, s: 1, slices_fast: false };
-/// Every lane layout; a kernel makes one pipeline for each and picks one per shape.
-pub(crate) const ALL_LANES: [Lanes; 4] = [ROW, SHORT_ROWS, COLUMNS, THREAD];
-
-/// Most workgroups one dispatch dimension takes (WebGPU's default limit).
-const MAX_GROUPS_X: usize = 65535;
-
-impl Lanes {
-    /// The layout for `rows` rows of `len` elements each, whose elements are adjacent in memory
-    /// (`contiguous`) or whose neighbouring rows are.
-    pub fn choose(rows: usize, len: usize, contiguous: bool) -> Lanes {
-        if contiguous {
-            match len {
-                512.. => ROW,
-                16.. => SHORT_ROWS,
-                _ => THREAD,
-            }
-        } else if len < 32 || rows >= 65536 {
-            THREAD
-        } else {
-            COLUMNS
-        }
-    }
-
-    /// A short name for pipeline keys.
-    pub fn key(&self) -> String {
-        format!("w{}s{}{}", self.w, self.s, if self.slices_fast { "s" } else { "c" })
-    }
-
-    /// The index of `self` in [`ALL_LANES`].
-    pub fn index(&self) -> usize {
-        ALL_LANES.iter().position(|l| l == self).unwrap_or(0)
-    }
-
-    /// Workgroups for `rows` rows, spread over x and y (shaders read the workgroup number with
-    /// `workgroup_index`).
-    pub fn groups(&self, rows: usize) -> [u32; 3] {
-        let groups = rows.div_ceil(self.w as usize);
-        let x = groups.min(MAX_GROUPS_X);
-        let y = groups.div_ceil(x.max(1));
-        [x as u32, y as u32, 1]
-    }
-
-    /// WGSL of the layout: constants `LW` and `LS`, `lane_row(t)` and `lane_slice(t)` (row within
-    /// the workgroup and first element of thread `t`), `workgroup_index`, and
-    /// `combine_slices(t, a)`, which combines the partial values `a` of a row's threads with
-    /// `comb` over an accumulator type `Acc` (both defined by the shader) and returns the
-    /// result to every thread. Call it from uniform control flow.
-    pub fn wgsl(&self) -> String {
-        let (row, slice, step, first) = if self.slices_fast {
-            ("t / LS", "t % LS", "1u", "lane_row(t) * LS")
-        } else {
-            ("t % LW", "t / LW", "LW", "lane_row(t)")
-        };
-        format!(
-            "
-const LW: u32 = {w}u;
-const LS: u32 = {s}u;
-fn lane_row(t: u32) -> u32 {{ return {row}; }}
-fn lane_slice(t: u32) -> u32 {{ return {slice}; }}
-fn workgroup_index(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {{ return wid.x + wid.y * nwg.x; }}
-var<workgroup> red: array<Acc, 256>;
-fn combine_slices(t: u32, a: Acc) -> Acc {{
-    if (LS == 1u) {{ return a; }}
-    red[t] = a;
-    workgroupBarrier();
-    for (var h = LS / 2u; h > 0u; h = h / 2u) {{
-        if (lane_slice(t) < h) {{ red[t] = comb(red[t], red[t + h * {step}]); }}
-        workgroupBarrier();
-    }}
-    let r = red[{first}];
-    workgroupBarrier();
-    return r;
-}}
-",
-            w = self.w,
-            s = self.s,
-        )
-    }
+    r.add("ArgMax", arg::supports_arg, arg::build_arg);
+    r.add("ArgMin", arg::supports_arg, arg::build_arg);
 }
 
 /// WGSL helpers for special float values, NaN-aware max/min and the online log-sum-exp
@@ -186,110 +87,6 @@ fn arg_lift(v: f32, k: u32) -> Arg {{
 "
     )
 }
-
-// ---------------------------------------------------------------------------------------------
-// Kept and reduced dims.
-
-/// A tensor's dims split into kept and reduced ones as (size, stride) pairs: size-1 dims
-/// dropped, adjacent dims of one kind merged.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub(crate) struct Split {
-    /// Kept dims, outermost first.
-    pub kept: Vec<(usize, usize)>,
-    /// Reduced dims, outermost first.
-    pub reduced: Vec<(usize, usize)>,
-}
-
-impl Split {
-    /// Splits `shape` by `mask` (true: reduced).
-    pub fn new(shape: &[usize], mask: &[bool]) -> Split {
-        let st = strides(shape);
-        let mut split = Split::default();
-        let mut last: Option<bool> = None;
-        for d in 0..shape.len() {
-            if shape[d] == 1 {
-                continue;
-            }
-            let list = if mask[d] { &mut split.reduced } else { &mut split.kept };
-            match list.last_mut() {
-                Some(prev) if last == Some(mask[d]) => *prev = (prev.0 * shape[d], st[d]),
-                _ => list.push((shape[d], st[d])),
-            }
-            last = Some(mask[d]);
-        }
-        split
-    }
-
-    /// Number of outputs (product of the kept dims).
-    pub fn outputs(&self) -> usize {
-        self.kept.iter().map(|d| d.0).product()
-    }
-
-    /// Elements reduced into each output.
-    pub fn len(&self) -> usize {
-        self.reduced.iter().map(|d| d.0).product()
-    }
-
-    /// Whether consecutive elements of a row are adjacent in memory.
-    pub fn contiguous(&self) -> bool {
-        self.reduced.last().is_none_or(|d| d.1 == 1)
-    }
-
-    /// The lane layout for this split.
-    pub fn lanes(&self) -> Lanes {
-        Lanes::choose(self.outputs(), self.len(), self.contiguous())
-    }
-
-    /// Shader parameters: outputs, row length, kept rank, reduced rank, `extra`, then the kept
-    /// dims and strides and the reduced dims and strides (see [`OFFSETS_WGSL`]).
-    pub fn params(&self, extra: u32, at: &Location) -> Result<Vec<u32>> {
-        let mut p = vec![
-            u32_of(self.outputs(), at)?,
-            u32_of(self.len(), at)?,
-            self.kept.len() as u32,
-            self.reduced.len() as u32,
-            extra,
-        ];
-        for list in [&self.kept, &self.reduced] {
-            for &(d, _) in list.iter() {
-                p.push(u32_of(d, at)?);
-            }
-            for &(_, s) in list.iter() {
-                p.push(u32_of(s, at)?);
-            }
-        }
-        Ok(p)
-    }
-}
-
-/// WGSL turning an output number and an element number of its row into element offsets, for
-/// the parameters of [`Split::params`].
-const OFFSETS_WGSL: &str = "
-fn kept_offset(q: u32) -> u32 {
-    let kr = p[2];
-    var rem = q;
-    var off = 0u;
-    for (var d = kr; d > 0u; d--) {
-        let dim = p[4u + d];
-        off += (rem % dim) * p[4u + kr + d];
-        rem = rem / dim;
-    }
-    return off;
-}
-fn reduced_offset(k: u32) -> u32 {
-    let rr = p[3];
-    let at = 4u + 2u * p[2];
-    if (rr == 1u) { return k * p[at + 2u]; }
-    var rem = k;
-    var off = 0u;
-    for (var d = rr; d > 0u; d--) {
-        let dim = p[at + d];
-        off += (rem % dim) * p[at + rr + d];
-        rem = rem / dim;
-    }
-    return off;
-}
-";
 
 // ---------------------------------------------------------------------------------------------
 // Reduce kernels.
@@ -402,43 +199,6 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
         ops = op.wgsl(),
         lanes = lanes.wgsl(),
     )
-}
-
-/// A kernel's pipelines, one per lane layout, each made when first needed: with the kernel
-/// for the layout of the shape known when the session is built (all of them when the shape is
-/// unknown), any other at the first run whose shape needs it.
-pub(crate) struct LanePipelines {
-    /// The pipelines' key without the layout.
-    key: String,
-    /// The shader of a layout.
-    shader: Box<dyn Fn(Lanes) -> String + Send + Sync>,
-    made: [OnceLock<Arc<Pipeline>>; ALL_LANES.len()],
-}
-
-impl LanePipelines {
-    /// The pipelines `key`/layout of `shader`; the one of `known` is made now (all when `None`).
-    pub fn new(
-        gpu: &GpuContext,
-        key: String,
-        shader: impl Fn(Lanes) -> String + Send + Sync + 'static,
-        known: Option<Lanes>,
-    ) -> Result<LanePipelines> {
-        let pipelines = LanePipelines { key, shader: Box::new(shader), made: Default::default() };
-        for lanes in known.map_or(ALL_LANES.to_vec(), |l| vec![l]) {
-            pipelines.get(gpu, lanes)?;
-        }
-        Ok(pipelines)
-    }
-
-    /// The pipeline of `lanes`, made (or reused from the context) the first time.
-    pub fn get(&self, gpu: &GpuContext, lanes: Lanes) -> Result<&Arc<Pipeline>> {
-        let slot = &self.made[lanes.index()];
-        if let Some(p) = slot.get() {
-            return Ok(p);
-        }
-        let p = gpu.pipeline(&format!("{}/{}", self.key, lanes.key()), || (self.shader)(lanes))?;
-        Ok(slot.get_or_init(|| p))
-    }
 }
 
 /// The pipelines of one reduction over one dtype.
@@ -626,103 +386,6 @@ impl GpuOp for Reduce {
     }
 }
 
-// ---------------------------------------------------------------------------------------------
-// ArgMax and ArgMin.
-
-/// Whether the EP takes an ArgMax/ArgMin node: float data and readable attributes.
-fn supports_arg(ctx: &NodeContext<'_>, gpu: &Capabilities) -> bool {
-    let n = ctx.node;
-    let attrs_ok =
-        n.int_or("axis", 0).is_ok() && n.int_or("keepdims", 1).is_ok() && n.int_or("select_last_index", 0).is_ok();
-    attrs_ok && float_inputs(ctx, gpu, 0..1)
-}
-
-/// ArgMax or ArgMin along one axis.
-struct ArgOp {
-    pipelines: LanePipelines,
-    axis: i64,
-    keepdims: bool,
-    at: Location,
-}
-
-fn build_arg(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<dyn GpuOp>> {
-    let node = ctx.node;
-    let dtype = x_dtype(ctx)?;
-    let ty = float_type(dtype)?;
-    let max = node.op_type == "ArgMax";
-    let last = node.int_or("select_last_index", 0)? != 0;
-    let axis = node.int_or("axis", 0)?;
-    let known = static_shape(ctx, 0).and_then(|shape| {
-        let axis = normalize_axis(axis, shape.len(), &node.location()).ok()?;
-        let mask: Vec<bool> = (0..shape.len()).map(|d| d == axis).collect();
-        Some(Split::new(&shape, &mask).lanes())
-    });
-    let shader = move |l| arg_shader(max, last, ty, enables(dtype), l);
-    let pipelines = LanePipelines::new(gpu, format!("arg/{max}/{last}/{ty}"), shader, known)?;
-    Ok(Box::new(ArgOp { pipelines, axis, keepdims: node.int_or("keepdims", 1)? != 0, at: node.location() }))
-}
-
-/// The ArgMax/ArgMin shader: int64 indices written as two u32 words (low, high = 0).
-fn arg_shader(max: bool, last: bool, ty: &str, enable: &str, lanes: Lanes) -> String {
-    format!(
-        "{enable}
-@group(0) @binding(0) var<storage, read> p: array<u32>;
-@group(0) @binding(1) var<storage, read> x: array<{ty}>;
-@group(0) @binding(2) var<storage, read_write> y: array<u32>;
-{FLOAT_HELPERS}{arg}
-alias Acc = Arg;
-fn comb(a: Acc, b: Acc) -> Acc {{ return arg_comb(a, b); }}
-{lanes}{OFFSETS_WGSL}
-@compute @workgroup_size(256)
-fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
-        @builtin(num_workgroups) nwg: vec3<u32>) {{
-    let q = workgroup_index(wid, nwg) * LW + lane_row(t);
-    let live = q < p[0];
-    let r = p[1];
-    var a = Arg(0.0, NONE);
-    let base = kept_offset(q);
-    if (live) {{
-        for (var k = lane_slice(t); k < r; k += LS) {{
-            a = arg_comb(a, arg_lift(f32(x[base + reduced_offset(k)]), k));
-        }}
-    }}
-    a = combine_slices(t, a);
-    if (live && lane_slice(t) == 0u) {{
-        // As the CPU: a NaN first element is never beaten.
-        var i = a.i;
-        if (i == NONE || is_nan(f32(x[base]))) {{ i = 0u; }}
-        y[2u * q] = i;
-        y[2u * q + 1u] = 0u;
-    }}
-}}
-",
-        arg = arg_wgsl(max, last),
-        lanes = lanes.wgsl(),
-    )
-}
-
-impl GpuOp for ArgOp {
-    fn record(&self, run: &mut GpuRun, inputs: &[Option<ValueRef<'_>>]) -> Result<Vec<Value>> {
-        let x = gpu_input(run, inputs, 0, &self.at)?;
-        let shape = x.shape();
-        if shape.is_empty() {
-            return Err(Error::input(&self.at, 0, "a tensor of rank 1 or more", "a scalar"));
-        }
-        let axis = normalize_axis(self.axis, shape.len(), &self.at)?;
-        if shape[axis] == 0 {
-            return Err(Error::input(&self.at, 0, format!("a non-empty axis {axis}"), format!("shape {shape:?}")));
-        }
-        let mask: Vec<bool> = (0..shape.len()).map(|d| d == axis).collect();
-        let split = Split::new(shape, &mask);
-        let y = run.alloc(DataType::Int64, reduced_shape(shape, &mask, self.keepdims))?;
-        let lanes = split.lanes();
-        let params = split.params(0, &self.at)?;
-        let pipeline = self.pipelines.get(run.context(), lanes)?;
-        run.dispatch(pipeline, &params, &[x.buffer, y.gpu()?], lanes.groups(split.outputs()))?;
-        Ok(vec![Value::Tensor(y)])
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -806,7 +469,7 @@ mod tests {
         // Built for rows of 1000 adjacent elements; run on 3 strided columns of 1000.
         let built_for = (&[3, 1000][..], &[false, true][..]);
         let kernel = ReduceKernel::new(&ctx, ReduceOp::Sum, DataType::Float, Some(built_for)).unwrap();
-        let made = |k: &ReduceKernel| k.pipelines.made.iter().filter(|p| p.get().is_some()).count();
+        let made = |k: &ReduceKernel| k.pipelines.made();
         assert_eq!(made(&kernel), 1, "only the layout the known shape uses is made with the kernel");
         let x = rand(&[1000, 3], -1.0, 1.0, 12);
         let mask = [true, false];
@@ -870,46 +533,5 @@ mod tests {
         let case = Case::new("ReduceMax", vec![x, i64s(&[1, -1])]).constants(&[1]);
         let e = case.try_run_gpu(&gpu).unwrap_err().to_string();
         assert!(e.contains("ReduceMax") && e.contains("axes"), "{e}");
-    }
-
-    #[test]
-    fn arg_max_and_min_match_the_cpu() {
-        let shapes: &[(&[usize], i64)] = &[
-            (&[3, 4, 5], 0),
-            (&[3, 4, 5], 1),
-            (&[3, 4, 5], -1),
-            (&[7], 0),
-            (&[2, 1000], 1),
-            (&[257, 3], 0),
-            (&[1, 1], 1),
-        ];
-        for (i, &(shape, axis)) in shapes.iter().enumerate() {
-            // Few distinct values, so that ties happen.
-            let x = rand(shape, 0.0, 4.0, 40 + i as u64);
-            let x = t(shape, x.as_slice::<f32>().unwrap().iter().map(|v| v.floor()).collect());
-            for op in ["ArgMax", "ArgMin"] {
-                for (keepdims, last) in [(1, 0), (0, 0), (1, 1), (0, 1)] {
-                    let attrs = vec![int("axis", axis), int("keepdims", keepdims), int("select_last_index", last)];
-                    Case::new(op, vec![x.clone()]).attrs(attrs).check(0.0, 0.0);
-                }
-            }
-        }
-        let nan = f32::NAN;
-        let x = t(&[3, 3], vec![nan, 5.0, 1.0, 2.0, nan, 7.0, 1.0, 1.0, nan]);
-        for op in ["ArgMax", "ArgMin"] {
-            Case::new(op, vec![x.clone()]).attrs(vec![int("axis", 1)]).check(0.0, 0.0);
-        }
-    }
-
-    #[test]
-    fn splits_merge_adjacent_dims() {
-        let s = Split::new(&[2, 3, 1, 4, 5], &[false, true, true, true, false]);
-        assert_eq!(s.kept, vec![(2, 60), (5, 1)]);
-        assert_eq!(s.reduced, vec![(12, 5)]);
-        assert!(!s.contiguous());
-        let s = Split::new(&[2, 3, 4], &[true, false, true]);
-        assert_eq!((s.kept.clone(), s.reduced.clone()), (vec![(3, 4)], vec![(2, 12), (4, 1)]));
-        assert!(s.contiguous());
-        assert_eq!((s.outputs(), s.len()), (3, 8));
     }
 }

@@ -1,0 +1,273 @@
+//! How a reduction's rows map onto a workgroup's threads: the kept and reduced dims of a shape
+//! ([`Split`]), the lane layouts that share rows out among 256 threads ([`Lanes`]), and a
+//! kernel's pipelines, one per layout ([`LanePipelines`]).
+
+use std::sync::{Arc, OnceLock};
+
+use onyx_core::{Location, Result};
+
+use crate::context::{GpuContext, Pipeline};
+use crate::kernel::{strides, u32_of};
+
+/// How the 256 threads of a workgroup share out rows (the runs of elements reduced into one
+/// output): `w` rows per workgroup, `s` threads per row, each taking every `s`-th element.
+/// With `slices_fast` the threads of one row are adjacent (contiguous rows coalesce); otherwise
+/// the rows are (strided rows, whose neighbours are adjacent in memory, coalesce).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Lanes {
+    /// Rows per workgroup.
+    pub w: u32,
+    /// Threads per row.
+    pub s: u32,
+    /// Whether the threads of one row have adjacent thread indices.
+    pub slices_fast: bool,
+}
+
+/// One workgroup per row: long contiguous rows.
+pub(crate) const ROW: Lanes = Lanes { w: 1, s: 256, slices_fast: true };
+/// Eight rows per workgroup, 32 threads each: contiguous rows of moderate length.
+pub(crate) const SHORT_ROWS: Lanes = Lanes { w: 8, s: 32, slices_fast: true };
+/// 32 neighbouring strided rows per workgroup, 8 threads each: few, long strided rows.
+pub(crate) const COLUMNS: Lanes = Lanes { w: 32, s: 8, slices_fast: false };
+/// One thread per row: short rows, or many strided ones.
+pub(crate) const THREAD: Lanes = Lanes { w: 256, s: 1, slices_fast: false };
+/// Every lane layout; a kernel makes one pipeline for each and picks one per shape.
+pub(crate) const ALL_LANES: [Lanes; 4] = [ROW, SHORT_ROWS, COLUMNS, THREAD];
+
+/// Most workgroups one dispatch dimension takes (WebGPU's default limit).
+const MAX_GROUPS_X: usize = 65535;
+
+impl Lanes {
+    /// The layout for `rows` rows of `len` elements each, whose elements are adjacent in memory
+    /// (`contiguous`) or whose neighbouring rows are.
+    pub fn choose(rows: usize, len: usize, contiguous: bool) -> Lanes {
+        if contiguous {
+            match len {
+                512.. => ROW,
+                16.. => SHORT_ROWS,
+                _ => THREAD,
+            }
+        } else if len < 32 || rows >= 65536 {
+            THREAD
+        } else {
+            COLUMNS
+        }
+    }
+
+    /// A short name for pipeline keys.
+    pub fn key(&self) -> String {
+        format!("w{}s{}{}", self.w, self.s, if self.slices_fast { "s" } else { "c" })
+    }
+
+    /// The index of `self` in [`ALL_LANES`].
+    pub fn index(&self) -> usize {
+        ALL_LANES.iter().position(|l| l == self).unwrap_or(0)
+    }
+
+    /// Workgroups for `rows` rows, spread over x and y (shaders read the workgroup number with
+    /// `workgroup_index`).
+    pub fn groups(&self, rows: usize) -> [u32; 3] {
+        let groups = rows.div_ceil(self.w as usize);
+        let x = groups.min(MAX_GROUPS_X);
+        let y = groups.div_ceil(x.max(1));
+        [x as u32, y as u32, 1]
+    }
+
+    /// WGSL of the layout: constants `LW` and `LS`, `lane_row(t)` and `lane_slice(t)` (row within
+    /// the workgroup and first element of thread `t`), `workgroup_index`, and
+    /// `combine_slices(t, a)`, which combines the partial values `a` of a row's threads with
+    /// `comb` over an accumulator type `Acc` (both defined by the shader) and returns the
+    /// result to every thread. Call it from uniform control flow.
+    pub fn wgsl(&self) -> String {
+        let (row, slice, step, first) = if self.slices_fast {
+            ("t / LS", "t % LS", "1u", "lane_row(t) * LS")
+        } else {
+            ("t % LW", "t / LW", "LW", "lane_row(t)")
+        };
+        format!(
+            "
+const LW: u32 = {w}u;
+const LS: u32 = {s}u;
+fn lane_row(t: u32) -> u32 {{ return {row}; }}
+fn lane_slice(t: u32) -> u32 {{ return {slice}; }}
+fn workgroup_index(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {{ return wid.x + wid.y * nwg.x; }}
+var<workgroup> red: array<Acc, 256>;
+fn combine_slices(t: u32, a: Acc) -> Acc {{
+    if (LS == 1u) {{ return a; }}
+    red[t] = a;
+    workgroupBarrier();
+    for (var h = LS / 2u; h > 0u; h = h / 2u) {{
+        if (lane_slice(t) < h) {{ red[t] = comb(red[t], red[t + h * {step}]); }}
+        workgroupBarrier();
+    }}
+    let r = red[{first}];
+    workgroupBarrier();
+    return r;
+}}
+",
+            w = self.w,
+            s = self.s,
+        )
+    }
+}
+
+/// A tensor's dims split into kept and reduced ones as (size, stride) pairs: size-1 dims
+/// dropped, adjacent dims of one kind merged.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct Split {
+    /// Kept dims, outermost first.
+    pub kept: Vec<(usize, usize)>,
+    /// Reduced dims, outermost first.
+    pub reduced: Vec<(usize, usize)>,
+}
+
+impl Split {
+    /// Splits `shape` by `mask` (true: reduced).
+    pub fn new(shape: &[usize], mask: &[bool]) -> Split {
+        let st = strides(shape);
+        let mut split = Split::default();
+        let mut last: Option<bool> = None;
+        for d in 0..shape.len() {
+            if shape[d] == 1 {
+                continue;
+            }
+            let list = if mask[d] { &mut split.reduced } else { &mut split.kept };
+            match list.last_mut() {
+                Some(prev) if last == Some(mask[d]) => *prev = (prev.0 * shape[d], st[d]),
+                _ => list.push((shape[d], st[d])),
+            }
+            last = Some(mask[d]);
+        }
+        split
+    }
+
+    /// Number of outputs (product of the kept dims).
+    pub fn outputs(&self) -> usize {
+        self.kept.iter().map(|d| d.0).product()
+    }
+
+    /// Elements reduced into each output.
+    pub fn len(&self) -> usize {
+        self.reduced.iter().map(|d| d.0).product()
+    }
+
+    /// Whether consecutive elements of a row are adjacent in memory.
+    pub fn contiguous(&self) -> bool {
+        self.reduced.last().is_none_or(|d| d.1 == 1)
+    }
+
+    /// The lane layout for this split.
+    pub fn lanes(&self) -> Lanes {
+        Lanes::choose(self.outputs(), self.len(), self.contiguous())
+    }
+
+    /// Shader parameters: outputs, row length, kept rank, reduced rank, `extra`, then the kept
+    /// dims and strides and the reduced dims and strides (see [`OFFSETS_WGSL`]).
+    pub fn params(&self, extra: u32, at: &Location) -> Result<Vec<u32>> {
+        let mut p = vec![
+            u32_of(self.outputs(), at)?,
+            u32_of(self.len(), at)?,
+            self.kept.len() as u32,
+            self.reduced.len() as u32,
+            extra,
+        ];
+        for list in [&self.kept, &self.reduced] {
+            for &(d, _) in list.iter() {
+                p.push(u32_of(d, at)?);
+            }
+            for &(_, s) in list.iter() {
+                p.push(u32_of(s, at)?);
+            }
+        }
+        Ok(p)
+    }
+}
+
+/// WGSL turning an output number and an element number of its row into element offsets, for
+/// the parameters of [`Split::params`].
+pub(super) const OFFSETS_WGSL: &str = "
+fn kept_offset(q: u32) -> u32 {
+    let kr = p[2];
+    var rem = q;
+    var off = 0u;
+    for (var d = kr; d > 0u; d--) {
+        let dim = p[4u + d];
+        off += (rem % dim) * p[4u + kr + d];
+        rem = rem / dim;
+    }
+    return off;
+}
+fn reduced_offset(k: u32) -> u32 {
+    let rr = p[3];
+    let at = 4u + 2u * p[2];
+    if (rr == 1u) { return k * p[at + 2u]; }
+    var rem = k;
+    var off = 0u;
+    for (var d = rr; d > 0u; d--) {
+        let dim = p[at + d];
+        off += (rem % dim) * p[at + rr + d];
+        rem = rem / dim;
+    }
+    return off;
+}
+";
+
+/// A kernel's pipelines, one per lane layout, each made when first needed: with the kernel
+/// for the layout of the shape known when the session is built (all of them when the shape is
+/// unknown), any other at the first run whose shape needs it.
+pub(crate) struct LanePipelines {
+    /// The pipelines' key without the layout.
+    key: String,
+    /// The shader of a layout.
+    shader: Box<dyn Fn(Lanes) -> String + Send + Sync>,
+    made: [OnceLock<Arc<Pipeline>>; ALL_LANES.len()],
+}
+
+impl LanePipelines {
+    /// The pipelines `key`/layout of `shader`; the one of `known` is made now (all when `None`).
+    pub fn new(
+        gpu: &GpuContext,
+        key: String,
+        shader: impl Fn(Lanes) -> String + Send + Sync + 'static,
+        known: Option<Lanes>,
+    ) -> Result<LanePipelines> {
+        let pipelines = LanePipelines { key, shader: Box::new(shader), made: Default::default() };
+        for lanes in known.map_or(ALL_LANES.to_vec(), |l| vec![l]) {
+            pipelines.get(gpu, lanes)?;
+        }
+        Ok(pipelines)
+    }
+
+    /// How many layouts have their pipeline made so far.
+    #[cfg(test)]
+    pub(super) fn made(&self) -> usize {
+        self.made.iter().filter(|p| p.get().is_some()).count()
+    }
+
+    /// The pipeline of `lanes`, made (or reused from the context) the first time.
+    pub fn get(&self, gpu: &GpuContext, lanes: Lanes) -> Result<&Arc<Pipeline>> {
+        let slot = &self.made[lanes.index()];
+        if let Some(p) = slot.get() {
+            return Ok(p);
+        }
+        let p = gpu.pipeline(&format!("{}/{}", self.key, lanes.key()), || (self.shader)(lanes))?;
+        Ok(slot.get_or_init(|| p))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_merge_adjacent_dims() {
+        let s = Split::new(&[2, 3, 1, 4, 5], &[false, true, true, true, false]);
+        assert_eq!(s.kept, vec![(2, 60), (5, 1)]);
+        assert_eq!(s.reduced, vec![(12, 5)]);
+        assert!(!s.contiguous());
+        let s = Split::new(&[2, 3, 4], &[true, false, true]);
+        assert_eq!((s.kept.clone(), s.reduced.clone()), (vec![(3, 4)], vec![(2, 12), (4, 1)]));
+        assert!(s.contiguous());
+        assert_eq!((s.outputs(), s.len()), (3, 8));
+    }
+}
