@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use onyx::gpu::{GpuContext, HostStats, SubmitProfile};
+use onyx::gpu::{GpuContext, HostStats, PipelineCacheStatus, SubmitProfile};
 use onyx::{Error, Result};
 
 use crate::{run::gather_inputs, SessionArgs};
@@ -96,7 +96,8 @@ pub fn bench(model: &Path, inputs: &[String], options: Options, args: &SessionAr
         warm,
         after: stats(&shared),
         runs,
-        slowest: shared.as_ref().map(|g| g.compile_times().into_iter().take(SLOWEST_COMPILES).collect()).unwrap_or_default(),
+        slowest: g.compile_times().into_iter().take(SLOWEST_COMPILES).collect(),
+        cache: g.pipeline_cache(),
     });
     let samples = times.clone();
     times.sort_by(f64::total_cmp);
@@ -162,6 +163,8 @@ struct GpuHost {
     runs: usize,
     /// The pipelines whose compilation took longest (key, ms): what a cold start waits for.
     slowest: Vec<(String, f64)>,
+    /// The pipeline cache on disk, with `--provider-option pipeline_cache_dir=DIR`.
+    cache: Option<PipelineCacheStatus>,
 }
 
 /// Pipelines listed by compile time.
@@ -188,6 +191,9 @@ impl GpuHost {
         );
         let slowest: Vec<String> = self.slowest.iter().map(|(key, ms)| format!("{key} {ms:.1} ms")).collect();
         println!("wgpu slowest     {}", slowest.join(", "));
+        if let Some(cache) = &self.cache {
+            println!("wgpu cache file  {}", describe_cache(cache));
+        }
         println!("wgpu per run     {dispatches:.0} dispatches, host recording {record_us:.0} us, bind groups reused {reused:.1}%");
         println!(
             "peak device memory {:.1} MiB (buffers the session and its runs hold; {:.1} MiB after session creation)",
@@ -203,12 +209,34 @@ impl GpuHost {
             "session_pipelines": self.created.pipelines - self.before.pipelines,
             "compile_ms": self.warm.compile_ms - self.before.compile_ms,
             "slowest_compiles": self.slowest.iter().map(|(key, ms)| serde_json::json!({"key": key, "ms": ms})).collect::<Vec<_>>(),
+            "pipeline_cache": self.cache.as_ref().map(|c| serde_json::json!({
+                "path": c.path.display().to_string(),
+                "loaded_bytes": c.loaded_bytes,
+                "rejected": c.rejected,
+                "saved_bytes": c.saved_bytes,
+                "save_error": c.save_error,
+            })),
             "dispatches_per_run": dispatches,
             "record_us_per_run": record_us,
             "bind_groups_reused_percent": reused,
             "peak_device_bytes": self.after.device_buffer_bytes.saturating_sub(self.before.device_buffer_bytes),
         })
     }
+}
+
+/// One line on what a pipeline cache file gave and got.
+fn describe_cache(cache: &PipelineCacheStatus) -> String {
+    let loaded = match &cache.rejected {
+        Some(why) => format!("not used ({why})"),
+        None if cache.loaded_bytes == 0 => "none yet".to_string(),
+        None => format!("{:.1} KiB loaded", cache.loaded_bytes as f64 / 1024.0),
+    };
+    let saved = match &cache.save_error {
+        Some(e) => format!("not saved: {e}"),
+        None if cache.saved_bytes == 0 => "nothing new to write".to_string(),
+        None => format!("{:.1} KiB written", cache.saved_bytes as f64 / 1024.0),
+    };
+    format!("{}: {loaded}, {saved}", cache.path.display())
 }
 
 /// The shared GPU context of the wgpu provider the session will use (the same options the

@@ -86,7 +86,7 @@ struct SessionArgs {
     #[arg(long = "provider", value_name = "P", default_value = "cpu")]
     providers: Vec<String>,
     /// Provider option KEY=VALUE for the GPU provider (wgpu: adapter, vendor, device_type, power,
-    /// backend); repeatable.
+    /// backend, cooperative_matrix, startup_kernels, pipeline_cache_dir); repeatable.
     #[arg(long = "provider-option", value_name = "KEY=VALUE")]
     provider_options: Vec<String>,
     /// Fix a free dimension: NAME=N (symbolic dims default to 1 for random inputs).

@@ -16,6 +16,8 @@ use std::time::Instant;
 
 use onyx_core::{Error, Result};
 
+use crate::pipeline_cache::{DiskCache, PipelineCacheStatus};
+
 /// Compiler threads at most.
 const MAX_THREADS: usize = 16;
 
@@ -41,15 +43,20 @@ impl Pipeline {
         self.compiled.wait().as_ref().map_err(|e| Error::Device(e.clone()))
     }
 
-    /// Compiles `source` into this pipeline on the calling thread; returns the nanoseconds spent.
-    fn compile(&self, device: &wgpu::Device, source: String) -> u64 {
+    /// Compiles `source` into this pipeline on the calling thread (through the disk cache, if
+    /// any); returns the nanoseconds spent.
+    fn compile(&self, device: &wgpu::Device, source: String, disk: Option<&DiskCache>) -> u64 {
         let start = Instant::now();
         let key = self.key.as_str();
-        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| compile(device, key, source)))
+        let cache = disk.map(DiskCache::cache);
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| compile(device, key, source, cache)))
             .unwrap_or_else(|_| Err(format!("wgpu: compiling shader '{key}' panicked")));
         let ns = start.elapsed().as_nanos() as u64;
         self.compile_ns.store(ns, Ordering::Relaxed);
         let _ = self.compiled.set(outcome);
+        if let Some(disk) = disk {
+            disk.compiled();
+        }
         ns
     }
 
@@ -65,7 +72,12 @@ impl Pipeline {
 }
 
 /// Translates and compiles one shader (inside its own error scope: scopes are per thread).
-fn compile(device: &wgpu::Device, key: &str, source: String) -> std::result::Result<Compiled, String> {
+fn compile(
+    device: &wgpu::Device,
+    key: &str,
+    source: String,
+    cache: Option<&wgpu::PipelineCache>,
+) -> std::result::Result<Compiled, String> {
     let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
     let module = shader_module(device, key, source);
     let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
@@ -74,7 +86,7 @@ fn compile(device: &wgpu::Device, key: &str, source: String) -> std::result::Res
         module: &module,
         entry_point: Some("main"),
         compilation_options: Default::default(),
-        cache: None,
+        cache,
     });
     if let Some(e) = pollster::block_on(scope.pop()) {
         return Err(format!("wgpu: shader '{key}' does not compile: {e}"));
@@ -112,7 +124,6 @@ pub(crate) enum Priority {
 }
 
 /// The compiler threads of one device (started with the first request) and what they spent.
-#[derive(Default)]
 pub(crate) struct Compiler {
     queue: Arc<Queue>,
     /// Whether the threads were started (`Some(false)`: none could start).
@@ -121,6 +132,8 @@ pub(crate) struct Compiler {
     ns: Arc<AtomicU64>,
     /// Compilations queued or under way.
     pending: Arc<Pending>,
+    /// The pipeline cache kept on disk, written whenever the threads run out of work.
+    disk: Option<Arc<DiskCache>>,
 }
 
 /// Shaders waiting for a compiler thread.
@@ -137,6 +150,8 @@ struct Jobs {
     /// Urgent jobs being compiled: background ones wait for them, so that the driver's compiler
     /// spends every core on the pipelines a run waits for.
     urgent_running: usize,
+    /// Jobs being compiled, of either priority.
+    running: usize,
     /// Set when the context is dropped: the threads end once the queue is empty.
     closed: bool,
 }
@@ -158,10 +173,12 @@ impl Queue {
         loop {
             if let Some(job) = jobs.urgent.pop_front() {
                 jobs.urgent_running += 1;
+                jobs.running += 1;
                 return Some((job, Priority::Urgent));
             }
             if jobs.urgent_running == 0 {
                 if let Some(job) = jobs.background.pop_front() {
+                    jobs.running += 1;
                     return Some((job, Priority::Background));
                 }
                 if jobs.closed {
@@ -172,15 +189,18 @@ impl Queue {
         }
     }
 
-    /// Marks a job of `priority` popped earlier as compiled.
-    fn done(&self, priority: Priority) {
+    /// Marks a job of `priority` popped earlier as compiled; whether that leaves nothing queued
+    /// or compiling.
+    fn done(&self, priority: Priority) -> bool {
+        let mut jobs = self.jobs.lock().unwrap_or_else(PoisonError::into_inner);
+        jobs.running -= 1;
         if priority == Priority::Urgent {
-            let mut jobs = self.jobs.lock().unwrap_or_else(PoisonError::into_inner);
             jobs.urgent_running -= 1;
             if jobs.urgent_running == 0 {
                 self.added.notify_all();
             }
         }
+        jobs.running == 0 && jobs.urgent.is_empty() && jobs.background.is_empty()
     }
 
     fn close(&self) {
@@ -214,6 +234,17 @@ impl Pending {
 }
 
 impl Compiler {
+    /// Compiler threads that compile through `disk`, the pipeline cache kept on disk, if any.
+    pub fn new(disk: Option<DiskCache>) -> Compiler {
+        let (queue, started, ns, pending) = Default::default();
+        Compiler { queue, started, ns, pending, disk: disk.map(Arc::new) }
+    }
+
+    /// What the pipeline cache on disk gave and got, if there is one.
+    pub fn disk_status(&self) -> Option<PipelineCacheStatus> {
+        self.disk.as_ref().map(|d| d.status())
+    }
+
     /// A pipeline for `key` whose compilation from `source` has been queued with `priority`
     /// (or, without compiler threads, is done).
     pub fn request(&self, device: &wgpu::Device, key: &str, source: String, priority: Priority) -> Arc<Pipeline> {
@@ -222,7 +253,10 @@ impl Compiler {
         if self.start(device) {
             self.queue.push((pipeline.clone(), source), priority);
         } else {
-            self.ns.fetch_add(pipeline.compile(device, source), Ordering::Relaxed);
+            self.ns.fetch_add(pipeline.compile(device, source, self.disk.as_deref()), Ordering::Relaxed);
+            if let Some(disk) = &self.disk {
+                disk.save();
+            }
             self.pending.add(-1);
         }
         pipeline
@@ -245,10 +279,10 @@ impl Compiler {
             let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, MAX_THREADS);
             (0..threads)
                 .filter(|i| {
-                    let (queue, device, ns, pending) =
-                        (self.queue.clone(), device.clone(), self.ns.clone(), self.pending.clone());
+                    let (queue, device, ns, pending, disk) =
+                        (self.queue.clone(), device.clone(), self.ns.clone(), self.pending.clone(), self.disk.clone());
                     let worker = std::thread::Builder::new().name(format!("onyx-wgpu-compile-{i}"));
-                    worker.spawn(move || work(&queue, &device, &ns, &pending)).is_ok()
+                    worker.spawn(move || work(&queue, &device, &ns, &pending, disk.as_deref())).is_ok()
                 })
                 .count()
                 > 0
@@ -262,11 +296,17 @@ impl Drop for Compiler {
     }
 }
 
-/// A compiler thread: compiles queued shaders until the device's context is dropped.
-fn work(queue: &Queue, device: &wgpu::Device, ns: &AtomicU64, pending: &Pending) {
+/// A compiler thread: compiles queued shaders until the device's context is dropped. The one
+/// that finishes the last job writes the disk cache before the job counts as done, so that a
+/// session dropped after waiting for its pipelines leaves them on disk.
+fn work(queue: &Queue, device: &wgpu::Device, ns: &AtomicU64, pending: &Pending, disk: Option<&DiskCache>) {
     while let Some(((pipeline, source), priority)) = queue.pop() {
-        ns.fetch_add(pipeline.compile(device, source), Ordering::Relaxed);
-        queue.done(priority);
+        ns.fetch_add(pipeline.compile(device, source, disk), Ordering::Relaxed);
+        if queue.done(priority) {
+            if let Some(disk) = disk {
+                disk.save();
+            }
+        }
         pending.add(-1);
     }
 }

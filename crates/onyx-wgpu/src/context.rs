@@ -11,6 +11,7 @@ use crate::bind_cache::BindCache;
 use crate::capabilities::Capabilities;
 use crate::compile::{Compiler, Priority};
 use crate::options::WgpuOptions;
+use crate::pipeline_cache::{DiskCache, PipelineCacheStatus};
 use crate::profile::SubmitProfile;
 use crate::recycle::Recycler;
 
@@ -176,6 +177,7 @@ pub(crate) struct ChosenAdapter {
     caps: Capabilities,
     id: u32,
     startup_kernels: bool,
+    pipeline_cache_dir: Option<std::path::PathBuf>,
     started: std::time::Instant,
 }
 
@@ -203,7 +205,8 @@ impl ChosenAdapter {
         }
         let caps = Capabilities::new(features, adapter.limits(), cooperative);
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-        Ok(ChosenAdapter { adapter, caps, id, startup_kernels: !options.no_startup_kernels, started })
+        let (startup_kernels, pipeline_cache_dir) = (!options.no_startup_kernels, options.pipeline_cache_dir.clone());
+        Ok(ChosenAdapter { adapter, caps, id, startup_kernels, pipeline_cache_dir, started })
     }
 
     /// What the device will be able to do.
@@ -216,12 +219,17 @@ impl ChosenAdapter {
         Device::Wgpu(self.id)
     }
 
-    /// Creates the device with every limit the adapter offers and the optional features Onyx uses.
+    /// Creates the device with every limit the adapter offers and the optional features Onyx
+    /// uses, and its pipeline cache on disk if the options ask for one.
     pub(crate) fn open(self) -> Result<Arc<GpuContext>> {
-        let ChosenAdapter { adapter, caps, id, startup_kernels, started } = self;
+        let ChosenAdapter { adapter, caps, id, startup_kernels, pipeline_cache_dir, started } = self;
+        let cache_feature = match pipeline_cache_dir {
+            Some(_) => adapter.features() & wgpu::Features::PIPELINE_CACHE,
+            None => wgpu::Features::empty(),
+        };
         let mut desc = wgpu::DeviceDescriptor {
             label: Some("onyx"),
-            required_features: caps.features(),
+            required_features: caps.features() | cache_feature,
             required_limits: caps.limits().clone(),
             memory_hints: MEMORY_BLOCKS,
             ..Default::default()
@@ -237,7 +245,9 @@ impl ChosenAdapter {
         }
         let (device, queue) = pollster::block_on(adapter.request_device(&desc))
             .map_err(|e| Error::Device(format!("wgpu: cannot open {}: {e}", adapter.get_info().name)))?;
-        let gpu = GpuContext::build(device, queue, adapter.get_info(), caps, id, started.elapsed());
+        let info = adapter.get_info();
+        let disk = pipeline_cache_dir.and_then(|dir| DiskCache::open(&device, &info, &dir));
+        let gpu = GpuContext::build(device, queue, info, caps, id, Compiler::new(disk), started.elapsed());
         gpu.set_startup_kernels(startup_kernels);
         Ok(gpu)
     }
@@ -258,7 +268,7 @@ impl GpuContext {
     pub fn from_device(device: wgpu::Device, queue: wgpu::Queue, info: wgpu::AdapterInfo) -> Arc<GpuContext> {
         let caps = Capabilities::of_device(&device);
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-        Self::build(device, queue, info, caps, id, std::time::Duration::ZERO)
+        Self::build(device, queue, info, caps, id, Compiler::new(None), std::time::Duration::ZERO)
     }
 
     fn build(
@@ -267,6 +277,7 @@ impl GpuContext {
         info: wgpu::AdapterInfo,
         caps: Capabilities,
         id: u32,
+        compiler: Compiler,
         opened_in: std::time::Duration,
     ) -> Arc<GpuContext> {
         let (lost, error) = (Arc::new(Mutex::new(None)), Arc::new(Mutex::new(None)));
@@ -283,7 +294,7 @@ impl GpuContext {
             id,
             pipelines: Mutex::new(HashMap::new()),
             sources: Mutex::new(HashMap::new()),
-            compiler: Compiler::default(),
+            compiler,
             pool: Mutex::new(HashMap::new()),
             param_buffers: Mutex::new(vec![]),
             bind_groups: BindCache::default(),
@@ -454,7 +465,13 @@ impl GpuContext {
         self.compiler.wait();
     }
 
-        /// Number of distinct pipelines made so far.
+    /// What the pipeline cache on disk (option `pipeline_cache_dir`) loaded and wrote so far;
+    /// `None` without one (no directory given, the application's device, or not Vulkan).
+    pub fn pipeline_cache(&self) -> Option<PipelineCacheStatus> {
+        self.compiler.disk_status()
+    }
+
+    /// Number of distinct pipelines made so far.
     pub fn pipeline_count(&self) -> usize {
         self.sources.lock().unwrap_or_else(PoisonError::into_inner).len()
     }

@@ -35,13 +35,20 @@ pub struct WgpuOptions {
     /// startup kernels while the driver compiles them (see
     /// [`GpuContext::set_startup_kernels`](crate::GpuContext::set_startup_kernels)).
     pub no_startup_kernels: bool,
+    /// A directory where compiled pipelines are kept between processes, for starts where the
+    /// driver's own shader cache is off or cold (see [`PipelineCacheStatus`]); Vulkan only.
+    /// The directory must be private to the user: the files go to the driver's compiler.
+    ///
+    /// [`PipelineCacheStatus`]: crate::PipelineCacheStatus
+    pub pipeline_cache_dir: Option<std::path::PathBuf>,
 }
 
 impl WgpuOptions {
     /// Sets one option from its string form, as the CLI's `--provider-option key=value` gives it.
     /// Keys: `adapter`, `vendor`, `device_type` (discrete, integrated, virtual, cpu),
     /// `power` (high-performance, low-power, default), `backend` (vulkan, metal, dx12),
-    /// `cooperative_matrix` (true, false), `startup_kernels` (true, false).
+    /// `cooperative_matrix` (true, false), `startup_kernels` (true, false), `pipeline_cache_dir`
+    /// (a directory).
     pub fn set(&mut self, key: &str, value: &str) -> Result<()> {
         let bad = |expected: &str| Error::InvalidArgument(format!("wgpu option {key}: expected {expected}, got '{value}'"));
         match key {
@@ -94,10 +101,16 @@ impl WgpuOptions {
                     _ => return Err(bad("true or false")),
                 }
             }
+            "pipeline_cache_dir" => {
+                if value.is_empty() {
+                    return Err(bad("a directory"));
+                }
+                self.pipeline_cache_dir = Some(value.into())
+            }
             _ => {
                 return Err(Error::InvalidArgument(format!(
                     "unknown wgpu option '{key}' (known: adapter, vendor, device_type, power, backend, \
-                     cooperative_matrix, startup_kernels)"
+                     cooperative_matrix, startup_kernels, pipeline_cache_dir)"
                 )))
             }
         }
@@ -144,6 +157,9 @@ mod tests {
         assert!(o.set("cooperative_matrix", "maybe").unwrap_err().to_string().contains("maybe"));
         let e = o.set("power", "fast").unwrap_err().to_string();
         assert!(e.contains("power") && e.contains("fast"), "{e}");
+        o.set("pipeline_cache_dir", "/tmp/onyx").unwrap();
+        assert_eq!(o.pipeline_cache_dir.as_deref(), Some(std::path::Path::new("/tmp/onyx")));
+        assert!(o.set("pipeline_cache_dir", "").unwrap_err().to_string().contains("directory"));
         assert!(o.set("colour", "red").unwrap_err().to_string().contains("colour"));
     }
 }
