@@ -304,3 +304,36 @@ fn device_buffer_memory_is_counted() {
     assert!(after >= before + (4 << 20), "{before} -> {after}");
     drop(tensor);
 }
+
+#[test]
+fn pipelines_kept_on_disk_serve_a_later_provider_with_the_same_results() {
+    if gpu().is_none() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("onyx-gpu-test-pipeline-cache-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut options = onyx::gpu::WgpuOptions::default();
+    options.set("pipeline_cache_dir", dir.to_str().unwrap()).unwrap();
+    let x = random(&[2, 777], 5);
+    let want = cpu_result(small_model(777), &x);
+    for start in 0..2 {
+        // A provider of its own each time, as a later process opens one.
+        let gpu = Arc::new(WgpuProvider::new(&options).unwrap());
+        let session = gpu_session(small_model(777), &gpu);
+        assert_close(&floats(session.run([("x", x.clone())]).unwrap().get("y").unwrap()), &want);
+        drop(session); // waits for its pipelines, and so for the cache's write
+        let ctx = gpu.context().unwrap();
+        let Some(cache) = ctx.pipeline_cache() else {
+            assert!(!ctx.device().features().contains(wgpu::Features::PIPELINE_CACHE), "no cache on a Vulkan device");
+            return;
+        };
+        assert_eq!((&cache.rejected, &cache.save_error), (&None, &None));
+        if start == 0 {
+            assert_eq!(cache.loaded_bytes, 0);
+            assert!(cache.saved_bytes > 0 && cache.path.starts_with(&dir), "{cache:?}");
+        } else {
+            assert_eq!(cache.loaded_bytes as u64, std::fs::metadata(&cache.path).unwrap().len());
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
