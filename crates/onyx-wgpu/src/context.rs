@@ -266,9 +266,23 @@ impl GpuContext {
     /// Onyx's f16 products use cooperative matrices only on a device it opens itself (it must
     /// know the adapter's configurations).
     pub fn from_device(device: wgpu::Device, queue: wgpu::Queue, info: wgpu::AdapterInfo) -> Arc<GpuContext> {
+        Self::from_device_with_pipeline_cache(device, queue, info, None)
+    }
+
+    /// [`GpuContext::from_device`] with Onyx's compiled pipelines kept in `dir` between
+    /// processes (as the `pipeline_cache_dir` option does for a device Onyx opens). The device
+    /// must have been created with [`wgpu::Features::PIPELINE_CACHE`] (Vulkan); without it, or
+    /// with `dir` `None`, no cache is kept.
+    pub fn from_device_with_pipeline_cache(
+        device: wgpu::Device,
+        queue: wgpu::Queue,
+        info: wgpu::AdapterInfo,
+        dir: Option<&std::path::Path>,
+    ) -> Arc<GpuContext> {
         let caps = Capabilities::of_device(&device);
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-        Self::build(device, queue, info, caps, id, Compiler::new(None), std::time::Duration::ZERO)
+        let disk = dir.and_then(|dir| DiskCache::open(&device, &info, dir));
+        Self::build(device, queue, info, caps, id, Compiler::new(disk), std::time::Duration::ZERO)
     }
 
     fn build(
@@ -466,7 +480,8 @@ impl GpuContext {
     }
 
     /// What the pipeline cache on disk (option `pipeline_cache_dir`) loaded and wrote so far;
-    /// `None` without one (no directory given, the application's device, or not Vulkan).
+    /// `None` without one (no directory given, an application's device without
+    /// [`wgpu::Features::PIPELINE_CACHE`], or not Vulkan).
     pub fn pipeline_cache(&self) -> Option<PipelineCacheStatus> {
         self.compiler.disk_status()
     }

@@ -1,4 +1,5 @@
-//! Compiled pipelines kept on disk between processes (the `pipeline_cache_dir` option).
+//! Compiled pipelines kept on disk between processes (the `pipeline_cache_dir` option, or
+//! [`GpuContext::from_device_with_pipeline_cache`](crate::GpuContext::from_device_with_pipeline_cache)).
 //!
 //! Drivers keep a disk cache of their own, but it may be off (`__GL_SHADER_DISK_CACHE=0`), in
 //! a HOME a container cannot write, or evicted; then every start compiles every shader again.
@@ -215,6 +216,27 @@ mod tests {
         ctx.wait_for_pipelines();
         assert!(ctx.check_fault().is_ok());
         ctx
+    }
+
+    #[test]
+    fn the_application_device_keeps_its_pipelines_too() {
+        if crate::testkit::provider().is_none() {
+            return;
+        }
+        let Some(adapter) = crate::adapters(&WgpuOptions::default()).into_iter().next() else { return };
+        let features = adapter.features() & wgpu::Features::PIPELINE_CACHE;
+        let desc = wgpu::DeviceDescriptor { required_features: features, ..Default::default() };
+        let (device, queue) = pollster::block_on(adapter.request_device(&desc)).unwrap();
+        let dir = std::env::temp_dir().join(format!("onyx-app-pipeline-cache-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let ctx = GpuContext::from_device_with_pipeline_cache(device, queue, adapter.get_info(), Some(&dir));
+        assert!(ctx.pipeline("test/app-cached", || SHADER.to_string()).unwrap().compiled().is_ok());
+        ctx.wait_for_pipelines();
+        match ctx.pipeline_cache() {
+            Some(cache) => assert!(cache.saved_bytes > 0 && cache.path.starts_with(&dir), "{cache:?}"),
+            None => assert!(features.is_empty(), "the device has the feature but no cache was made"),
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
