@@ -245,9 +245,8 @@ impl ChosenAdapter {
         }
         let (device, queue) = pollster::block_on(adapter.request_device(&desc))
             .map_err(|e| Error::Device(format!("wgpu: cannot open {}: {e}", adapter.get_info().name)))?;
-        let info = adapter.get_info();
-        let disk = pipeline_cache_dir.and_then(|dir| DiskCache::open(&device, &info, &dir));
-        let gpu = GpuContext::build(device, queue, info, caps, id, Compiler::new(disk), started.elapsed());
+        let (info, opened_in) = (adapter.get_info(), started.elapsed());
+        let gpu = GpuContext::build(device, queue, info, caps, id, pipeline_cache_dir.as_deref(), opened_in);
         gpu.set_startup_kernels(startup_kernels);
         Ok(gpu)
     }
@@ -281,8 +280,7 @@ impl GpuContext {
     ) -> Arc<GpuContext> {
         let caps = Capabilities::of_device(&device);
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-        let disk = dir.and_then(|dir| DiskCache::open(&device, &info, dir));
-        Self::build(device, queue, info, caps, id, Compiler::new(disk), std::time::Duration::ZERO)
+        Self::build(device, queue, info, caps, id, dir, std::time::Duration::ZERO)
     }
 
     fn build(
@@ -291,7 +289,7 @@ impl GpuContext {
         info: wgpu::AdapterInfo,
         caps: Capabilities,
         id: u32,
-        compiler: Compiler,
+        pipeline_cache_dir: Option<&std::path::Path>,
         opened_in: std::time::Duration,
     ) -> Arc<GpuContext> {
         let (lost, error) = (Arc::new(Mutex::new(None)), Arc::new(Mutex::new(None)));
@@ -301,6 +299,8 @@ impl GpuContext {
         device.set_device_lost_callback(move |reason, message| {
             record_fault(&on_lost, format!("device lost ({reason:?}): {message}"))
         });
+        // After the handlers: errors outside the cache's own scopes are recorded, not panics.
+        let disk = pipeline_cache_dir.and_then(|dir| DiskCache::open(&device, &info, dir));
         Arc::new(GpuContext {
             device,
             queue,
@@ -308,7 +308,7 @@ impl GpuContext {
             id,
             pipelines: Mutex::new(HashMap::new()),
             sources: Mutex::new(HashMap::new()),
-            compiler,
+            compiler: Compiler::new(disk),
             pool: Mutex::new(HashMap::new()),
             param_buffers: Mutex::new(vec![]),
             bind_groups: BindCache::default(),

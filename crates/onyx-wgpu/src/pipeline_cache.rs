@@ -126,6 +126,7 @@ impl DiskCache {
 /// A pipeline cache holding `data`, or why the device refused it.
 #[allow(unsafe_code)]
 fn create(device: &wgpu::Device, data: Option<&[u8]>) -> Result<wgpu::PipelineCache, String> {
+    let out_of_memory = device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
     let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
     let desc = wgpu::PipelineCacheDescriptor { label: Some("onyx pipelines"), data, fallback: true };
     // SAFETY: wgpu asks that `data` be what `PipelineCache::get_data` returned. It is: the file
@@ -136,7 +137,8 @@ fn create(device: &wgpu::Device, data: Option<&[u8]>) -> Result<wgpu::PipelineCa
     // Deliberate forgeries are out of reach of any check here: the directory must be private,
     // as the module documentation says.
     let cache = unsafe { device.create_pipeline_cache(&desc) };
-    match pollster::block_on(scope.pop()) {
+    let refused = pollster::block_on(scope.pop());
+    match pollster::block_on(out_of_memory.pop()).or(refused) {
         Some(e) => Err(format!("the driver refused it: {e}")),
         None => Ok(cache),
     }
@@ -175,7 +177,9 @@ fn write(path: &Path, data: &[u8]) -> std::io::Result<usize> {
         std::fs::create_dir_all(dir)?;
     }
     let bytes = file_bytes(data);
-    let aside = path.with_extension(format!("{}.tmp", std::process::id()));
+    // Contexts of one process may write at once: each write has its own aside file.
+    static WRITES: AtomicUsize = AtomicUsize::new(0);
+    let aside = path.with_extension(format!("{}-{}.tmp", std::process::id(), WRITES.fetch_add(1, Ordering::Relaxed)));
     std::fs::write(&aside, &bytes)
         .and_then(|()| std::fs::rename(&aside, path))
         .inspect_err(|_| drop(std::fs::remove_file(&aside)))?;
