@@ -304,7 +304,8 @@ fn work(queue: &Queue, device: &wgpu::Device, ns: &AtomicU64, pending: &Pending,
         ns.fetch_add(pipeline.compile(device, source, disk), Ordering::Relaxed);
         if queue.done(priority) {
             if let Some(disk) = disk {
-                disk.save();
+                // A panic here must not lose the count: sessions wait for it when dropped.
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| disk.save()));
             }
         }
         pending.add(-1);

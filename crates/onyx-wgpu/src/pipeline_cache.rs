@@ -131,15 +131,17 @@ fn create(device: &wgpu::Device, data: Option<&[u8]>) -> Result<wgpu::PipelineCa
     let desc = wgpu::PipelineCacheDescriptor { label: Some("onyx pipelines"), data, fallback: true };
     // SAFETY: wgpu asks that `data` be what `PipelineCache::get_data` returned. It is: the file
     // holds those bytes behind Onyx's header, and `payload` checked their length and CRC-32,
-    // so they are unchanged since a process wrote them. wgpu then checks its own header
-    // (backend, vendor, device, driver's cache UUID) and drops data made for another driver;
-    // the file name carries the adapter's key, so data of another adapter is never offered.
-    // Deliberate forgeries are out of reach of any check here: the directory must be private,
-    // as the module documentation says.
+    // so they are unchanged since a process wrote them. Data made elsewhere is turned away
+    // before the driver compiles with it: wgpu checks its own header (backend, vendor and
+    // device ids, driver version, pointer size, length) and either drops the data or raises
+    // the error this scope catches (then the cache is made empty), and the Vulkan driver checks
+    // its header (vendor, device, pipelineCacheUUID) and ignores data that is not its own, as
+    // the Vulkan specification requires. A deliberate forgery is out of reach of any check
+    // here: the directory must be private, as the module documentation says.
     let cache = unsafe { device.create_pipeline_cache(&desc) };
     let refused = pollster::block_on(scope.pop());
     match pollster::block_on(out_of_memory.pop()).or(refused) {
-        Some(e) => Err(format!("the driver refused it: {e}")),
+        Some(e) => Err(format!("wgpu refused it: {e}")),
         None => Ok(cache),
     }
 }
@@ -263,6 +265,14 @@ mod tests {
 
         let second = compile_in(&dir).pipeline_cache().unwrap();
         assert_eq!((second.loaded_bytes, second.rejected), (file.len(), None));
+
+        // Onyx's header intact around wgpu data of another adapter (its vendor id altered).
+        let mut data = payload(&file).unwrap().to_vec();
+        data[20] ^= 0x55;
+        std::fs::write(&written.path, file_bytes(&data)).unwrap();
+        let foreign = compile_in(&dir).pipeline_cache().unwrap();
+        assert_eq!(foreign.loaded_bytes, 0);
+        assert!(foreign.rejected.unwrap().contains("wgpu refused it"));
 
         let mut damaged = file.clone();
         let last = damaged.len() - 1;
