@@ -24,6 +24,7 @@ pub(crate) mod conv;
 pub(crate) mod cumulative;
 pub(crate) mod elementwise;
 pub(crate) mod gather;
+pub(crate) mod generate;
 pub(crate) mod gather_nd;
 pub(crate) mod grid_sample;
 pub(crate) mod integer;
@@ -93,6 +94,7 @@ impl Registry {
         cumulative::register(&mut r);
         elementwise::register(&mut r);
         gather::register(&mut r);
+        generate::register(&mut r);
         gather_nd::register(&mut r);
         grid_sample::register(&mut r);
         integer::register(&mut r);
