@@ -24,7 +24,7 @@ use crate::context::GpuContext;
 use crate::kernel::{enables, gpu_input, host_ints, static_shape, wgsl_type, GpuOp, GpuTensor, OnGpu};
 use crate::run::GpuRun;
 
-use lanes::{LanePipelines, Split, OFFSETS_WGSL};
+use lanes::{LanePipelines, Split};
 pub(crate) use lanes::{Lanes, ALL_LANES};
 
 /// Registers the Reduce* ops (axes from input 1, read on the host, in later opsets), ArgMax and
@@ -176,7 +176,7 @@ fn reduce_shader(op: ReduceOp, ty: &str, enable: &str, lanes: Lanes) -> String {
 @group(0) @binding(1) var<storage, read> x: array<{ty}>;
 @group(0) @binding(2) var<storage, read_write> y: array<{ty}>;
 fn extra() -> f32 {{ return bitcast<f32>(p[4]); }}
-{FLOAT_HELPERS}{ops}{lanes}{OFFSETS_WGSL}
+{FLOAT_HELPERS}{ops}{lanes}
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
         @builtin(num_workgroups) nwg: vec3<u32>) {{
@@ -219,7 +219,7 @@ impl ReduceKernel {
     ) -> Result<ReduceKernel> {
         let ty = float_type(dtype)?;
         let shader = move |l| reduce_shader(op, ty, enables(dtype), l);
-        let known = known.map(|(shape, mask)| Split::new(shape, mask).lanes());
+        let known = known.map(|(shape, mask)| Split::new(shape, mask).layout());
         let pipelines = LanePipelines::new(gpu, format!("reduce/{}/{ty}", op.key()), shader, known)?;
         Ok(ReduceKernel { pipelines, dtype })
     }
@@ -241,10 +241,10 @@ impl ReduceKernel {
         }
         let split = Split::new(x.shape(), mask);
         let y = run.alloc(self.dtype, out_shape)?;
-        let lanes = split.lanes();
+        let layout = split.layout();
         let params = split.params(extra.to_bits(), at)?;
-        let pipeline = self.pipelines.get(run.context(), lanes)?;
-        run.dispatch(pipeline, &params, &[x.buffer, y.gpu()?], lanes.groups(split.outputs()))?;
+        let pipeline = self.pipelines.get(run.context(), layout)?;
+        run.dispatch(pipeline, &params, &[x.buffer, y.gpu()?], layout.lanes.groups(split.outputs()))?;
         Ok(y)
     }
 }
@@ -473,16 +473,28 @@ mod tests {
         assert_eq!(made(&kernel), 1, "only the layout the known shape uses is made with the kernel");
         let x = rand(&[1000, 3], -1.0, 1.0, 12);
         let mask = [true, false];
-        assert_ne!(Split::new(x.shape(), &mask).lanes(), Split::new(built_for.0, built_for.1).lanes());
-        let on_gpu = ctx.upload(x.view().unwrap()).unwrap();
-        let input = GpuTensor { tensor: &on_gpu, buffer: ctx.own_buffer(&on_gpu).unwrap() };
-        let mut run = crate::run::GpuRun::new(ctx.clone());
-        let y = kernel.record(&mut run, input, &mask, vec![3], 0.0, &Default::default()).unwrap();
-        onyx_core::ep::RunState::flush(&mut run).unwrap();
+        assert_ne!(Split::new(x.shape(), &mask).layout(), Split::new(built_for.0, built_for.1).layout());
+        let sums = |x: &Tensor, mask: &[bool], out: usize| {
+            let on_gpu = ctx.upload(x.view().unwrap()).unwrap();
+            let input = GpuTensor { tensor: &on_gpu, buffer: ctx.own_buffer(&on_gpu).unwrap() };
+            let mut run = crate::run::GpuRun::new(ctx.clone());
+            let y = kernel.record(&mut run, input, mask, vec![out], 0.0, &Default::default()).unwrap();
+            onyx_core::ep::RunState::flush(&mut run).unwrap();
+            ctx.download(&y).unwrap()
+        };
         let xs = x.as_slice::<f32>().unwrap();
         let want: Vec<f32> = (0..3).map(|c| (0..1000).map(|r| xs[r * 3 + c]).sum()).collect();
-        crate::testkit::assert_close(&ctx.download(&y).unwrap(), &t(&[3], want), 1e-5, 1e-5, "column sums");
+        crate::testkit::assert_close(&sums(&x, &mask, 3), &t(&[3], want), 1e-5, 1e-5, "column sums");
         assert_eq!(made(&kernel), 2);
+        // The known shape's lane layout but rows that are not flat: the strided pipeline.
+        let x = rand(&[2, 3, 1000], -1.0, 1.0, 13);
+        let mask = [true, false, true];
+        let (now, then) = (Split::new(x.shape(), &mask).layout(), Split::new(built_for.0, built_for.1).layout());
+        assert!(now.lanes == then.lanes && then.flat && !now.flat);
+        let xs = x.as_slice::<f32>().unwrap();
+        let want: Vec<f32> = (0..3).map(|c| xs.chunks(1000).skip(c).step_by(3).flatten().sum()).collect();
+        crate::testkit::assert_close(&sums(&x, &mask, 3), &t(&[3], want), 1e-4, 1e-5, "sums over dims 0 and 2");
+        assert_eq!(made(&kernel), 3);
     }
 
     #[test]

@@ -49,6 +49,23 @@ fn matmul_vectors_and_gemv() {
 }
 
 #[test]
+fn a_single_batch_gemv_is_used_only_where_it_was_made() {
+    let Some(gpu) = crate::testkit::provider() else { return };
+    let ctx = gpu.context().unwrap();
+    let key = |p: &std::sync::Arc<crate::context::Pipeline>| p.key.clone();
+    let vector_times_matrix = super::Product { m: 1, n: 71, k: 53, b: (1, 53), ..Default::default() };
+    let known = super::Pipelines::new(onyx_core::DataType::Float, super::Walk::K, super::Walk::K, false);
+    known.prepare(ctx, Some(&vector_times_matrix)).unwrap();
+    assert!(key(known.gemv(ctx, true, true).unwrap()).ends_with("/single"));
+    // A run of several batches takes (and makes) the GEMV for any batch.
+    assert!(!key(known.gemv(ctx, true, false).unwrap()).ends_with("/single"));
+    // Built without a known shape, a single-batch run takes the GEMV for any batch too.
+    let unknown = super::Pipelines::new(onyx_core::DataType::Float, super::Walk::K, super::Walk::K, false);
+    unknown.prepare(ctx, None).unwrap();
+    assert!(!key(unknown.gemv(ctx, true, true).unwrap()).ends_with("/single"));
+}
+
+#[test]
 fn matmul_empty_dims() {
     mm(&[0, 5], &[5, 7], 30).check(0.0, 0.0);
     mm(&[4, 0], &[0, 7], 31).check(0.0, 0.0);

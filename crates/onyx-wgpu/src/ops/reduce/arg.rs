@@ -6,7 +6,7 @@ use std::sync::Arc;
 use onyx_core::ep::{NodeContext, ValueRef};
 use onyx_core::{DataType, Error, Location, Result, Value};
 
-use super::lanes::{LanePipelines, Lanes, Split, OFFSETS_WGSL};
+use super::lanes::{LanePipelines, Lanes, Split};
 use super::{arg_wgsl, float_type, normalize_axis, reduced_shape, x_dtype, FLOAT_HELPERS};
 use crate::capabilities::Capabilities;
 use crate::context::GpuContext;
@@ -40,7 +40,7 @@ pub(super) fn build_arg(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<
     let known = static_shape(ctx, 0).and_then(|shape| {
         let axis = normalize_axis(axis, shape.len(), &node.location()).ok()?;
         let mask: Vec<bool> = (0..shape.len()).map(|d| d == axis).collect();
-        Some(Split::new(&shape, &mask).lanes())
+        Some(Split::new(&shape, &mask).layout())
     });
     let shader = move |l| arg_shader(max, last, ty, enables(dtype), l);
     let pipelines = LanePipelines::new(gpu, format!("arg/{max}/{last}/{ty}"), shader, known)?;
@@ -57,7 +57,7 @@ fn arg_shader(max: bool, last: bool, ty: &str, enable: &str, lanes: Lanes) -> St
 {FLOAT_HELPERS}{arg}
 alias Acc = Arg;
 fn comb(a: Acc, b: Acc) -> Acc {{ return arg_comb(a, b); }}
-{lanes}{OFFSETS_WGSL}
+{lanes}
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
         @builtin(num_workgroups) nwg: vec3<u32>) {{
@@ -100,10 +100,10 @@ impl GpuOp for ArgOp {
         let mask: Vec<bool> = (0..shape.len()).map(|d| d == axis).collect();
         let split = Split::new(shape, &mask);
         let y = run.alloc(DataType::Int64, reduced_shape(shape, &mask, self.keepdims))?;
-        let lanes = split.lanes();
+        let layout = split.layout();
         let params = split.params(0, &self.at)?;
-        let pipeline = self.pipelines.get(run.context(), lanes)?;
-        run.dispatch(pipeline, &params, &[x.buffer, y.gpu()?], lanes.groups(split.outputs()))?;
+        let pipeline = self.pipelines.get(run.context(), layout)?;
+        run.dispatch(pipeline, &params, &[x.buffer, y.gpu()?], layout.lanes.groups(split.outputs()))?;
         Ok(vec![Value::Tensor(y)])
     }
 }
