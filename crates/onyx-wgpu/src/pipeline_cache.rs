@@ -22,6 +22,8 @@ use std::sync::{Mutex, PoisonError};
 const MAGIC: [u8; 8] = *b"ONYXPLC\x01";
 /// Magic, payload length (u64 LE) and payload CRC-32 (u32 LE).
 const HEADER_BYTES: usize = 8 + 8 + 4;
+/// An aside file (see [`write`]) this old was left by a process that stopped while writing.
+const STALE_ASIDE: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// A device's pipeline cache and the file it is kept in.
 pub(crate) struct DiskCache {
@@ -178,6 +180,7 @@ fn write(path: &Path, data: &[u8]) -> std::io::Result<usize> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
+    remove_stale_asides(path);
     let bytes = file_bytes(data);
     // Contexts of one process may write at once: each write has its own aside file.
     static WRITES: AtomicUsize = AtomicUsize::new(0);
@@ -186,6 +189,22 @@ fn write(path: &Path, data: &[u8]) -> std::io::Result<usize> {
         .and_then(|()| std::fs::rename(&aside, path))
         .inspect_err(|_| drop(std::fs::remove_file(&aside)))?;
     Ok(bytes.len())
+}
+
+/// Removes the aside files of `path` (`STEM.PID-N.tmp`) older than [`STALE_ASIDE`]: those of a
+/// process that crashed or was killed mid-write, which nothing else would ever remove.
+fn remove_stale_asides(path: &Path) {
+    let (Some(dir), Some(stem)) = (path.parent(), path.file_stem().and_then(|s| s.to_str())) else { return };
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let prefix = format!("{stem}.");
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let ours = name.to_str().is_some_and(|n| n.starts_with(&prefix) && n.ends_with(".tmp"));
+        let age = entry.metadata().and_then(|m| m.modified()).ok().and_then(|t| t.elapsed().ok());
+        if ours && age.is_some_and(|age| age > STALE_ASIDE) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
 }
 
 #[cfg(test)]
@@ -242,6 +261,31 @@ mod tests {
             Some(cache) => assert!(cache.saved_bytes > 0 && cache.path.starts_with(&dir), "{cache:?}"),
             None => assert!(features.is_empty(), "the device has the feature but no cache was made"),
         }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn stale_aside_files_are_removed_and_others_kept() {
+        let dir = std::env::temp_dir().join(format!("onyx-pipeline-asides-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+        let make = |name: &str, old: bool| {
+            let file = std::fs::File::create(dir.join(name)).unwrap();
+            if old {
+                file.set_modified(hour_ago).unwrap();
+            }
+        };
+        make("onyx_a.12-0.tmp", true);
+        make("onyx_a.13-4.tmp", false);
+        make("onyx_b.12-0.tmp", true);
+        make("notes.tmp", true);
+        let path = dir.join("onyx_a.bin");
+        assert_eq!(write(&path, b"data").unwrap(), HEADER_BYTES + 4);
+        let mut left: Vec<String> =
+            std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        left.sort();
+        assert_eq!(left, ["notes.tmp", "onyx_a.13-4.tmp", "onyx_a.bin", "onyx_b.12-0.tmp"]);
         let _ = std::fs::remove_dir_all(&dir);
     }
 
