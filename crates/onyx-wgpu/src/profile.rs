@@ -26,7 +26,7 @@ pub struct DispatchTime {
     pub node: String,
     /// The node's output shapes, e.g. `[1, 64, 56, 56]`.
     pub shapes: String,
-    /// The shader variant (pipeline key), e.g. `conv/Gemm/f32/1x3x3/bias`.
+    /// The shader variant (pipeline key), e.g. `conv/Gemm/f32/3x3/b/relu`.
     pub kernel: String,
     /// Workgroups dispatched.
     pub groups: [u32; 3],

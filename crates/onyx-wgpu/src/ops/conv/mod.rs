@@ -400,6 +400,18 @@ mod tests {
             vec![int("group", 3), ints("strides", &[1, 2, 2])],
             43,
         ));
+        // A depth of one position: the planar shaders, whatever the depth's stride and dilation.
+        let depth_one =
+            || vec![ints("strides", &[2, 1, 2]), ints("dilations", &[3, 1, 1]), ints("pads", &[0, 1, 0, 0, 1, 1])];
+        check(conv("Conv", &[2, 3, 1, 7, 9], &[10, 3, 1, 3, 3], Some(10), depth_one(), 44));
+        check(conv(
+            "ConvTranspose",
+            &[2, 3, 1, 7, 9],
+            &[3, 4, 1, 3, 3],
+            Some(4),
+            vec![ints("strides", &[3, 2, 1])],
+            45,
+        ));
     }
 
     #[test]
@@ -429,9 +441,10 @@ mod tests {
                 at: node.location(),
             }
         };
-        let algo = |op: &ConvOp, x: &[usize], w: &[usize]| {
-            Variant::of(op.kind, &op.shape(x, w, None).unwrap(), false, false, Activation::Identity).algo
+        let variant = |op: &ConvOp, x: &[usize], w: &[usize]| {
+            Variant::of(op.kind, &op.shape(x, w, None).unwrap(), false, false, Activation::Identity)
         };
+        let algo = |op: &ConvOp, x: &[usize], w: &[usize]| variant(op, x, w).algo;
         let plain = op(Kind::Conv, 1, vec![ints("pads", &[1, 1, 1, 1])]);
         assert_eq!(algo(&plain, &[1, 5, 13, 17], &[16, 5, 3, 3]), Algo::Gemm);
         assert_eq!(algo(&plain, &[1, 5, 13, 17], &[4, 5, 3, 3]), Algo::Direct);
@@ -442,6 +455,17 @@ mod tests {
         );
         assert_eq!(algo(&op(Kind::Conv, 7, vec![]), &[1, 7, 13, 17], &[7, 1, 3, 3]), Algo::Direct);
         assert_eq!(algo(&op(Kind::Transpose, 1, vec![]), &[1, 6, 7, 9], &[6, 4, 3, 3]), Algo::Transpose);
+        // 1-D and 2-D windows, and a depth of one position, take the planar shaders.
+        let planar = |op: &ConvOp, x: &[usize], w: &[usize]| variant(op, x, w).planar;
+        assert!(planar(&plain, &[1, 5, 13, 17], &[16, 5, 3, 3]));
+        assert!(planar(&op(Kind::Conv, 1, vec![]), &[1, 5, 13], &[16, 5, 3]));
+        assert!(planar(&op(Kind::Conv, 1, vec![ints("strides", &[2, 1, 1])]), &[1, 5, 1, 7, 9], &[8, 5, 1, 3, 3]));
+        assert!(!planar(&op(Kind::Conv, 1, vec![]), &[1, 5, 2, 7, 9], &[8, 5, 1, 3, 3]));
+        assert!(!planar(
+            &op(Kind::Conv, 1, vec![ints("pads", &[1, 0, 0, 1, 0, 0])]),
+            &[1, 5, 1, 7, 9],
+            &[8, 5, 3, 3, 3]
+        ));
     }
 
     #[test]

@@ -290,6 +290,14 @@ impl ConvShape {
         self.axes.map(|a| a.kernel)
     }
 
+    /// Whether the depth axis changes nothing (as in every 1-D and 2-D convolution): one input
+    /// and output position, a kernel of 1, no padding; its stride and dilation then never
+    /// move a tap.
+    pub(super) fn planar(&self) -> bool {
+        let d = self.axes[0];
+        (d.input, d.output, d.kernel, d.pad) == (1, 1, 1, 0)
+    }
+
     /// Shader params: M, N, K, first z, the tiled kernel's split-K params (set when it
     /// records), channels, then per axis input and output sizes,
     /// strides, dilations, pads.
