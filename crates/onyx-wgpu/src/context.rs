@@ -384,6 +384,15 @@ impl GpuContext {
         self.startup_kernels.load(Ordering::Relaxed)
     }
 
+    /// Whether runs take the startup kernels even where the tuned ones are compiled (tests of
+    /// the startup kernels; always false outside tests).
+    pub(crate) fn forces_startup(&self) -> bool {
+        #[cfg(test)]
+        return self.always_startup.load(Ordering::Relaxed);
+        #[cfg(not(test))]
+        false
+    }
+
     /// Whether shaders may use `f16`.
     pub fn has_f16(&self) -> bool {
         self.caps.has_f16()

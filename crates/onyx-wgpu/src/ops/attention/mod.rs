@@ -10,6 +10,10 @@
 //! new keys, in the 4-D layout; outputs 1 and 2), then the tiled kernel or, for the cases it
 //! does not cover, the row kernel (one workgroup per query row that computes the row's scores
 //! into an f32 scratch row, its softmax, and the weighted sum of values).
+//!
+//! The row kernel also stands in for the tiled one while the tiled one compiles (startup
+//! kernels, see `compile.rs`): on a cold NVIDIA driver the tiled kernel takes 90-120 ms to
+//! compile, and a first run would otherwise wait for it.
 
 use std::sync::Arc;
 
@@ -19,6 +23,7 @@ use onyx_core::{DataType, Error, Location, Result, Tensor, Value};
 use super::reduce::float_type;
 use super::{input_dtype, is_float_input, Registry};
 use crate::capabilities::Capabilities;
+use crate::compile::Priority;
 use crate::context::{GpuContext, Pipeline};
 use crate::kernel::{enables, gpu_input, grid, opt_gpu_input, strides, u32_of, GpuOp, GpuTensor, OnGpu, FLAT_INDEX};
 use crate::run::GpuRun;
@@ -62,6 +67,8 @@ struct AttentionOp {
     row: Arc<Pipeline>,
     /// Tiled kernels by tiling (none when the node keeps `qk_matmul_output`).
     flash: Vec<(Tiling, Arc<Pipeline>)>,
+    /// Whether runs take the row kernel while the tiled one is still compiling.
+    row_stands_in: bool,
     /// Workgroup memory the device allows, in bytes.
     storage_limit: u32,
     dtype: DataType,
@@ -97,11 +104,13 @@ fn build(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<dyn GpuOp>>
     let row = gpu.pipeline(&format!("attention/row/{ty}/{mask}/{nonpad}/{qk}"), || row_shader(ty, en, mask, nonpad, qk))?;
     let heads = |name: &str| -> Result<Option<usize>> { Ok(node.get_int(name)?.map(|h| h.max(1) as usize)) };
     let storage_limit = gpu.device().limits().max_compute_workgroup_storage_size;
+    let row_stands_in = gpu.startup_kernels();
+    let priority = if row_stands_in { Priority::Background } else { Priority::Urgent };
     let mut flash = Vec::new();
     if !qk {
         for t in tilings(ctx, heads("q_num_heads")?, heads("kv_num_heads")?, storage_limit) {
             let key = format!("attention/flash/{ty}/{mask}/{nonpad}/{}", t.name());
-            flash.push((t, gpu.pipeline(&key, || flash_shader(ty, en, mask, nonpad, t))?));
+            flash.push((t, gpu.pipeline_with(&key, || flash_shader(ty, en, mask, nonpad, t), priority)?));
         }
     }
     Ok(Box::new(AttentionOp {
@@ -109,6 +118,7 @@ fn build(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<dyn GpuOp>>
         present_past,
         row,
         flash,
+        row_stands_in,
         storage_limit,
         dtype,
         q_heads: heads("q_num_heads")?,
@@ -363,6 +373,12 @@ struct Dims {
 }
 
 impl AttentionOp {
+    /// Whether a run may take tiled pipeline `p`: once compiled, where the row kernel stands in
+    /// until then.
+    fn usable(&self, gpu: &GpuContext, p: &Pipeline) -> bool {
+        !self.row_stands_in || (p.is_ready() && !gpu.forces_startup())
+    }
+
     /// `(batch, heads, seq, size)` of a 3-D or 4-D operand.
     fn split(&self, shape: &[usize], heads: Option<usize>, i: usize) -> Result<[usize; 4]> {
         match (shape.len(), heads) {
@@ -483,7 +499,7 @@ impl GpuOp for AttentionOp {
         }
         let rows = d.batch * d.q_heads * d.q_seq;
         let tiling = Tiling::choose(d.head, d.v_head, self.storage_limit);
-        let tiled = self.flash.iter().find(|(t, _)| rows > 0 && Some(*t) == tiling);
+        let tiled = self.flash.iter().find(|(t, p)| rows > 0 && Some(*t) == tiling && self.usable(run.context(), p));
         // Without a cache and with no present outputs, the tiled kernel reads K and V in place.
         let direct = tiled.is_some() && past.is_none() && self.outputs == 1;
         let presents = if direct {

@@ -466,8 +466,7 @@ impl Tiled {
     /// still compiling and an `m x n` output fits the startup kernel's grid.
     fn startup_for(&self, gpu: &GpuContext, slices: usize, [m, n]: [usize; 2]) -> Result<Option<&Arc<Pipeline>>> {
         let Some(startup) = &self.startup else { return Ok(None) };
-        #[cfg(test)]
-        let slices = if gpu.always_startup.load(std::sync::atomic::Ordering::Relaxed) { 0 } else { slices };
+        let slices = if gpu.forces_startup() { 0 } else { slices };
         let ready = if slices == 0 {
             false
         } else if slices == 1 {
