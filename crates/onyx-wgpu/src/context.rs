@@ -361,8 +361,8 @@ impl GpuContext {
         self.caps.has_cooperative_matrix()
     }
 
-    /// Whether the GEMM and convolution kernels made from now on (when sessions are built) also
-    /// get a startup pipeline (default: yes). A startup pipeline is a simple kernel that the
+    /// Whether the GEMM, convolution and attention kernels made from now on (when sessions are
+    /// built) also get a startup pipeline (default: yes; attention's is its row kernel). A startup pipeline is a simple kernel that the
     /// driver compiles in a fraction of the time of the tuned one; runs use it until the tuned
     /// pipeline is compiled, so that a session's first runs do not wait for the driver's
     /// compiler (the tuned convolution kernels take 0.1-0.3 s each on a cold NVIDIA driver).

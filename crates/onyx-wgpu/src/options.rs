@@ -31,8 +31,8 @@ pub struct WgpuOptions {
     /// which Onyx otherwise uses where the adapter offers them (wgpu's experimental
     /// `EXPERIMENTAL_COOPERATIVE_MATRIX`): the way back if a driver gets them wrong.
     pub no_cooperative_matrix: bool,
-    /// Makes runs wait for the tuned GEMM and convolution pipelines instead of running simple
-    /// startup kernels while the driver compiles them (see
+    /// Makes runs wait for the tuned GEMM, convolution and attention pipelines instead of
+    /// running simple startup kernels while the driver compiles them (see
     /// [`GpuContext::set_startup_kernels`](crate::GpuContext::set_startup_kernels)).
     pub no_startup_kernels: bool,
     /// A directory where compiled pipelines are kept between processes, for starts where the
