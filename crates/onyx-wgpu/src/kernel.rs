@@ -171,13 +171,19 @@ pub(crate) fn enables(dtype: DataType) -> &'static str {
 
 /// The static shape of input `i`, when a constant or shape inference gives every dim.
 pub(crate) fn static_shape(ctx: &onyx_core::ep::NodeContext<'_>, i: usize) -> Option<Vec<usize>> {
+    known_dims(ctx, i)?.into_iter().collect()
+}
+
+/// The dims of input `i` as the session knows them (`None` for a symbolic one, such as a
+/// dynamic batch or sequence length), when its rank is known.
+pub(crate) fn known_dims(ctx: &onyx_core::ep::NodeContext<'_>, i: usize) -> Option<Vec<Option<usize>>> {
     use onyx_core::types::{Dim, ValueType};
     if let Some(t) = ctx.constant(i) {
-        return Some(t.shape().to_vec());
+        return Some(t.shape().iter().map(|&d| Some(d)).collect());
     }
     match ctx.input_types.get(i)? {
         ValueType::Tensor(t) => {
-            t.shape.as_ref()?.iter().map(|d| if let Dim::Fixed(n) = d { Some(*n) } else { None }).collect()
+            Some(t.shape.as_ref()?.iter().map(|d| if let Dim::Fixed(n) = d { Some(*n) } else { None }).collect())
         }
         _ => None,
     }

@@ -15,11 +15,13 @@ use std::sync::Arc;
 use onyx_core::ep::{NodeContext, ValueRef};
 use onyx_core::{DataType, Error, Location, Result, Value};
 
-use super::reduce::{float_type, normalize_axis, Lanes, ALL_LANES};
+use super::reduce::{float_type, normalize_axis, LanePipelines, Lanes, Layout};
 use super::{float_inputs, input_dtype, Registry};
 use crate::capabilities::Capabilities;
 use crate::context::{GpuContext, Pipeline};
-use crate::kernel::{enables, gpu_input, grid, opt_gpu_input, static_shape, u32_of, GpuOp, GpuTensor, OnGpu, FLAT_INDEX};
+use crate::kernel::{
+    enables, gpu_input, grid, known_dims, opt_gpu_input, static_shape, u32_of, GpuOp, GpuTensor, OnGpu, FLAT_INDEX,
+};
 use crate::run::GpuRun;
 
 mod skip;
@@ -164,9 +166,9 @@ fn param_input<'r>(
 // ---------------------------------------------------------------------------------------------
 // Row normalization: LayerNorm, InstanceNorm, GroupNorm.
 
-/// The pipelines of one row-normalization variant, one per lane layout.
+/// The pipelines of one row-normalization variant, one per lane layout (made when needed).
 struct RowNorm {
-    pipelines: Vec<Arc<Pipeline>>,
+    pipelines: LanePipelines,
     /// Whether the shader reads a bias.
     bias: bool,
     /// Whether the shader writes the rows' means and inverse standard deviations.
@@ -191,24 +193,23 @@ struct ParamMap {
 }
 
 impl RowNorm {
-    /// Compiles the variant for input types `types` (X, scale, bias when `bias`).
+    /// Compiles the variant for input types `types` (X, scale, bias when `bias`): the
+    /// pipeline for rows of `row_len` elements when the session knows it (the lane layout of
+    /// contiguous rows depends on their length only), else every layout.
     fn new(
         gpu: &GpuContext,
         types: &[(DataType, &'static str)],
         form: Form,
         bias: bool,
         stats: bool,
+        row_len: Option<usize>,
     ) -> Result<RowNorm> {
-        let names: Vec<&str> = types.iter().map(|t| t.1).collect();
+        let names: Vec<&'static str> = types.iter().map(|t| t.1).collect();
         let dtypes: Vec<DataType> = types.iter().map(|t| t.0).collect();
-        let pipelines = ALL_LANES
-            .iter()
-            .map(|&l| {
-                let key = format!("rownorm/{}/{form:?}/{bias}/{stats}/{}", names.join("/"), l.key());
-                gpu.pipeline(&key, || row_norm_shader(&names, enables_any(&dtypes), form, bias, stats, l))
-            })
-            .collect::<Result<_>>()?;
-        Ok(RowNorm { pipelines, bias, stats })
+        let key = format!("rownorm/{}/{form:?}/{bias}/{stats}", names.join("/"));
+        let shader = move |l| row_norm_shader(&names, enables_any(&dtypes), form, bias, stats, l);
+        let known = row_len.map(|n| Lanes::choose(1, n, true));
+        Ok(RowNorm { pipelines: LanePipelines::rows(gpu, key, shader, known)?, bias, stats })
     }
 
     /// Normalizes `x` as rows of `n` elements; returns Y and, with `stats`, the means and
@@ -251,7 +252,8 @@ impl RowNorm {
         }
         if rows > 0 {
             let lanes = Lanes::choose(rows, n, true);
-            run.dispatch(&self.pipelines[lanes.index()], &p, &buffers, lanes.groups(rows))?;
+            let pipeline = self.pipelines.get(run.context(), Layout { lanes, flat: false })?;
+            run.dispatch(pipeline, &p, &buffers, lanes.groups(rows))?;
         }
         let mut out = vec![Value::Tensor(y)];
         if let Some((m, s)) = stats {
@@ -405,8 +407,13 @@ fn build_layer_norm(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<
     }
     let stats = has_output(ctx, 1) || has_output(ctx, 2);
     let form = if node.op_type == "RMSNormalization" { Form::Rms } else { Form::Centered };
+    let axis = node.int_or("axis", -1)?;
+    let row_len = known_dims(ctx, 0).and_then(|dims| {
+        let from = normalize_axis(axis, dims.len(), &node.location()).ok()?;
+        dims[from..].iter().copied().product::<Option<usize>>()
+    });
     Ok(Box::new(LayerNorm {
-        kernel: RowNorm::new(gpu, &types, form, bias, stats)?,
+        kernel: RowNorm::new(gpu, &types, form, bias, stats, row_len)?,
         axis: node.int_or("axis", -1)?,
         epsilon: node.float_or("epsilon", 1e-5)?,
         at: node.location(),
@@ -480,12 +487,26 @@ fn build_group_like(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>, groups: Option
     let node = ctx.node;
     let types = (0..3).map(|i| param_type(ctx, i)).collect::<Result<Vec<_>>>()?;
     Ok(Box::new(GroupNorm {
-        kernel: RowNorm::new(gpu, &types, Form::Centered, true, false)?,
+        kernel: RowNorm::new(gpu, &types, Form::Centered, true, false, group_row_len(ctx, groups))?,
         epsilon: node.float_or("epsilon", 1e-5)?,
         groups,
         per_group_params: groups.is_some() && ctx.since_version < 21,
         at: node.location(),
     }))
+}
+
+/// The rows' length of Instance/GroupNormalization (a group of channel planes) when the
+/// session knows the channels and spatial dims.
+fn group_row_len(ctx: &NodeContext<'_>, groups: Option<usize>) -> Option<usize> {
+    let dims = known_dims(ctx, 0)?;
+    let c = (*dims.get(1)?)?;
+    let plane = dims.get(2..)?.iter().copied().product::<Option<usize>>()?;
+    let per_group = match groups {
+        Some(g) if g > 0 && c % g == 0 => c / g,
+        Some(_) => return None,
+        None => 1,
+    };
+    Some(per_group * plane)
 }
 
 fn build_instance_norm(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<dyn GpuOp>> {
@@ -533,6 +554,21 @@ impl GpuOp for GroupNorm {
 mod tests {
     use super::*;
     use crate::testkit::{float, int, rand, Case};
+
+    #[test]
+    fn a_known_row_length_makes_one_layout_and_others_come_when_needed() {
+        let Some(gpu) = crate::testkit::private_context() else { return };
+        let types = [(DataType::Float, "f32"); 3];
+        let known = RowNorm::new(&gpu, &types, Form::Centered, true, false, Some(600)).unwrap();
+        assert_eq!(known.pipelines.made(), 1);
+        let unknown = RowNorm::new(&gpu, &types, Form::Centered, true, false, None).unwrap();
+        assert_eq!(unknown.pipelines.made(), 4);
+        // A run of another row length makes its layout then.
+        let lanes = Lanes::choose(3, 20, true);
+        assert_ne!(lanes, Lanes::choose(1, 600, true));
+        known.pipelines.get(&gpu, Layout { lanes, flat: false }).unwrap();
+        assert_eq!(known.pipelines.made(), 2);
+    }
 
     #[test]
     fn batch_norm_matches_the_cpu() {

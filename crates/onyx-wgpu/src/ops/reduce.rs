@@ -24,8 +24,8 @@ use crate::context::GpuContext;
 use crate::kernel::{enables, gpu_input, host_ints, static_shape, wgsl_type, GpuOp, GpuTensor, OnGpu};
 use crate::run::GpuRun;
 
-use lanes::{LanePipelines, Split};
-pub(crate) use lanes::{Lanes, ALL_LANES};
+use lanes::Split;
+pub(crate) use lanes::{LanePipelines, Lanes, Layout, ALL_LANES};
 
 /// Registers the Reduce* ops (axes from input 1, read on the host, in later opsets), ArgMax and
 /// ArgMin.

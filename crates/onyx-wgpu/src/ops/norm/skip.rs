@@ -18,6 +18,11 @@ pub(super) fn supports(ctx: &NodeContext<'_>, gpu: &Capabilities) -> bool {
         && float_inputs(ctx, gpu, 0..n)
 }
 
+/// The input's last dim (the rows' length) when the session knows it.
+fn last_dim(ctx: &NodeContext<'_>) -> Option<usize> {
+    known_dims(ctx, 0)?.last().copied().flatten()
+}
+
 /// A SkipLayerNormalization node.
 struct SkipLayerNorm {
     sum: Arc<Pipeline>,
@@ -37,7 +42,7 @@ pub(super) fn build(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<
     let sum = gpu.pipeline(&format!("skipnorm/sum/{ty}"), || sum_shader(ty, enables(dtype)))?;
     Ok(Box::new(SkipLayerNorm {
         sum,
-        norm: RowNorm::new(gpu, &types, Form::Centered, beta, false)?,
+        norm: RowNorm::new(gpu, &types, Form::Centered, beta, false, last_dim(ctx))?,
         epsilon: node.float_or("epsilon", 1e-12)?,
         at: node.location(),
     }))

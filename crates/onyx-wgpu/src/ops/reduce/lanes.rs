@@ -1,7 +1,7 @@
 //! How a reduction's rows map onto a workgroup's threads and onto memory: the kept and reduced
 //! dims of a shape ([`Split`]), the lane layouts that share rows out among 256 threads
 //! ([`Lanes`]), whether rows are flat in memory ([`Layout`]), and a kernel's pipelines, one per
-//! layout ([`LanePipelines`]).
+//! layout ([`LanePipelines`], also for the row normalizations of `norm.rs`).
 
 use std::sync::{Arc, OnceLock};
 
@@ -254,8 +254,11 @@ fn reduced_offset(k: u32) -> u32 {
 pub(crate) struct LanePipelines {
     /// The pipelines' key without the layout.
     key: String,
-    /// The shader of a lane layout, without `kept_offset` and `reduced_offset` (added here).
+    /// The shader of a lane layout, without `kept_offset` and `reduced_offset` (added here
+    /// unless `own_rows`).
     shader: Box<dyn Fn(Lanes) -> String + Send + Sync>,
+    /// Whether the shaders address contiguous rows themselves (see [`LanePipelines::rows`]).
+    own_rows: bool,
     /// Strided pipelines, then flat ones, each in [`ALL_LANES`]' order.
     made: [OnceLock<Arc<Pipeline>>; 2 * ALL_LANES.len()],
 }
@@ -269,21 +272,38 @@ impl LanePipelines {
         shader: impl Fn(Lanes) -> String + Send + Sync + 'static,
         known: Option<Layout>,
     ) -> Result<LanePipelines> {
-        let pipelines = LanePipelines { key, shader: Box::new(shader), made: Default::default() };
+        let pipelines = LanePipelines { key, shader: Box::new(shader), own_rows: false, made: Default::default() };
+        pipelines.prepare(gpu, known)
+    }
+
+    /// The pipelines of a kernel that reads contiguous rows on its own (no offsets added, never
+    /// flat); the one of the lane layout `known` is made now (every layout when `None`).
+    pub fn rows(
+        gpu: &GpuContext,
+        key: String,
+        shader: impl Fn(Lanes) -> String + Send + Sync + 'static,
+        known: Option<Lanes>,
+    ) -> Result<LanePipelines> {
+        let pipelines = LanePipelines { key, shader: Box::new(shader), own_rows: true, made: Default::default() };
+        pipelines.prepare(gpu, known.map(|lanes| Layout { lanes, flat: false }))
+    }
+
+    /// Makes the pipeline of `known`, or the strided one of every lane layout.
+    fn prepare(self, gpu: &GpuContext, known: Option<Layout>) -> Result<LanePipelines> {
         match known {
-            Some(layout) => drop(pipelines.make(gpu, layout)?),
+            Some(layout) => drop(self.make(gpu, layout)?),
             None => {
                 for lanes in ALL_LANES {
-                    pipelines.make(gpu, Layout { lanes, flat: false })?;
+                    self.make(gpu, Layout { lanes, flat: false })?;
                 }
             }
         }
-        Ok(pipelines)
+        Ok(self)
     }
 
     /// How many pipelines have been made so far.
     #[cfg(test)]
-    pub(super) fn made(&self) -> usize {
+    pub(crate) fn made(&self) -> usize {
         self.made.iter().filter(|p| p.get().is_some()).count()
     }
 
@@ -305,7 +325,11 @@ impl LanePipelines {
         if let Some(p) = slot.get() {
             return Ok(p);
         }
-        let (offsets, flat) = if layout.flat { (FLAT_OFFSETS_WGSL, "/flat") } else { (OFFSETS_WGSL, "") };
+        let (offsets, flat) = match (self.own_rows, layout.flat) {
+            (true, _) => ("", ""),
+            (false, true) => (FLAT_OFFSETS_WGSL, "/flat"),
+            (false, false) => (OFFSETS_WGSL, ""),
+        };
         let key = format!("{}/{}{flat}", self.key, layout.lanes.key());
         let p = gpu.pipeline(&key, || (self.shader)(layout.lanes) + offsets)?;
         Ok(slot.get_or_init(|| p))
