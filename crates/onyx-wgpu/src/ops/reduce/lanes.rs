@@ -272,8 +272,7 @@ impl LanePipelines {
         shader: impl Fn(Lanes) -> String + Send + Sync + 'static,
         known: Option<Layout>,
     ) -> Result<LanePipelines> {
-        let pipelines = LanePipelines { key, shader: Box::new(shader), own_rows: false, made: Default::default() };
-        pipelines.prepare(gpu, known)
+        Self::build(gpu, key, Box::new(shader), false, known)
     }
 
     /// The pipelines of a kernel that reads contiguous rows on its own (no offsets added, never
@@ -284,21 +283,27 @@ impl LanePipelines {
         shader: impl Fn(Lanes) -> String + Send + Sync + 'static,
         known: Option<Lanes>,
     ) -> Result<LanePipelines> {
-        let pipelines = LanePipelines { key, shader: Box::new(shader), own_rows: true, made: Default::default() };
-        pipelines.prepare(gpu, known.map(|lanes| Layout { lanes, flat: false }))
+        Self::build(gpu, key, Box::new(shader), true, known.map(|lanes| Layout { lanes, flat: false }))
     }
 
-    /// Makes the pipeline of `known`, or the strided one of every lane layout.
-    fn prepare(self, gpu: &GpuContext, known: Option<Layout>) -> Result<LanePipelines> {
+    /// The pipelines, with that of `known` made (or the strided one of every lane layout).
+    fn build(
+        gpu: &GpuContext,
+        key: String,
+        shader: Box<dyn Fn(Lanes) -> String + Send + Sync>,
+        own_rows: bool,
+        known: Option<Layout>,
+    ) -> Result<LanePipelines> {
+        let pipelines = LanePipelines { key, shader, own_rows, made: Default::default() };
         match known {
-            Some(layout) => drop(self.make(gpu, layout)?),
+            Some(layout) => drop(pipelines.make(gpu, layout)?),
             None => {
                 for lanes in ALL_LANES {
-                    self.make(gpu, Layout { lanes, flat: false })?;
+                    pipelines.make(gpu, Layout { lanes, flat: false })?;
                 }
             }
         }
-        Ok(self)
+        Ok(pipelines)
     }
 
     /// How many pipelines have been made so far.
