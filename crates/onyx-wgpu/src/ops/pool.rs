@@ -14,11 +14,11 @@ use onyx_core::ep::{NodeContext, ValueRef};
 use onyx_core::ir::{AttrValue, Node};
 use onyx_core::{Error, Location, Result, Value};
 
-use super::reduce::{float_type, x_dtype, ReduceKernel, ReduceOp};
+use super::reduce::{float_type, known_layout, x_dtype, ReduceKernel, ReduceOp};
 use super::{float_inputs, Registry};
 use crate::capabilities::Capabilities;
 use crate::context::{GpuContext, Pipeline};
-use crate::kernel::{enables, gpu_input, grid, static_shape, u32_of, GpuOp, OnGpu, FLAT_INDEX};
+use crate::kernel::{enables, gpu_input, grid, known_dims, u32_of, GpuOp, OnGpu, FLAT_INDEX};
 use crate::run::GpuRun;
 
 /// Registers the pooling ops.
@@ -421,9 +421,10 @@ fn build_global(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<dyn 
             p => (ReduceOp::Lp, p),
         },
     };
-    let shape = static_shape(ctx, 0).filter(|s| s.len() >= 2);
-    let mask: Option<Vec<bool>> = shape.as_ref().map(|s| (0..s.len()).map(|d| d >= 2).collect());
-    let known = shape.as_deref().zip(mask.as_deref());
+    let known = known_dims(ctx, 0).filter(|d| d.len() >= 2).and_then(|dims| {
+        let spatial: Vec<bool> = (0..dims.len()).map(|d| d >= 2).collect();
+        known_layout(&dims, &spatial)
+    });
     Ok(Box::new(GlobalPool { kernel: ReduceKernel::new(gpu, op, x_dtype(ctx)?, known)?, p, at }))
 }
 

@@ -21,11 +21,11 @@ use onyx_core::{DataType, Error, Location, Result, Tensor, Value};
 use super::{float_inputs, input_dtype, Registry};
 use crate::capabilities::Capabilities;
 use crate::context::GpuContext;
-use crate::kernel::{enables, gpu_input, host_ints, static_shape, wgsl_type, GpuOp, GpuTensor, OnGpu};
+use crate::kernel::{enables, gpu_input, host_ints, known_dims, wgsl_type, GpuOp, GpuTensor, OnGpu};
 use crate::run::GpuRun;
 
 use lanes::Split;
-pub(crate) use lanes::{LanePipelines, Lanes, Layout, ALL_LANES};
+pub(crate) use lanes::{known_layout, LanePipelines, Lanes, Layout, ALL_LANES};
 
 /// Registers the Reduce* ops (axes from input 1, read on the host, in later opsets), ArgMax and
 /// ArgMin.
@@ -209,17 +209,10 @@ pub(crate) struct ReduceKernel {
 
 impl ReduceKernel {
     /// Compiles (or reuses) the pipelines of `op` on `dtype` (f32, or f16 on devices with it):
-    /// the one for `known` (the input's shape and reduced axes, when the session knows them),
-    /// else every layout.
-    pub fn new(
-        gpu: &GpuContext,
-        op: ReduceOp,
-        dtype: DataType,
-        known: Option<(&[usize], &[bool])>,
-    ) -> Result<ReduceKernel> {
+    /// the one of the `known` layout (see [`known_layout`]), else every layout.
+    pub fn new(gpu: &GpuContext, op: ReduceOp, dtype: DataType, known: Option<Layout>) -> Result<ReduceKernel> {
         let ty = float_type(dtype)?;
         let shader = move |l| reduce_shader(op, ty, enables(dtype), l);
-        let known = known.map(|(shape, mask)| Split::new(shape, mask).layout());
         let pipelines = LanePipelines::new(gpu, format!("reduce/{}/{ty}", op.key()), shader, known)?;
         Ok(ReduceKernel { pipelines, dtype })
     }
@@ -297,7 +290,6 @@ fn build_reduce(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<dyn 
     let axes = if axes_input { None } else { node.get_ints("axes")?.map(<[i64]>::to_vec) };
     let noop_with_empty_axes = node.int_or("noop_with_empty_axes", 0)? != 0;
     let known = known_reduction(ctx, &axes, axes_input, noop_with_empty_axes);
-    let known = known.as_ref().map(|(shape, mask)| (shape.as_slice(), mask.as_slice()));
     Ok(Box::new(Reduce {
         kernel: ReduceKernel::new(gpu, op, x_dtype(ctx)?, known)?,
         axes,
@@ -308,15 +300,10 @@ fn build_reduce(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<dyn 
     }))
 }
 
-/// The input's shape and the reduced axes, when the session knows both (a static shape; axes
-/// from the attribute, a constant input or none).
-fn known_reduction(
-    ctx: &NodeContext<'_>,
-    axes: &Option<Vec<i64>>,
-    axes_input: bool,
-    noop: bool,
-) -> Option<(Vec<usize>, Vec<bool>)> {
-    let shape = static_shape(ctx, 0)?;
+/// The layout of the reduction, when the session knows the reduced axes (from the attribute, a
+/// constant input or none) and enough of the input's shape (see [`known_layout`]).
+fn known_reduction(ctx: &NodeContext<'_>, axes: &Option<Vec<i64>>, axes_input: bool, noop: bool) -> Option<Layout> {
+    let dims = known_dims(ctx, 0)?;
     let axes = match (axes_input, ctx.node.input(1)) {
         (false, _) => axes.clone().unwrap_or_default(),
         (true, None) => vec![],
@@ -329,8 +316,8 @@ fn known_reduction(
             }
         }
     };
-    let mask = reduced_axes(&axes, shape.len(), noop, &ctx.node.location()).ok()?;
-    Some((shape, mask))
+    let mask = reduced_axes(&axes, dims.len(), noop, &ctx.node.location()).ok()?;
+    known_layout(&dims, &mask)
 }
 
 /// Marks the axes to reduce: `axes` normalized (an error for out-of-range or repeated axes);
@@ -468,7 +455,8 @@ mod tests {
         let ctx = gpu.context().unwrap().clone();
         // Built for rows of 1000 adjacent elements; run on 3 strided columns of 1000.
         let built_for = (&[3, 1000][..], &[false, true][..]);
-        let kernel = ReduceKernel::new(&ctx, ReduceOp::Sum, DataType::Float, Some(built_for)).unwrap();
+        let layout = Split::new(built_for.0, built_for.1).layout();
+        let kernel = ReduceKernel::new(&ctx, ReduceOp::Sum, DataType::Float, Some(layout)).unwrap();
         let made = |k: &ReduceKernel| k.pipelines.made();
         assert_eq!(made(&kernel), 1, "only the layout the known shape uses is made with the kernel");
         let x = rand(&[1000, 3], -1.0, 1.0, 12);

@@ -6,11 +6,11 @@ use std::sync::Arc;
 use onyx_core::ep::{NodeContext, ValueRef};
 use onyx_core::{DataType, Error, Location, Result, Value};
 
-use super::lanes::{LanePipelines, Lanes, Split};
+use super::lanes::{known_layout, LanePipelines, Lanes, Split};
 use super::{arg_wgsl, float_type, normalize_axis, reduced_shape, x_dtype, FLOAT_HELPERS};
 use crate::capabilities::Capabilities;
 use crate::context::GpuContext;
-use crate::kernel::{enables, gpu_input, static_shape, GpuOp, OnGpu};
+use crate::kernel::{enables, gpu_input, known_dims, GpuOp, OnGpu};
 use crate::ops::float_inputs;
 use crate::run::GpuRun;
 
@@ -37,10 +37,10 @@ pub(super) fn build_arg(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<
     let max = node.op_type == "ArgMax";
     let last = node.int_or("select_last_index", 0)? != 0;
     let axis = node.int_or("axis", 0)?;
-    let known = static_shape(ctx, 0).and_then(|shape| {
-        let axis = normalize_axis(axis, shape.len(), &node.location()).ok()?;
-        let mask: Vec<bool> = (0..shape.len()).map(|d| d == axis).collect();
-        Some(Split::new(&shape, &mask).layout())
+    let known = known_dims(ctx, 0).and_then(|dims| {
+        let axis = normalize_axis(axis, dims.len(), &node.location()).ok()?;
+        let mask: Vec<bool> = (0..dims.len()).map(|d| d == axis).collect();
+        known_layout(&dims, &mask)
     });
     let shader = move |l| arg_shader(max, last, ty, enables(dtype), l);
     let pipelines = LanePipelines::new(gpu, format!("arg/{max}/{last}/{ty}"), shader, known)?;

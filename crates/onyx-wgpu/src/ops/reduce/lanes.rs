@@ -210,6 +210,22 @@ pub(crate) struct Layout {
     pub flat: bool,
 }
 
+/// The layout of an input of `dims` (`None`: unknown until a run) reduced over the dims marked
+/// in `mask`, when the session can tell: every dim known, or reduced dims that are the last
+/// ones and known (contiguous rows of a known length, flat whatever the leading dims, such as
+/// a dynamic batch and sequence).
+pub(crate) fn known_layout(dims: &[Option<usize>], mask: &[bool]) -> Option<Layout> {
+    if let Some(shape) = dims.iter().copied().collect::<Option<Vec<usize>>>() {
+        return Some(Split::new(&shape, mask).layout());
+    }
+    let first_reduced = mask.iter().position(|&m| m).unwrap_or(mask.len());
+    if !mask[first_reduced..].iter().all(|&m| m) {
+        return None;
+    }
+    let len: usize = dims[first_reduced..].iter().copied().product::<Option<usize>>()?;
+    Some(Layout { lanes: Lanes::choose(1, len, true), flat: true })
+}
+
 /// WGSL of `kept_offset(q)` and `reduced_offset(k)` for flat rows (see [`Split::flat`]): no
 /// index arithmetic, and a shader the driver compiles in about half the time of
 /// [`OFFSETS_WGSL`]'s (resnet50's GlobalAveragePool on a cold NVIDIA driver: 16 ms against 30).
@@ -355,6 +371,25 @@ mod tests {
         assert_eq!((s.kept.clone(), s.reduced.clone()), (vec![(3, 4)], vec![(2, 12), (4, 1)]));
         assert!(s.contiguous());
         assert_eq!((s.outputs(), s.len()), (3, 8));
+    }
+
+    #[test]
+    fn layouts_known_from_partial_shapes_match_the_full_ones() {
+        let (n, len) = (Some(3), Some(700));
+        // Trailing known dims reduced under a dynamic leading one: as for any batch.
+        for batch in [1, 2, 70_000] {
+            let full = Split::new(&[batch, 3, 700], &[false, false, true]).layout();
+            assert_eq!(known_layout(&[None, n, len], &[false, false, true]), Some(full));
+            let full = Split::new(&[batch, 3, 700], &[false, true, true]).layout();
+            assert_eq!(known_layout(&[None, n, len], &[false, true, true]), Some(full));
+        }
+        assert_eq!(
+            known_layout(&[Some(2), n, len], &[true, false, true]),
+            Some(Split::new(&[2, 3, 700], &[true, false, true]).layout())
+        );
+        // A reduced dim unknown, or a kept dim after a reduced one, with some dim unknown.
+        assert_eq!(known_layout(&[n, None], &[false, true]), None);
+        assert_eq!(known_layout(&[None, n, len], &[false, true, false]), None);
     }
 
     #[test]
