@@ -237,6 +237,52 @@ fn constant_of_shape_over_16_mib_is_not_folded() {
     assert_eq!(after, ["ConstantOfShape", "ReduceSum", "Add", "Add"], "only the 8-byte constant is folded");
 }
 
+/// A chain of `depth` float nodes on constants (ops inference does not evaluate, so the CPU EP
+/// folds each): `a = Sqrt(a * a + b)`, repeated.
+fn constant_chain(g: &mut G, depth: usize) -> String {
+    let mut a = g.random("a", &[7], -2.0, 2.0);
+    let b = g.random("b", &[7], 0.5, 1.5);
+    for _ in 0..depth {
+        let sq = g.op("Mul", &[&a, &a], vec![]);
+        let sum = g.op("Add", &[&sq, &b], vec![]);
+        a = g.op("Sqrt", &[&sum], vec![]);
+    }
+    a
+}
+
+#[test]
+fn a_constant_chain_deeper_than_the_rounds_folds_whole() {
+    // 60 nodes deep: more than the optimizer's rounds, each of which runs the folding pass once.
+    let mut g = G::new(3);
+    let x = g.input("x", &[3, 7]);
+    let a = constant_chain(&mut g, 20);
+    let y = g.op("Add", &[&x, &a], vec![]);
+    g.output(&y);
+    assert_eq!(check(&g, 17, "constant chain"), ["Add"]);
+}
+
+#[test]
+fn a_shape_computed_by_folding_is_checked_against_the_size_limit() {
+    // The shapes are floats rounded and cast in the pass, so only inference on the folded
+    // inputs tells how big each ConstantOfShape would be: 32 MiB stays a node, 8 bytes folds.
+    let mut g = G::new(4);
+    let x = g.input("x", &[2]);
+    g.inits.insert("big".into(), Tensor::from_vec(vec![2], vec![2048.2f32, 4096.4]).unwrap());
+    g.inits.insert("small".into(), Tensor::from_vec(vec![1], vec![2.3f32]).unwrap());
+    let cast = |g: &mut G, v: &str| {
+        let f = g.op("Floor", &[v], vec![]);
+        g.op("Cast", &[&f], vec![int("to", 7)])
+    };
+    let (big, small) = (cast(&mut g, "big"), cast(&mut g, "small"));
+    let huge = g.op("ConstantOfShape", &[&big], vec![]);
+    let tiny = g.op("ConstantOfShape", &[&small], vec![]);
+    let s = g.op("ReduceSum", &[&huge], vec![int("keepdims", 0)]);
+    let t = g.op("Add", &[&x, &tiny], vec![]);
+    let y = g.op("Add", &[&t, &s], vec![]);
+    g.output(&y);
+    assert_eq!(check(&g, 17, "computed shapes"), ["ConstantOfShape", "ReduceSum", "Add", "Add"]);
+}
+
 // ------------------------------------------------------------------------------------------
 // Convolutions
 

@@ -9,6 +9,9 @@ use super::view::View;
 use super::{Changes, Fusion, Rewrite};
 use crate::ep::{ExecutionProvider, ValueRef};
 use crate::ir::{Node, MS_DOMAIN};
+use crate::ops::infer::{from_constant, infer_node, Inferred};
+use crate::ops::registry;
+use crate::types::TensorType;
 use crate::{Device, Result, Tensor, Value};
 
 /// Largest output constant folding creates.
@@ -35,10 +38,13 @@ fn may_fold(view: &View<'_>, i: usize) -> bool {
         && node.outputs.iter().all(|o| !view.is_output(o))
 }
 
-/// Replaces foldable nodes by initializers.
+/// Replaces foldable nodes by initializers. Nodes are in topological order and each one sees
+/// the constants this pass folded before it, so a whole chain of foldable nodes (the shape
+/// arithmetic of exported models can be dozens of nodes deep) folds in one pass.
 pub(super) fn fold_constants(view: &View<'_>, fusion: &Fusion<'_>) -> Result<Changes> {
     let cpu = fusion.providers().iter().find(|p| p.device() == Device::Cpu);
     let mut changes = Changes::default();
+    let mut folded: HashMap<String, Tensor> = HashMap::new();
     for i in 0..view.graph.nodes.len() {
         if !may_fold(view, i) {
             continue;
@@ -49,13 +55,17 @@ pub(super) fn fold_constants(view: &View<'_>, fusion: &Fusion<'_>) -> Result<Cha
         {
             Some(known)
         } else {
-            let inputs_constant = node.inputs.iter().filter(|n| !n.is_empty()).all(|n| view.constant(n).is_some());
+            let constant = |n: &String| folded.get(n).or_else(|| view.constant(n));
+            let inputs_constant = node.inputs.iter().filter(|n| !n.is_empty()).all(|n| constant(n).is_some());
             match cpu {
-                Some(cpu) if inputs_constant && outputs_fit(view, node) => evaluate(view, node, cpu.as_ref()),
+                Some(cpu) if inputs_constant && outputs_fit(view, node, &folded) => {
+                    evaluate(view, node, cpu.as_ref(), &folded)
+                }
                 _ => None,
             }
         };
         if let Some(values) = values {
+            folded.extend(outputs.iter().map(|o| o.to_string()).zip(values.iter().cloned()));
             let initializers = outputs.into_iter().cloned().zip(values).collect();
             changes.add(Rewrite { remove: vec![i], node: None, initializers });
         }
@@ -63,31 +73,59 @@ pub(super) fn fold_constants(view: &View<'_>, fusion: &Fusion<'_>) -> Result<Cha
     Ok(changes)
 }
 
-/// True when inference gives every output a fixed shape of at most [`MAX_FOLDED_BYTES`].
-fn outputs_fit(view: &View<'_>, node: &Node) -> bool {
-    node.outputs.iter().filter(|o| !o.is_empty()).all(|o| {
-        let Some(t) = view.tensor_type(o) else {
-            return false;
-        };
-        let count = t.concrete().and_then(|s| s.iter().try_fold(1usize, |a, &d| a.checked_mul(d)));
-        count.and_then(|c| t.dtype.byte_len(c)).is_some_and(|b| b <= MAX_FOLDED_BYTES)
-    })
+/// True when every output of `node`, whose inputs are all constants, has a fixed shape of at
+/// most [`MAX_FOLDED_BYTES`]: as the view inferred it, or, where an input was folded by this
+/// pass (after the view was made), as inference gives it from the constant inputs.
+fn outputs_fit(view: &View<'_>, node: &Node, folded: &HashMap<String, Tensor>) -> bool {
+    let fits = |t: Option<&TensorType>| {
+        let count = t.and_then(|t| t.concrete()).and_then(|s| s.iter().try_fold(1usize, |a, &d| a.checked_mul(d)));
+        count.zip(t).and_then(|(c, t)| t.dtype.byte_len(c)).is_some_and(|b| b <= MAX_FOLDED_BYTES)
+    };
+    let outputs = || node.outputs.iter().filter(|o| !o.is_empty());
+    if !node.inputs.iter().any(|n| folded.contains_key(n)) {
+        return outputs().all(|o| fits(view.tensor_type(o)));
+    }
+    let Ok(since) = registry::since_version(node, &view.opsets) else {
+        return false;
+    };
+    let inputs: Vec<Option<Inferred>> =
+        node.inputs.iter().map(|n| folded.get(n).or_else(|| view.constant(n)).map(from_constant)).collect();
+    let inputs: Vec<Option<&Inferred>> = inputs.iter().map(Option::as_ref).collect();
+    let Ok(inferred) = infer_node(node, since, &inputs) else {
+        return false;
+    };
+    node.outputs
+        .iter()
+        .enumerate()
+        .filter(|(_, o)| !o.is_empty())
+        .all(|(i, _)| fits(inferred.get(i).and_then(Inferred::tensor_type)))
 }
 
-/// Runs `node` on its constant inputs with the CPU provider: its host tensor outputs, or
+/// Runs `node` on its constant inputs (the view's or those `folded` by this pass) with the CPU
+/// provider: its host tensor outputs, or
 /// `None` when the provider does not take it or it fails (the run would report that error).
-fn evaluate(view: &View<'_>, node: &Node, cpu: &dyn ExecutionProvider) -> Option<Vec<Tensor>> {
-    let none = HashMap::new();
-    let ctx = view.context(node, &none).ok()?;
+fn evaluate(
+    view: &View<'_>,
+    node: &Node,
+    cpu: &dyn ExecutionProvider,
+    folded: &HashMap<String, Tensor>,
+) -> Option<Vec<Tensor>> {
+    let ctx = view.context(node, folded).ok()?;
     if !cpu.supports(&ctx) {
         return None;
     }
     let kernel = cpu.build_kernel(&ctx).ok()?;
-    let values: Vec<Option<Value>> = node
-        .inputs
-        .iter()
-        .map(|n| if n.is_empty() { None } else { view.constant(n).cloned().map(Value::Tensor) })
-        .collect();
+    let values: Vec<Option<Value>> =
+        node.inputs
+            .iter()
+            .map(|n| {
+                if n.is_empty() {
+                    None
+                } else {
+                    folded.get(n).or_else(|| view.constant(n)).cloned().map(Value::Tensor)
+                }
+            })
+            .collect();
     let refs: Vec<Option<ValueRef<'_>>> = values.iter().map(|v| v.as_ref().map(ValueRef::Value)).collect();
     let wanted: Vec<bool> = node.outputs.iter().map(|o| !o.is_empty()).collect();
     let out = kernel.run(&refs, &wanted).ok()?;
