@@ -7,7 +7,7 @@ use std::sync::Arc;
 use onyx_core::ep::{NodeContext, ValueRef};
 use onyx_core::{Error, Location, Result, Value};
 
-use super::elementwise::{expression, MATH, UNARY};
+use super::elementwise::{expression, math_for, UNARY};
 use super::{float_inputs, input_dtype, Registry};
 use crate::capabilities::Capabilities;
 use crate::context::{GpuContext, Pipeline};
@@ -59,8 +59,9 @@ fn build(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<dyn GpuOp>>
 
 /// y = f(x + b[i % p[1]]) for `n = p[0]` elements; no bias when `p[1]` is 0.
 fn shader(ty: &str, enable: &str, expr: &str) -> String {
+    let math = math_for(expr);
     format!(
-        "{enable}{FLAT_INDEX}{MATH}
+        "{enable}{FLAT_INDEX}{math}
 @group(0) @binding(0) var<storage, read> p: array<u32>;
 @group(0) @binding(1) var<storage, read> x: array<{ty}>;
 @group(0) @binding(2) var<storage, read> bias: array<{ty}>;

@@ -76,28 +76,42 @@ const BINARY: &[(&str, &str)] = &[
 /// Binary ops that fold any number of inputs (at least one).
 const VARIADIC: &[&str] = &["Max", "Min", "Sum", "Mean"];
 
-/// WGSL helpers the expressions use.
-pub(crate) const MATH: &str = r#"
-fn softplus(x: f32) -> f32 {
+/// WGSL helpers the expressions use, by name.
+const MATH: &[(&str, &str)] = &[
+    (
+        "softplus",
+        r#"fn softplus(x: f32) -> f32 {
     // max(x, 0) + log1p(e^-|x|), with log1p(z) = log(u) z / (u - 1) for u = 1 + z (exact
     // where log(1 + z) alone would lose the small z to rounding).
     let z = exp(-abs(x));
     let u = 1.0 + z;
     return max(x, 0.0) + select(log(u) * z / (u - 1.0), z, u == 1.0);
 }
-fn tanh_precise(x: f32) -> f32 {
+"#,
+    ),
+    (
+        "tanh_precise",
+        r#"fn tanh_precise(x: f32) -> f32 {
     // Near 0 a Taylor series: builtin tanh may be e^2x based, whose cancellation costs relative
     // precision there (the next term, 17x^7/315, is below f32 rounding for |x| < 1/16).
     let x2 = x * x;
     return select(tanh(clamp(x, -15.0, 15.0)), x * (1.0 - x2 * (1.0 / 3.0 - x2 * (2.0 / 15.0))), abs(x) < 0.0625);
 }
-fn erf(x: f32) -> f32 {
+"#,
+    ),
+    (
+        "erf",
+        r#"fn erf(x: f32) -> f32 {
     // Abramowitz and Stegun 7.1.26, |error| < 1.5e-7.
     let t = 1.0 / (1.0 + 0.3275911 * abs(x));
     let y = 1.0 - (((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t + 0.254829592) * t * exp(-x * x);
     return sign(x) * y;
 }
-fn pow_onnx(a: f32, b: f32) -> f32 {
+"#,
+    ),
+    (
+        "pow_onnx",
+        r#"fn pow_onnx(a: f32, b: f32) -> f32 {
     if (b == 0.0) { return 1.0; }
     let r = pow(abs(a), b);
     if (a < 0.0 && b == floor(b)) {
@@ -105,7 +119,15 @@ fn pow_onnx(a: f32, b: f32) -> f32 {
     }
     return select(r, pow(a, b), a < 0.0);
 }
-"#;
+"#,
+    ),
+];
+
+/// The helpers of [`MATH`] that `expr` calls: only those, since a cold NVIDIA driver spends
+/// milliseconds compiling even helpers no entry point reaches.
+pub(crate) fn math_for(expr: &str) -> String {
+    MATH.iter().filter(|(name, _)| expr.contains(&format!("{name}("))).map(|(_, src)| *src).collect()
+}
 
 pub(crate) fn register(r: &mut Registry) {
     for (name, _) in UNARY {
@@ -196,8 +218,9 @@ fn build_unary(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<dyn G
 }
 
 fn unary_shader(ty: &str, enable: &str, expr: &str) -> String {
+    let math = math_for(expr);
     format!(
-        "{enable}{FLAT_INDEX}{MATH}
+        "{enable}{FLAT_INDEX}{math}
 @group(0) @binding(0) var<storage, read> p: array<u32>;
 @group(0) @binding(1) var<storage, read> x: array<{ty}>;
 @group(0) @binding(2) var<storage, read_write> y: array<{ty}>;
@@ -274,8 +297,9 @@ fn build_binary(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<dyn 
 }
 
 fn binary_shader(ty: &str, enable: &str, expr: &str) -> String {
+    let math = math_for(expr);
     format!(
-        "{enable}{FLAT_INDEX}{MATH}
+        "{enable}{FLAT_INDEX}{math}
 @group(0) @binding(0) var<storage, read> p: array<u32>;
 @group(0) @binding(1) var<storage, read> xa: array<{ty}>;
 @group(0) @binding(2) var<storage, read> xb: array<{ty}>;
@@ -357,7 +381,17 @@ impl GpuOp for Binary {
 
 #[cfg(test)]
 mod tests {
+    use super::{expression, math_for, BINARY, UNARY};
     use crate::testkit::{float, rand, Case};
+
+    #[test]
+    fn shaders_carry_only_the_helpers_their_expression_calls() {
+        assert_eq!(math_for(expression(BINARY, "Add").unwrap()), "");
+        let gelu = math_for(expression(UNARY, "Gelu").unwrap());
+        assert!(gelu.starts_with("fn erf(") && gelu.matches("fn ").count() == 1, "{gelu}");
+        let pow = math_for(expression(BINARY, "Pow").unwrap());
+        assert!(pow.starts_with("fn pow_onnx(") && pow.matches("fn ").count() == 1, "{pow}");
+    }
 
     #[test]
     fn unary_ops_match_the_cpu() {
