@@ -55,8 +55,8 @@ pub(super) fn fold_constants(view: &View<'_>, fusion: &Fusion<'_>) -> Result<Cha
         {
             Some(known)
         } else {
-            let constant = |n: &String| folded.get(n).or_else(|| view.constant(n));
-            let inputs_constant = node.inputs.iter().filter(|n| !n.is_empty()).all(|n| constant(n).is_some());
+            let inputs_constant =
+                node.inputs.iter().filter(|n| !n.is_empty()).all(|n| constant(view, &folded, n).is_some());
             match cpu {
                 Some(cpu) if inputs_constant && outputs_fit(view, node, &folded) => {
                     evaluate(view, node, cpu.as_ref(), &folded)
@@ -81,15 +81,14 @@ fn outputs_fit(view: &View<'_>, node: &Node, folded: &HashMap<String, Tensor>) -
         let count = t.and_then(|t| t.concrete()).and_then(|s| s.iter().try_fold(1usize, |a, &d| a.checked_mul(d)));
         count.zip(t).and_then(|(c, t)| t.dtype.byte_len(c)).is_some_and(|b| b <= MAX_FOLDED_BYTES)
     };
-    let outputs = || node.outputs.iter().filter(|o| !o.is_empty());
     if !node.inputs.iter().any(|n| folded.contains_key(n)) {
-        return outputs().all(|o| fits(view.tensor_type(o)));
+        return node.outputs.iter().filter(|o| !o.is_empty()).all(|o| fits(view.tensor_type(o)));
     }
     let Ok(since) = registry::since_version(node, &view.opsets) else {
         return false;
     };
     let inputs: Vec<Option<Inferred>> =
-        node.inputs.iter().map(|n| folded.get(n).or_else(|| view.constant(n)).map(from_constant)).collect();
+        node.inputs.iter().map(|n| constant(view, folded, n).map(from_constant)).collect();
     let inputs: Vec<Option<&Inferred>> = inputs.iter().map(Option::as_ref).collect();
     let Ok(inferred) = infer_node(node, since, &inputs) else {
         return false;
@@ -101,9 +100,14 @@ fn outputs_fit(view: &View<'_>, node: &Node, folded: &HashMap<String, Tensor>) -
         .all(|(i, _)| fits(inferred.get(i).and_then(Inferred::tensor_type)))
 }
 
-/// Runs `node` on its constant inputs (the view's or those `folded` by this pass) with the CPU
-/// provider: its host tensor outputs, or
-/// `None` when the provider does not take it or it fails (the run would report that error).
+/// The constant value of `name`: one the view knows, or one this pass `folded`.
+fn constant<'a>(view: &'a View<'_>, folded: &'a HashMap<String, Tensor>, name: &str) -> Option<&'a Tensor> {
+    folded.get(name).or_else(|| view.constant(name))
+}
+
+/// Runs `node` on its constant inputs (see [`constant`]) with the CPU provider: its host tensor
+/// outputs, or `None` when the provider does not take it or it fails (the run would report
+/// that error).
 fn evaluate(
     view: &View<'_>,
     node: &Node,
@@ -116,16 +120,7 @@ fn evaluate(
     }
     let kernel = cpu.build_kernel(&ctx).ok()?;
     let values: Vec<Option<Value>> =
-        node.inputs
-            .iter()
-            .map(|n| {
-                if n.is_empty() {
-                    None
-                } else {
-                    folded.get(n).or_else(|| view.constant(n)).cloned().map(Value::Tensor)
-                }
-            })
-            .collect();
+        node.inputs.iter().map(|n| constant(view, folded, n).cloned().map(Value::Tensor)).collect();
     let refs: Vec<Option<ValueRef<'_>>> = values.iter().map(|v| v.as_ref().map(ValueRef::Value)).collect();
     let wanted: Vec<bool> = node.outputs.iter().map(|o| !o.is_empty()).collect();
     let out = kernel.run(&refs, &wanted).ok()?;
