@@ -262,6 +262,26 @@ fn a_constant_chain_deeper_than_the_rounds_folds_whole() {
 }
 
 #[test]
+fn shape_arithmetic_through_data_dependent_nodes_folds_in_one_pass() {
+    // Each Pad's pads are computed from the shape of the Pad before it, through float ops
+    // inference does not evaluate: the next Shape is known only once the pads were folded.
+    // Ten levels: more than the optimizer's rounds, so the pass must infer as it folds.
+    let mut g = G::new(5);
+    let mut cur = g.input("x", &[3, 7]);
+    for _ in 0..10 {
+        let shape = g.op("Shape", &[&cur], vec![]);
+        let f = g.op("Cast", &[&shape], vec![int("to", 1)]);
+        let ones = g.op("Div", &[&f, &f], vec![]);
+        let ones = g.op("Floor", &[&ones], vec![]);
+        let ones = g.op("Cast", &[&ones], vec![int("to", 7)]);
+        let pads = g.op("Concat", &[&ones, &ones], vec![int("axis", 0)]);
+        cur = g.op("Pad", &[&cur, &pads], vec![]);
+    }
+    g.output(&cur);
+    assert_eq!(check(&g, 17, "shape-dependent pads"), vec!["Pad"; 10]);
+}
+
+#[test]
 fn a_shape_computed_by_folding_is_checked_against_the_size_limit() {
     // The shapes are floats rounded and cast in the pass, so only inference on the folded
     // inputs tells how big each ConstantOfShape would be: 32 MiB stays a node, 8 bytes folds.

@@ -1,7 +1,6 @@
 //! Which operators exist in which opset, from ONNX's own schemas (see `onnx_ops.rs`).
 
 use super::onnx_ops::{MAX_OPSET, OPS};
-use crate::error::Location;
 use crate::ir::{Node, OpsetImports, MS_DOMAIN, ONYX_DOMAIN};
 use crate::{Error, Result};
 
@@ -34,22 +33,23 @@ pub fn check_opsets(opsets: &OpsetImports) -> Result<()> {
 /// The opset version in which the definition of `node`'s op that applies under `opsets` was
 /// introduced (the "since version" that selects a kernel's behaviour).
 pub fn since_version(node: &Node, opsets: &OpsetImports) -> Result<i64> {
-    let at = node.location();
     let Some(&imported) = opsets.get(&node.domain) else {
-        return Err(unknown(&at, node, 0, "its domain is not imported by the model"));
+        return Err(unknown(node, 0, "its domain is not imported by the model"));
     };
     if KEPT_DOMAINS.contains(&node.domain.as_str()) {
         return Ok(imported);
     }
     if max_opset(&node.domain).is_none() {
-        return Err(unknown(&at, node, imported, "the domain is unknown"));
+        return Err(unknown(node, imported, "the domain is unknown"));
     }
     let Some(vs) = versions(&node.domain, &node.op_type) else {
-        return Err(unknown(&at, node, imported, "no such operator in this domain"));
+        return Err(unknown(node, imported, "no such operator in this domain"));
     };
-    vs.iter().rev().copied().find(|&v| v <= imported).ok_or_else(|| {
-        unknown(&at, node, imported, &format!("the operator first appears in opset {}", vs[0]))
-    })
+    vs.iter()
+        .rev()
+        .copied()
+        .find(|&v| v <= imported)
+        .ok_or_else(|| unknown(node, imported, &format!("the operator first appears in opset {}", vs[0])))
 }
 
 /// Checks that `node`'s operator exists in its domain at the imported opset version.
@@ -57,9 +57,9 @@ pub fn check_node(node: &Node, opsets: &OpsetImports) -> Result<()> {
     since_version(node, opsets).map(|_| ())
 }
 
-fn unknown(at: &Location, node: &Node, version: i64, reason: &str) -> Error {
+fn unknown(node: &Node, version: i64, reason: &str) -> Error {
     let domain = if node.domain.is_empty() { "ai.onnx".to_string() } else { node.domain.clone() };
-    Error::UnknownOp { at: at.clone(), domain, op: node.op_type.clone(), version, reason: reason.into() }
+    Error::UnknownOp { at: node.location(), domain, op: node.op_type.clone(), version, reason: reason.into() }
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use super::view::View;
 use super::{Changes, Fusion, Rewrite};
 use crate::ep::{ExecutionProvider, ValueRef};
 use crate::ir::{Node, MS_DOMAIN};
-use crate::ops::infer::{from_constant, infer_node, Inferred};
+use crate::ops::infer::{from_constant, infer_node, merge, Inferred};
 use crate::ops::registry;
 use crate::types::TensorType;
 use crate::{Device, Result, Tensor, Value};
@@ -38,34 +38,37 @@ fn may_fold(view: &View<'_>, i: usize) -> bool {
         && node.outputs.iter().all(|o| !view.is_output(o))
 }
 
-/// Replaces foldable nodes by initializers. Nodes are in topological order and each one sees
-/// the constants this pass folded before it, so a whole chain of foldable nodes (the shape
-/// arithmetic of exported models can be dozens of nodes deep) folds in one pass.
+/// Replaces foldable nodes by initializers. Nodes are in topological order, and the pass keeps
+/// inference up to date as it goes: what it folded, and what nodes reading those values infer
+/// from them (a Pad whose pads were computed from shapes gets a fixed output shape, so a Shape
+/// of it folds too). So the whole of an exported model's shape arithmetic, chains dozens of
+/// nodes deep through data-dependent nodes, folds in one pass.
 pub(super) fn fold_constants(view: &View<'_>, fusion: &Fusion<'_>) -> Result<Changes> {
     let cpu = fusion.providers().iter().find(|p| p.device() == Device::Cpu);
     let mut changes = Changes::default();
-    let mut folded: HashMap<String, Tensor> = HashMap::new();
+    let mut fresh = Fresh { view, values: HashMap::new() };
     for i in 0..view.graph.nodes.len() {
+        let node = view.node(i);
+        fresh.reinfer(node);
         if !may_fold(view, i) {
             continue;
         }
-        let node = view.node(i);
         let outputs: Vec<&String> = node.outputs.iter().filter(|o| !o.is_empty()).collect();
-        let values = if let Some(known) = outputs.iter().map(|o| view.constant(o).cloned()).collect::<Option<Vec<_>>>()
+        let values = if let Some(known) = outputs.iter().map(|o| fresh.constant(o).cloned()).collect::<Option<Vec<_>>>()
         {
             Some(known)
         } else {
-            let inputs_constant =
-                node.inputs.iter().filter(|n| !n.is_empty()).all(|n| constant(view, &folded, n).is_some());
+            let inputs_constant = node.inputs.iter().filter(|n| !n.is_empty()).all(|n| fresh.constant(n).is_some());
+            let fits = outputs.iter().all(|o| fits(fresh.tensor_type(o)));
             match cpu {
-                Some(cpu) if inputs_constant && outputs_fit(view, node, &folded) => {
-                    evaluate(view, node, cpu.as_ref(), &folded)
-                }
+                Some(cpu) if inputs_constant && fits => evaluate(&fresh, node, cpu.as_ref()),
                 _ => None,
             }
         };
         if let Some(values) = values {
-            folded.extend(outputs.iter().map(|o| o.to_string()).zip(values.iter().cloned()));
+            for (name, value) in outputs.iter().zip(&values) {
+                fresh.values.insert(name.to_string(), from_constant(value));
+            }
             let initializers = outputs.into_iter().cloned().zip(values).collect();
             changes.add(Rewrite { remove: vec![i], node: None, initializers });
         }
@@ -73,54 +76,72 @@ pub(super) fn fold_constants(view: &View<'_>, fusion: &Fusion<'_>) -> Result<Cha
     Ok(changes)
 }
 
-/// True when every output of `node`, whose inputs are all constants, has a fixed shape of at
-/// most [`MAX_FOLDED_BYTES`]: as the view inferred it, or, where an input was folded by this
-/// pass (after the view was made), as inference gives it from the constant inputs.
-fn outputs_fit(view: &View<'_>, node: &Node, folded: &HashMap<String, Tensor>) -> bool {
-    let fits = |t: Option<&TensorType>| {
-        let count = t.and_then(|t| t.concrete()).and_then(|s| s.iter().try_fold(1usize, |a, &d| a.checked_mul(d)));
-        count.zip(t).and_then(|(c, t)| t.dtype.byte_len(c)).is_some_and(|b| b <= MAX_FOLDED_BYTES)
-    };
-    if !node.inputs.iter().any(|n| folded.contains_key(n)) {
-        return node.outputs.iter().filter(|o| !o.is_empty()).all(|o| fits(view.tensor_type(o)));
+/// True for a fixed shape of at most [`MAX_FOLDED_BYTES`].
+fn fits(t: Option<&TensorType>) -> bool {
+    let count = t.and_then(|t| t.concrete()).and_then(|s| s.iter().try_fold(1usize, |a, &d| a.checked_mul(d)));
+    count.zip(t).and_then(|(c, t)| t.dtype.byte_len(c)).is_some_and(|b| b <= MAX_FOLDED_BYTES)
+}
+
+/// What the folding pass knows beyond its view: the values it folded and what inference gives
+/// from them downstream, made after the view was.
+struct Fresh<'v, 'g> {
+    view: &'v View<'g>,
+    values: HashMap<String, Inferred>,
+}
+
+impl Fresh<'_, '_> {
+    fn inferred(&self, name: &str) -> Option<&Inferred> {
+        self.values.get(name).or_else(|| self.view.inferred(name))
     }
-    let Ok(since) = registry::since_version(node, &view.opsets) else {
-        return false;
-    };
-    let inputs: Vec<Option<Inferred>> =
-        node.inputs.iter().map(|n| constant(view, folded, n).map(from_constant)).collect();
-    let inputs: Vec<Option<&Inferred>> = inputs.iter().map(Option::as_ref).collect();
-    let Ok(inferred) = infer_node(node, since, &inputs) else {
-        return false;
-    };
-    node.outputs
-        .iter()
-        .enumerate()
-        .filter(|(_, o)| !o.is_empty())
-        .all(|(i, _)| fits(inferred.get(i).and_then(Inferred::tensor_type)))
+
+    /// The constant value of `name` (never a graph input's).
+    fn constant(&self, name: &str) -> Option<&Tensor> {
+        match self.values.get(name) {
+            Some(v) => v.constant.as_ref(),
+            None => self.view.constant(name),
+        }
+    }
+
+    fn tensor_type(&self, name: &str) -> Option<&TensorType> {
+        self.inferred(name)?.tensor_type()
+    }
+
+    /// Infers `node` again when it reads a value this pass learned more about (nodes with
+    /// subgraphs keep what the view inferred); the view's facts fill what the new inference
+    /// leaves open.
+    fn reinfer(&mut self, node: &Node) {
+        if node.subgraphs().next().is_some() || !node.inputs.iter().any(|n| self.values.contains_key(n)) {
+            return;
+        }
+        let Ok(since) = registry::since_version(node, &self.view.opsets) else {
+            return;
+        };
+        let inputs: Vec<Option<&Inferred>> =
+            node.inputs.iter().map(|n| if n.is_empty() { None } else { self.inferred(n) }).collect();
+        let Ok(outputs) = infer_node(node, since, &inputs) else {
+            return;
+        };
+        for (name, mut out) in node.outputs.iter().zip(outputs).filter(|(name, _)| !name.is_empty()) {
+            if let Some(old) = self.view.inferred(name) {
+                out.ty = merge(&out.ty, &old.ty);
+            }
+            self.values.insert(name.clone(), out);
+        }
+    }
 }
 
-/// The constant value of `name`: one the view knows, or one this pass `folded`.
-fn constant<'a>(view: &'a View<'_>, folded: &'a HashMap<String, Tensor>, name: &str) -> Option<&'a Tensor> {
-    folded.get(name).or_else(|| view.constant(name))
-}
-
-/// Runs `node` on its constant inputs (see [`constant`]) with the CPU provider: its host tensor
+/// Runs `node` on its constant inputs with the CPU provider: its host tensor
 /// outputs, or `None` when the provider does not take it or it fails (the run would report
 /// that error).
-fn evaluate(
-    view: &View<'_>,
-    node: &Node,
-    cpu: &dyn ExecutionProvider,
-    folded: &HashMap<String, Tensor>,
-) -> Option<Vec<Tensor>> {
-    let ctx = view.context(node, folded).ok()?;
+fn evaluate(fresh: &Fresh<'_, '_>, node: &Node, cpu: &dyn ExecutionProvider) -> Option<Vec<Tensor>> {
+    let inputs: HashMap<String, Tensor> =
+        node.inputs.iter().filter_map(|n| Some((n.clone(), fresh.constant(n)?.clone()))).collect();
+    let ctx = fresh.view.context(node, &inputs).ok()?;
     if !cpu.supports(&ctx) {
         return None;
     }
     let kernel = cpu.build_kernel(&ctx).ok()?;
-    let values: Vec<Option<Value>> =
-        node.inputs.iter().map(|n| constant(view, folded, n).cloned().map(Value::Tensor)).collect();
+    let values: Vec<Option<Value>> = node.inputs.iter().map(|n| inputs.get(n).cloned().map(Value::Tensor)).collect();
     let refs: Vec<Option<ValueRef<'_>>> = values.iter().map(|v| v.as_ref().map(ValueRef::Value)).collect();
     let wanted: Vec<bool> = node.outputs.iter().map(|o| !o.is_empty()).collect();
     let out = kernel.run(&refs, &wanted).ok()?;

@@ -153,6 +153,11 @@ impl<'g> View<'g> {
         self.scalar(value).is_some_and(|v| (v - want).abs() <= 1e-3 * want.abs().max(1e-6))
     }
 
+    /// What inference knows of `value`.
+    pub fn inferred(&self, value: &str) -> Option<&Inferred> {
+        self.known.get(value)
+    }
+
     /// The tensor type of `value`.
     pub fn tensor_type(&self, value: &str) -> Option<&TensorType> {
         self.known.get(value)?.tensor_type()

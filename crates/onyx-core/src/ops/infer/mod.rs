@@ -14,7 +14,7 @@ use crate::ops::registry;
 use crate::types::{TensorType, ValueType};
 use crate::{Error, Result, Tensor};
 
-pub use rules::{from_constant, infer_node};
+pub use rules::{from_constant, infer_node, merge};
 
 /// One element of a symbolically known integer tensor.
 #[derive(Debug, Clone, PartialEq, Eq)]
