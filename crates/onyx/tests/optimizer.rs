@@ -222,6 +222,23 @@ fn identity_dropout_dead_nodes_and_constants_go() {
 }
 
 #[test]
+fn identities_of_one_weight_go_at_once_and_share_it() {
+    // Exporters tie equal weights through Identity nodes of one initializer: all of them go,
+    // more than the optimizer's rounds, and the weight is shared, not copied.
+    let mut g = G::new(6);
+    let mut y = g.input("x", &[3, 5]);
+    let w = g.random("w", &[5], -1.0, 1.0);
+    for _ in 0..12 {
+        let tied = g.op("Identity", &[&w], vec![]);
+        y = g.op("Add", &[&y, &tied], vec![]);
+    }
+    g.output(&y);
+    assert_eq!(check(&g, 17, "tied weights"), vec!["Add"; 12]);
+    let (_, optimized) = run(&g.model(17), OptimizationLevel::Basic, &feeds(&g, 1));
+    assert_eq!(optimized.graph.initializers.keys().collect::<Vec<_>>(), ["w"]);
+}
+
+#[test]
 fn constant_of_shape_over_16_mib_is_not_folded() {
     let mut g = G::new(2);
     let x = g.input("x", &[2]);

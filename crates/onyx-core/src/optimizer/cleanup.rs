@@ -60,11 +60,13 @@ fn passes_through(view: &View<'_>, i: usize) -> bool {
 
 /// Removes Identity and inference-mode Dropout nodes: readers of the output read the input
 /// instead; when the output is a graph output, the input's producer writes it directly.
-/// Values read by subgraphs are not renamed (their readers are not rewritten).
+/// Values read by subgraphs are not renamed (their readers are not rewritten). A value is
+/// renamed once per pass; renames chain, so many Identity nodes of one weight (exporters tie
+/// weights that way) go at once.
 pub(super) fn identities(view: &View<'_>, _: &Fusion<'_>) -> Result<Changes> {
     let graph = view.graph;
     let mut changes = Changes::default();
-    let mut touched: HashSet<&str> = HashSet::new();
+    let mut renamed: HashSet<&str> = HashSet::new();
     let read_by_subgraph = |name: &str| graph.nodes.iter().any(|n| n.implicit_inputs.iter().any(|v| v == name));
     for i in 0..graph.nodes.len() {
         if !passes_through(view, i) {
@@ -72,7 +74,7 @@ pub(super) fn identities(view: &View<'_>, _: &Fusion<'_>) -> Result<Changes> {
         }
         let node = view.node(i);
         let (x, y) = (node.inputs[0].as_str(), node.outputs[0].as_str());
-        if y.is_empty() || touched.contains(x) || touched.contains(y) || read_by_subgraph(x) || read_by_subgraph(y) {
+        if y.is_empty() || read_by_subgraph(x) || read_by_subgraph(y) {
             continue;
         }
         let (from, to) = if !view.is_output(y) {
@@ -82,10 +84,9 @@ pub(super) fn identities(view: &View<'_>, _: &Fusion<'_>) -> Result<Changes> {
         } else {
             continue;
         };
-        if changes.add(Rewrite { remove: vec![i], node: None, initializers: vec![] }) {
+        if !renamed.contains(from) && changes.add(Rewrite { remove: vec![i], node: None, initializers: vec![] }) {
             changes.rename(from, to);
-            touched.insert(x);
-            touched.insert(y);
+            renamed.insert(from);
         }
     }
     Ok(changes)

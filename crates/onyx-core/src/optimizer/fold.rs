@@ -3,7 +3,7 @@
 //! (shape arithmetic on fixed shapes). Never random ops, nodes with subgraphs, the
 //! quantize/dequantize pairs of quantized models, graph outputs, or results over 16 MiB.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use super::view::View;
 use super::{Changes, Fusion, Rewrite};
@@ -22,8 +22,11 @@ const NONDETERMINISTIC: &[&str] =
     &["RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"];
 
 /// Ops kept although their inputs are constant: folding a DequantizeLinear of int8 weights would
-/// undo the quantization (ONNX Runtime keeps them too).
-const KEPT: &[&str] = &["QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"];
+/// undo the quantization (ONNX Runtime keeps them too); an Identity is removed by the identity
+/// pass, which renames its readers to its input and so shares the tensor instead of copying it
+/// (exporters tie weights through Identity). Their readers still fold: inference passes the
+/// constant through.
+const KEPT: &[&str] = &["QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "Identity"];
 
 /// True when node `i` may be replaced by its values.
 fn may_fold(view: &View<'_>, i: usize) -> bool {
@@ -45,7 +48,7 @@ fn may_fold(view: &View<'_>, i: usize) -> bool {
 /// nodes deep through data-dependent nodes, folds in one pass.
 pub(super) fn fold_constants(view: &View<'_>, fusion: &Fusion<'_>) -> Result<Changes> {
     let cpu = fusion.providers().iter().find(|p| p.device() == Device::Cpu);
-    let mut changes = Changes::default();
+    let mut folded = vec![];
     let mut fresh = Fresh { view, values: HashMap::new() };
     for i in 0..view.graph.nodes.len() {
         let node = view.node(i);
@@ -69,11 +72,30 @@ pub(super) fn fold_constants(view: &View<'_>, fusion: &Fusion<'_>) -> Result<Cha
             for (name, value) in outputs.iter().zip(&values) {
                 fresh.values.insert(name.to_string(), from_constant(value));
             }
-            let initializers = outputs.into_iter().cloned().zip(values).collect();
-            changes.add(Rewrite { remove: vec![i], node: None, initializers });
+            folded.push((i, outputs.into_iter().cloned().zip(values).collect()));
         }
     }
-    Ok(changes)
+    Ok(changes_for(view, folded))
+}
+
+/// The rewrites that replace the `folded` nodes by their values. Only values some node left in
+/// the graph reads become initializers, and initializers only folded nodes read are dropped: a
+/// chain folded whole leaves its end alone, and the next view is not made of thousands of
+/// unread constants.
+fn changes_for(view: &View<'_>, folded: Vec<(usize, Vec<(String, Tensor)>)>) -> Changes {
+    let removed: HashSet<usize> = folded.iter().map(|(i, _)| *i).collect();
+    let read = |name: &str| view.is_output(name) || view.readers(name).iter().any(|r| !removed.contains(r));
+    let mut changes = Changes::default();
+    for (i, mut values) in folded {
+        values.retain(|(name, _)| read(name));
+        changes.add(Rewrite { remove: vec![i], node: None, initializers: values });
+    }
+    for name in view.graph.initializers.keys() {
+        if !view.readers(name).is_empty() && !read(name) && !view.is_input(name) {
+            changes.drop_initializer(name);
+        }
+    }
+    changes
 }
 
 /// True for a fixed shape of at most [`MAX_FOLDED_BYTES`].

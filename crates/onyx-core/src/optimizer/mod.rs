@@ -109,8 +109,8 @@ struct Pass {
 /// The passes, in the order they run in each round.
 const PASSES: &[Pass] = &[
     Pass { name: "dead_nodes", level: OptimizationLevel::Basic, run: cleanup::dead_nodes },
-    Pass { name: "identity", level: OptimizationLevel::Basic, run: cleanup::identities },
     Pass { name: "constant_folding", level: OptimizationLevel::Basic, run: fold::fold_constants },
+    Pass { name: "identity", level: OptimizationLevel::Basic, run: cleanup::identities },
     Pass { name: "conv_batchnorm", level: OptimizationLevel::Extended, run: conv::conv_batch_norm },
     Pass { name: "fused_conv", level: OptimizationLevel::Extended, run: conv::fused_conv },
     Pass { name: "matmul_add_gemm", level: OptimizationLevel::Extended, run: matmul::matmul_add_gemm },
