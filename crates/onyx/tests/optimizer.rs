@@ -465,16 +465,26 @@ fn optimized_blocked_model_saves_and_runs_the_same() {
 // Matrix products
 
 #[test]
-fn matmul_add_becomes_gemm_only_for_2d_a() {
-    for (a_shape, want) in [(&[5, 7][..], vec!["Gemm"]), (&[2, 5, 7], vec!["MatMul", "Add"])] {
+fn matmul_add_becomes_gemm_for_fixed_rows() {
+    let sym = |name: &str| Dim::Symbol(name.into());
+    let cases = [
+        (&[5, 7][..], None, vec!["Gemm"]),
+        // A sequence of rows: viewed as a matrix around the Gemm (both Reshapes are views).
+        (&[2, 5, 7], None, vec!["Reshape", "Gemm", "Reshape"]),
+        (&[2, 5, 7], Some(vec![sym("batch"), Dim::Fixed(5), Dim::Fixed(7)]), vec!["MatMul", "Add"]),
+    ];
+    for (a_shape, declared, want) in cases {
         let mut g = G::new(6);
         let a = g.input("a", a_shape);
+        if let Some(dims) = &declared {
+            g.declared.insert(a.clone(), dims.clone());
+        }
         let b = g.random("b", &[7, 3], -1.0, 1.0);
         let c = g.random("c", &[3], -1.0, 1.0);
         let m = g.op("MatMul", &[&a, &b], vec![]);
         let y = g.op("Add", &[&c, &m], vec![]);
         g.output(&y);
-        assert_eq!(check(&g, 17, "MatMul+Add"), want, "A {a_shape:?}");
+        assert_eq!(check(&g, 17, "MatMul+Add"), want, "A {a_shape:?} declared {declared:?}");
     }
 }
 
@@ -619,10 +629,14 @@ fn decomposed_layer_norm_fuses_and_takes_the_residual() {
 /// MatMul(x, w) + bias → LayerNormalization of (that + residual): the end of a transformer
 /// sub-block. `bias_is_input` makes the bias a graph input; `sum_visible` makes the biased
 /// MatMul a graph output too.
+/// The batch is symbolic: with fixed rows MatMul+Add would become a Gemm first.
 fn biased_skip_norm_graph(bias_is_input: bool, sum_visible: bool) -> G {
     let mut g = G::new(12);
     let x = g.input("x", &[2, 5, 12]);
     let r = g.input("r", &[2, 5, 12]);
+    for v in [&x, &r] {
+        g.declared.insert(v.clone(), vec![Dim::Symbol("batch".into()), Dim::Fixed(5), Dim::Fixed(12)]);
+    }
     let w = g.random("w", &[12, 12], -0.5, 0.5);
     let bias = if bias_is_input { g.input("bias", &[12]) } else { g.random("bias", &[12], -0.5, 0.5) };
     let m = g.op("MatMul", &[&x, &w], vec![]);
@@ -772,8 +786,10 @@ fn attention_blocks_become_one_attention_node() {
     for form in forms {
         let ops = check(&attention_graph(form), 17, "attention");
         assert_eq!(attention(&ops, "ai.onyx:Attention"), 1, "{ops:?}");
-        let left = ["Transpose", "Softmax", "Reshape", "IsNaN", "Where", "Mul", "Div", "Shape", "Concat"];
+        let left = ["Transpose", "Softmax", "IsNaN", "Where", "Mul", "Div", "Shape", "Concat"];
         assert_eq!(ops.iter().filter(|o| left.contains(&o.as_str())).count(), 0, "{ops:?}");
+        // The only Reshapes left view the projections' rows as matrices around their Gemm.
+        assert_eq!(attention(&ops, "Reshape"), 2 * attention(&ops, "Gemm"), "{ops:?}");
     }
     // Must not fire: the merged heads' shape is read whole (a graph output).
     let mut g = attention_graph(AttentionForm { symbolic: true, ..plain });
@@ -788,6 +804,87 @@ fn attention_blocks_become_one_attention_node() {
     let ops = check(&attention_graph(AttentionForm { probs_visible: true, ..plain }), 17, "visible probs");
     assert_eq!(attention(&ops, "ai.onyx:Attention"), 0, "{ops:?}");
     assert!(ops.contains(&"Softmax".to_string()), "{ops:?}");
+}
+
+/// Self-attention over x `[B, 7, 12]` (3 heads of 4) on one packed QKV projection, taken apart
+/// as torch's `nn.MultiheadAttention` export does (`seq_first`: torchvision's ViT, batch 1,
+/// the sequence first between Transposes) or as torchvision's Swin does (batch first, B = 2).
+fn packed_attention_graph(seq_first: bool) -> G {
+    let (b, s, n, d) = (if seq_first { 1usize } else { 2 }, 7usize, 3usize, 4usize);
+    let h = n * d;
+    let mut g = G::new(17);
+    let i = |v: &[usize]| v.iter().map(|&x| x as i64).collect::<Vec<i64>>();
+    let x = g.input("x", &[b, s, h]);
+    let w = g.random("w_qkv", &[h, 3 * h], -0.5, 0.5);
+    let bias = g.random("b_qkv", &[3 * h], -0.5, 0.5);
+    let root = g.scalar("root_scale", (1.0 / (d as f32).sqrt()).sqrt());
+    let mut heads = vec![];
+    if seq_first {
+        let xs = g.op("Transpose", &[&x], vec![ints("perm", &[1, 0, 2])]);
+        let m = g.op("MatMul", &[&xs, &w], vec![]);
+        let qkv = g.op("Add", &[&bias, &m], vec![]);
+        let split = g.int64s("split", &i(&[s, b, 3, h]));
+        let r = g.op("Reshape", &[&qkv, &split], vec![]);
+        let zero = g.int64s("axis0", &[0]);
+        let u = g.op("Unsqueeze", &[&r, &zero], vec![]);
+        let t = g.op("Transpose", &[&u], vec![ints("perm", &[3, 1, 2, 0, 4])]);
+        let minus2 = g.int64s("axis_m2", &[-2]);
+        let packed = g.op("Squeeze", &[&t, &minus2], vec![]);
+        for which in 0..3 {
+            let index = format!("index_{which}");
+            g.inits.insert(index.clone(), Tensor::scalar(which as i64));
+            let one = g.op("Gather", &[&packed, &index], vec![int("axis", 0)]);
+            let by_head = g.int64s("by_head", &i(&[s, b * n, d]));
+            let r = g.op("Reshape", &[&one, &by_head], vec![]);
+            let t = g.op("Transpose", &[&r], vec![ints("perm", &[1, 0, 2])]);
+            let four = g.int64s("four", &i(&[b, n, s, d]));
+            heads.push(g.op("Reshape", &[&t, &four], vec![]));
+        }
+    } else {
+        let m = g.op("MatMul", &[&x, &w], vec![]);
+        let qkv = g.op("Add", &[&m, &bias], vec![]);
+        let split = g.int64s("split", &i(&[b, s, 3, n, d]));
+        let r = g.op("Reshape", &[&qkv, &split], vec![]);
+        let packed = g.op("Transpose", &[&r], vec![ints("perm", &[2, 0, 3, 1, 4])]);
+        for which in 0..3 {
+            let index = format!("index_{which}");
+            g.inits.insert(index.clone(), Tensor::scalar(which as i64));
+            heads.push(g.op("Gather", &[&packed, &index], vec![int("axis", 0)]));
+        }
+    }
+    let q = g.op("Mul", &[&heads[0], &root], vec![]);
+    let kt = g.op("Transpose", &[&heads[1]], vec![ints("perm", &[0, 1, 3, 2])]);
+    let kt = g.op("Mul", &[&kt, &root], vec![]);
+    let scores = g.op("MatMul", &[&q, &kt], vec![]);
+    let probs = g.op("Softmax", &[&scores], vec![int("axis", -1)]);
+    let pv = g.op("MatMul", &[&probs, &heads[2]], vec![]);
+    let y = if seq_first {
+        let t = g.op("Transpose", &[&pv], vec![ints("perm", &[2, 0, 1, 3])]);
+        let rows = g.int64s("rows", &i(&[s * b, h]));
+        let r = g.op("Reshape", &[&t, &rows], vec![]);
+        let back = g.int64s("back", &i(&[s, b, h]));
+        let r = g.op("Reshape", &[&r, &back], vec![]);
+        g.op("Transpose", &[&r], vec![ints("perm", &[1, 0, 2])])
+    } else {
+        let t = g.op("Transpose", &[&pv], vec![ints("perm", &[0, 2, 1, 3])]);
+        let merge = g.int64s("merge", &i(&[b, s, h]));
+        g.op("Reshape", &[&t, &merge], vec![])
+    };
+    g.output(&y);
+    g
+}
+
+#[test]
+fn attention_on_packed_projections_becomes_one_attention_node() {
+    for seq_first in [true, false] {
+        let ops = check(&packed_attention_graph(seq_first), 17, "packed attention");
+        let count = |op: &str| ops.iter().filter(|o| *o == op).count();
+        assert_eq!(count("ai.onyx:Attention"), 1, "{ops:?}");
+        assert_eq!(count("Slice"), 3, "{ops:?}");
+        for gone in ["Softmax", "Gather", "Squeeze", "Unsqueeze", "MatMul", "Mul"] {
+            assert_eq!(count(gone), 0, "{gone}: {ops:?}");
+        }
+    }
 }
 
 // ------------------------------------------------------------------------------------------

@@ -14,14 +14,14 @@
 //! the same op in Onyx's domain ([`ONYX_DOMAIN`]). The Shape / Gather / Concat nodes that
 //! computed the Reshape shapes die with it (dead-node pass).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use super::matmul::scale_after;
 use super::view::View;
-use super::{Changes, Fusion, Rewrite};
-use crate::ir::{AttrValue, Attribute, Node, MS_DOMAIN, ONYX_DOMAIN};
-use crate::types::Dim;
-use crate::Result;
+use super::{fresh_name, Changes, Fusion, Rewrite};
+use crate::ir::{AttrValue, Attribute, Graph, Node, MS_DOMAIN, ONYX_DOMAIN};
+use crate::types::{Dim, TensorType};
+use crate::{Result, Tensor};
 
 /// The transpose that merges the heads back (`[B,N,S,D]` → `[B,S,N,D]`).
 const HEADS_LAST: [i64; 4] = [0, 2, 1, 3];
@@ -32,28 +32,66 @@ fn out<'g>(view: &View<'g>, n: usize) -> &'g str {
 }
 
 /// Heads split off a rank-3 `[B,S,H]` value: `[B,N,S,D]` (or `[B,N,D,S]`, transposed, for
-/// Kᵀ), made by a chain of Reshape and Transpose nodes each read only by the next.
+/// Kᵀ), made by a chain of layout nodes. The value may be a column range of a wider one:
+/// `[B,S,W]` rows (or any shape with those rows in order, as seq-first `[S,1,W]`) holding the
+/// packed projections of q, k and v side by side, which the chain takes apart with Gather.
 struct Heads {
-    nodes: Vec<usize>,
-    /// The rank-3 value.
+    /// The chain's nodes that nothing else reads (the fusion removes them).
+    owned: Vec<usize>,
+    /// The value the chain starts from.
     x: String,
     heads: usize,
     head_size: usize,
+    /// B and S.
+    lead: [Dim; 2],
+    /// When `x` is not `[B,S,H]` itself: its row width W (fixed shapes) and the first column of
+    /// these heads.
+    packed: Option<(usize, usize)>,
 }
 
-/// The chain of Reshape/Transpose nodes producing `v` down to the first value something else
-/// makes: (nodes, top first; that value).
-fn layout_chain<'g>(view: &View<'g>, v: &'g str) -> Option<(Vec<usize>, &'g str)> {
+impl Heads {
+    fn hidden(&self) -> usize {
+        self.heads * self.head_size
+    }
+}
+
+/// True for a node the layout chains of [`layout_chain`] may hold: it only moves or selects
+/// elements (Gather by constant indices).
+fn is_layout(view: &View<'_>, n: usize) -> bool {
+    match view.op(n) {
+        "Reshape" | "Transpose" | "Squeeze" | "Unsqueeze" => true,
+        "Gather" => view.node(n).input(1).is_some_and(|i| gather_indices(view, i).is_some()),
+        _ => false,
+    }
+}
+
+/// The constant indices of a Gather.
+fn gather_indices(view: &View<'_>, value: &str) -> Option<Vec<i64>> {
+    let t = view.constant(value)?;
+    match (t.as_slice::<i64>(), t.as_slice::<i32>()) {
+        (Ok(v), _) => Some(v.to_vec()),
+        (_, Ok(v)) => Some(v.iter().map(|&i| i64::from(i)).collect()),
+        _ => None,
+    }
+}
+
+/// The chain of layout nodes producing `v` down to the first value something else makes:
+/// (nodes, top first; how many of the first are read only by the chain; that value).
+fn layout_chain<'g>(view: &View<'g>, v: &'g str) -> Option<(Vec<usize>, usize, &'g str)> {
     let mut nodes: Vec<usize> = vec![];
+    let mut owned = 0;
     let mut cur = v;
-    while let Some(p) = view.producer(cur).filter(|&p| matches!(view.op(p), "Reshape" | "Transpose")) {
-        if nodes.len() == 8 || nodes.last().is_some_and(|&last| view.sole_reader(cur) != Some(last)) {
+    while let Some(p) = view.producer(cur).filter(|&p| is_layout(view, p)) {
+        if nodes.len() == 12 {
             return None;
+        }
+        if owned == nodes.len() && nodes.last().is_none_or(|&last| view.sole_reader(cur) == Some(last)) {
+            owned += 1;
         }
         nodes.push(p);
         cur = view.node(p).input(0)?;
     }
-    Some((nodes, cur))
+    Some((nodes, owned, cur))
 }
 
 /// Fixed dims, or `None`.
@@ -72,16 +110,49 @@ fn evaluate_chain(view: &View<'_>, nodes: &[usize], input: &[usize]) -> Option<V
     let mut shape = input.to_vec();
     for &n in nodes.iter().rev() {
         let next = fixed(view.shape(out(view, n))?)?;
-        if view.op(n) == "Transpose" {
-            let perm: Vec<usize> = match view.node(n).get_ints("perm").ok()? {
-                Some(p) => p.iter().map(|&a| usize::try_from(a).ok()).collect::<Option<_>>()?,
-                None => (0..shape.len()).rev().collect(),
-            };
-            data = transpose(&data, &shape, &perm)?;
+        let node = view.node(n);
+        match view.op(n) {
+            "Transpose" => {
+                let perm: Vec<usize> = match node.get_ints("perm").ok()? {
+                    Some(p) => p.iter().map(|&a| usize::try_from(a).ok()).collect::<Option<_>>()?,
+                    None => (0..shape.len()).rev().collect(),
+                };
+                data = transpose(&data, &shape, &perm)?;
+            }
+            "Gather" => {
+                let axis = normalized_axis(node.int_or("axis", 0).ok()?, shape.len())?;
+                data = gather(&data, &shape, axis, &gather_indices(view, node.input(1)?)?)?;
+            }
+            _ => {}
+        }
+        if next.iter().product::<usize>() != data.len() {
+            return None;
         }
         shape = next;
     }
     Some(data)
+}
+
+/// `axis` of a rank-`rank` value, counted from the front.
+fn normalized_axis(axis: i64, rank: usize) -> Option<usize> {
+    let a = if axis < 0 { axis + rank as i64 } else { axis };
+    usize::try_from(a).ok().filter(|&a| a < rank)
+}
+
+/// `data` of `shape`, gathered along `axis` at `indices` (negative ones count from the end).
+fn gather(data: &[u32], shape: &[usize], axis: usize, indices: &[i64]) -> Option<Vec<u32>> {
+    let dim = *shape.get(axis)?;
+    let inner: usize = shape[axis + 1..].iter().product();
+    let outer: usize = shape[..axis].iter().product();
+    let mut result = Vec::with_capacity(outer * indices.len() * inner);
+    for o in 0..outer {
+        for &i in indices {
+            let i = usize::try_from(if i < 0 { i + dim as i64 } else { i }).ok().filter(|&i| i < dim)?;
+            let start = (o * dim + i) * inner;
+            result.extend_from_slice(data.get(start..start + inner)?);
+        }
+    }
+    Some(result)
 }
 
 /// `data` of `shape` transposed by `perm`.
@@ -110,9 +181,10 @@ fn transpose(data: &[u32], shape: &[usize], perm: &[usize]) -> Option<Vec<u32>> 
     Some(result)
 }
 
-/// For `[B,S,H]` split into `n` heads of `d`: the element of x each element of the
-/// `[B,N,S,D]` (`transposed`: `[B,N,D,S]`) result holds.
-fn split_indices(b: usize, s: usize, n: usize, d: usize, transposed: bool) -> Vec<u32> {
+/// For rows `[B,S]` of width `w` whose columns `base..base + n * d` are split into `n` heads
+/// of `d`: the element of the rows each element of the `[B,N,S,D]` (`transposed`:
+/// `[B,N,D,S]`) result holds.
+fn split_indices([b, s]: [usize; 2], n: usize, d: usize, [w, base]: [usize; 2], transposed: bool) -> Vec<u32> {
     let mut want = Vec::with_capacity(b * s * n * d);
     let (outer, inner) = if transposed { (d, s) } else { (s, d) };
     for bi in 0..b {
@@ -120,7 +192,7 @@ fn split_indices(b: usize, s: usize, n: usize, d: usize, transposed: bool) -> Ve
             for o in 0..outer {
                 for i in 0..inner {
                     let (si, di) = if transposed { (i, o) } else { (o, i) };
-                    want.push(((bi * s + si) * n * d + ni * d + di) as u32);
+                    want.push(((bi * s + si) * w + base + ni * d + di) as u32);
                 }
             }
         }
@@ -129,25 +201,45 @@ fn split_indices(b: usize, s: usize, n: usize, d: usize, transposed: bool) -> Ve
 }
 
 /// The heads of `v` (`transposed`: laid out `[B,N,D,S]`), when the chain below it splits the
-/// heads of a rank-3 value. With fixed shapes any chain is accepted that evaluates to the split
-/// on element indices; otherwise only Reshape to `[B,S,N,D]` + Transpose.
+/// heads of a rank-3 value or of a column range of packed rows. With fixed shapes any chain is
+/// accepted that evaluates to the split on element indices; otherwise only Reshape to
+/// `[B,S,N,D]` + Transpose of a `[B,S,H]` value.
 fn split_heads(view: &View<'_>, v: &str, transposed: bool) -> Option<Heads> {
-    let (nodes, x) = layout_chain(view, v)?;
-    let [_, _, h] = view.shape(x)? else { return None };
-    let [_, n, a, b] = view.shape(v)? else { return None };
-    let (n, d) = (n.fixed()?, if transposed { a } else { b }.fixed()?);
-    if nodes.is_empty() || n * d != h.fixed()? || !view.is_float(x) || view.sole_reader(v).is_none() {
+    let (nodes, owned, x) = layout_chain(view, v)?;
+    let [b, n, p, q] = view.shape(v)? else { return None };
+    let (n, d) = (n.fixed()?, if transposed { p } else { q }.fixed()?);
+    let s = if transposed { q } else { p };
+    if nodes.is_empty() || !view.is_float(x) || view.sole_reader(v).is_none() {
         return None;
     }
-    let heads = Heads { nodes: nodes.clone(), x: x.to_string(), heads: n, head_size: d };
-    if let (Some(input), Some(_)) = (fixed(view.shape(x)?), fixed(view.shape(v)?)) {
+    let mut heads = Heads {
+        owned: nodes[..owned].to_vec(),
+        x: x.to_string(),
+        heads: n,
+        head_size: d,
+        lead: [b.clone(), s.clone()],
+        packed: None,
+    };
+    if let (Some(input), Some(b), Some(s)) = (fixed(view.shape(x)?), b.fixed(), s.fixed()) {
+        let w = *input.last()?;
         let got = evaluate_chain(view, &nodes, &input)?;
-        return (got == split_indices(input[0], input[1], n, d, transposed)).then_some(heads);
+        let base = *got.first()? as usize;
+        if input.iter().product::<usize>() != b * s * w || base + n * d > w {
+            return None;
+        }
+        if w != n * d || input != [b, s, w] {
+            heads.packed = Some((w, base));
+        }
+        return (got == split_indices([b, s], n, d, [w, base], transposed)).then_some(heads);
     }
+    let [_, _, h] = view.shape(x)? else { return None };
     let perm: &[i64] = if transposed { &[0, 2, 3, 1] } else { &[0, 2, 1, 3] };
     let [t, r] = nodes[..] else { return None };
     let reshaped = view.shape(out(view, r))?;
-    let ok = view.op(t) == "Transpose"
+    heads.lead = [view.shape(x)?[0].clone(), view.shape(x)?[1].clone()];
+    let ok = owned == 2
+        && h.fixed() == Some(n * d)
+        && view.op(t) == "Transpose"
         && view.op(r) == "Reshape"
         && view.node(t).get_ints("perm").ok().flatten() == Some(perm)
         && reshaped.len() == 4
@@ -177,7 +269,8 @@ fn scaled_product(view: &View<'_>, scores: &str) -> Option<(Vec<usize>, String, 
     let p = view.producer(scores)?;
     let node = view.node(p);
     if node.domain == MS_DOMAIN && node.op_type == "FusedMatMul" {
-        let plain = ["transA", "transB", "transBatchA", "transBatchB"].iter().all(|a| node.int_or(a, 0).ok() == Some(0));
+        let plain =
+            ["transA", "transB", "transBatchA", "transBatchB"].iter().all(|a| node.int_or(a, 0).ok() == Some(0));
         let alpha = node.float_or("alpha", 1.0).ok()? as f64;
         return plain.then(|| (vec![p], node.inputs[0].clone(), node.inputs[1].clone(), alpha));
     }
@@ -236,21 +329,113 @@ fn probabilities<'g>(view: &View<'g>, s: usize) -> Option<(&'g str, Vec<usize>)>
 /// Finds every attention block and proposes its fused node.
 pub(super) fn attention(view: &View<'_>, fusion: &Fusion<'_>) -> Result<Changes> {
     let mut changes = Changes::default();
+    let mut names = Names { graph: view.graph, taken: HashSet::new() };
     for s in 0..view.graph.nodes.len() {
         if !is_last_axis_softmax(view, s) {
             continue;
         }
-        if let Some((pattern, fused, shapes)) = match_block(view, s) {
+        if let Some(block) = match_block(view, s, &mut names) {
+            let Block { pattern, nodes, initializers, types, shapes } = block;
             let free = pattern.iter().chain(shapes.iter().map(|(n, _)| n)).all(|&n| !changes.claimed(n));
-            if free && fusion.allowed(view, s, &pattern, &fused, &HashMap::new()) {
-                changes.add(Rewrite { remove: pattern, node: Some(fused), initializers: vec![] });
+            let fused = nodes.iter().find(|n| n.op_type == "Attention");
+            if free && fused.is_some_and(|f| fusion.allowed_typed(view, s, &pattern, f, &HashMap::new(), &types)) {
+                changes.add(Rewrite { remove: pattern, nodes, initializers });
                 for (n, shape) in shapes {
-                    changes.add(Rewrite { remove: vec![n], node: Some(shape), initializers: vec![] });
+                    changes.add(Rewrite { remove: vec![n], nodes: vec![shape], initializers: vec![] });
                 }
             }
         }
     }
     Ok(changes)
+}
+
+/// One attention block's rewrite.
+struct Block {
+    pattern: Vec<usize>,
+    /// What replaces it: the inputs' preparation (Reshape, Slice) where q, k or v are packed,
+    /// the Attention node, and a Reshape of its output where the block's output has another shape.
+    nodes: Vec<Node>,
+    initializers: Vec<(String, Tensor)>,
+    /// The types of the values the new nodes make.
+    types: HashMap<String, TensorType>,
+    /// Shape nodes to re-point (see [`shape_readers`]).
+    shapes: Vec<(usize, Node)>,
+}
+
+/// Names for the values and constants a pass adds.
+struct Names<'g> {
+    graph: &'g Graph,
+    taken: HashSet<String>,
+}
+
+impl Names<'_> {
+    fn fresh(&mut self, base: &str) -> String {
+        let name = fresh_name(self.graph, base, &self.taken);
+        self.taken.insert(name.clone());
+        name
+    }
+}
+
+/// What a rewrite adds: nodes, in order, and their constants.
+#[derive(Default)]
+struct Added {
+    nodes: Vec<Node>,
+    initializers: Vec<(String, Tensor)>,
+    types: HashMap<String, TensorType>,
+    /// Packed values already reshaped to rows: value → rows.
+    rows: HashMap<String, String>,
+}
+
+impl Added {
+    /// An i64 constant named after `base`.
+    fn constant(&mut self, names: &mut Names<'_>, base: &str, values: &[usize]) -> Option<String> {
+        let name = names.fresh(base);
+        let data = values.iter().map(|&v| i64::try_from(v).ok()).collect::<Option<Vec<i64>>>()?;
+        self.initializers.push((name.clone(), Tensor::from_vec(vec![values.len()], data).ok()?));
+        Some(name)
+    }
+
+    /// Adds `op` on `inputs`, its one output (of type `ty`) named after `base`.
+    fn node(&mut self, names: &mut Names<'_>, op: &str, inputs: Vec<String>, base: &str, ty: TensorType) -> String {
+        let y = names.fresh(base);
+        self.types.insert(y.clone(), ty);
+        self.nodes.push(Node {
+            name: y.clone(),
+            op_type: op.into(),
+            inputs,
+            outputs: vec![y.clone()],
+            ..Default::default()
+        });
+        y
+    }
+
+    /// The `[B,S,H]` input of the Attention node for `h`: its value itself, or its rows
+    /// (`[B,S,W]`, a Reshape) and their columns (a Slice) when it is packed.
+    fn input(&mut self, view: &View<'_>, names: &mut Names<'_>, h: &Heads) -> Option<String> {
+        let Some((w, base)) = h.packed else { return Some(h.x.clone()) };
+        let [b, s] = [h.lead[0].fixed()?, h.lead[1].fixed()?];
+        let dtype = view.dtype(&h.x)?;
+        let rows = match self.rows.get(&h.x) {
+            Some(r) => r.clone(),
+            None if fixed(view.shape(&h.x)?)? == [b, s, w] => h.x.clone(),
+            None => {
+                let shape = self.constant(names, &format!("{}_rows_shape", h.x), &[b, s, w])?;
+                let ty = TensorType::fixed(dtype, &[b, s, w]);
+                let r = self.node(names, "Reshape", vec![h.x.clone(), shape], &format!("{}_rows", h.x), ty);
+                self.rows.insert(h.x.clone(), r.clone());
+                r
+            }
+        };
+        if w == h.hidden() {
+            return Some(rows);
+        }
+        let base_name = format!("{}_{base}", h.x);
+        let starts = self.constant(names, &format!("{base_name}_starts"), &[base])?;
+        let ends = self.constant(names, &format!("{base_name}_ends"), &[base + h.hidden()])?;
+        let axes = self.constant(names, &format!("{base_name}_axes"), &[2])?;
+        let ty = TensorType::fixed(dtype, &[b, s, h.hidden()]);
+        Some(self.node(names, "Slice", vec![rows, starts, ends, axes], &format!("{base_name}_heads"), ty))
+    }
 }
 
 /// Shape nodes reading the merged heads `merged` (`[B,S,N,D]`) besides the final Reshape, as
@@ -287,9 +472,25 @@ fn shape_readers(view: &View<'_>, merged: &str, reshape: usize, x: &str) -> Opti
     Some(shapes)
 }
 
-/// The nodes of the block around Softmax `s`, the Attention node replacing them, and the Shape
-/// nodes to re-point (see [`shape_readers`]).
-fn match_block(view: &View<'_>, s: usize) -> Option<(Vec<usize>, Node, Vec<(usize, Node)>)> {
+/// True when Transpose `t` of the heads' product (`[B,N,S,D]`) merges the heads back
+/// (`[B,S,N,D]`): perm `[0,2,1,3]`, or with fixed shapes any perm moving the elements as it does
+/// (one that also moves size-1 dims).
+fn merges_heads(view: &View<'_>, t: usize) -> bool {
+    let node = view.node(t);
+    let Some(perm) = node.get_ints("perm").ok().flatten() else { return false };
+    if perm == HEADS_LAST {
+        return true;
+    }
+    let shape = node.input(0).and_then(|x| view.shape(x)).and_then(fixed);
+    let Some(shape) = shape.filter(|s| s.len() == 4 && s.iter().product::<usize>() <= 1 << 22) else { return false };
+    let Some(perm) = perm.iter().map(|&a| usize::try_from(a).ok()).collect::<Option<Vec<_>>>() else { return false };
+    let iota: Vec<u32> = (0..shape.iter().product::<usize>() as u32).collect();
+    let merged = transpose(&iota, &shape, &[0, 2, 1, 3]);
+    merged.is_some() && transpose(&iota, &shape, &perm) == merged
+}
+
+/// The block around Softmax `s` and its rewrite.
+fn match_block(view: &View<'_>, s: usize, names: &mut Names<'_>) -> Option<Block> {
     let mut pattern = vec![s];
     let logits = view.node(s).input(0)?;
     view.sole_reader(logits)?;
@@ -315,20 +516,32 @@ fn match_block(view: &View<'_>, s: usize) -> Option<(Vec<usize>, Node, Vec<(usiz
     pattern.extend(tail);
     let pv = view.sole_reader(probs).filter(|&m| view.op(m) == "MatMul" && view.node(m).inputs[0] == probs)?;
     let v = split_heads(view, &view.node(pv).inputs[1], false)?;
-    // The heads merged back: Transpose, Reshape to [B,S,H].
-    let merged = view.sole_reader(out(view, pv)).filter(|&t| view.op(t) == "Transpose")?;
-    if view.node(merged).get_ints("perm").ok().flatten() != Some(&HEADS_LAST[..]) {
-        return None;
-    }
+    // The heads merged back: Transpose, Reshape to [B,S,H] (or to another shape of its elements).
+    let merged = view.sole_reader(out(view, pv)).filter(|&t| view.op(t) == "Transpose" && merges_heads(view, t))?;
     let merged_heads = out(view, merged);
-    let back = view.readers(merged_heads).iter().copied().find(|&r| view.op(r) == "Reshape" && view.node(r).input(0) == Some(merged_heads))?;
+    let back = view
+        .readers(merged_heads)
+        .iter()
+        .copied()
+        .find(|&r| view.op(r) == "Reshape" && view.node(r).input(0) == Some(merged_heads))?;
     let shapes = shape_readers(view, merged_heads, back, &q.x)?;
     let y = out(view, back);
     let (n, d) = (q.heads, q.head_size);
-    let q_shape = view.shape(&q.x)?;
     let same_heads = k.heads == n && v.heads == n && k.head_size == d;
-    let y_ok = view.shape(y).is_some_and(|ys| ys.len() == 3 && ys[..2] == q_shape[..2] && ys[2] == Dim::Fixed(n * d));
-    if !same_heads || !y_ok || !view.same_type(&q.x, &k.x) || view.dtype(&v.x) != view.dtype(&q.x) {
+    let bsh = [q.lead[0].clone(), q.lead[1].clone(), Dim::Fixed(n * d)];
+    let y_shape = view.shape(y)?;
+    // Otherwise the Attention output is reshaped to y's shape (fixed, the same element count).
+    let y_direct = y_shape == bsh;
+    let y_fixed =
+        fixed(y_shape).filter(|ys| Some(ys.iter().product::<usize>()) == fixed(&bsh).map(|b| b.iter().product()));
+    if !same_heads
+        || !(y_direct || y_fixed.is_some())
+        || view.dtype(&k.x) != view.dtype(&q.x)
+        || view.dtype(&v.x) != view.dtype(&q.x)
+    {
+        return None;
+    }
+    if q.packed.is_none() && k.packed.is_none() && !view.same_type(&q.x, &k.x) {
         return None;
     }
     if let Some(m) = &mask {
@@ -337,13 +550,34 @@ fn match_block(view: &View<'_>, s: usize) -> Option<(Vec<usize>, Node, Vec<(usiz
             return None;
         }
     }
-    pattern.extend(q.nodes.iter().chain(&k.nodes).chain(&v.nodes).chain(&[pv, merged, back]));
-    let fused = attention_node(view, view.node(s).name.clone(), [q.x, k.x, v.x], mask, n, scale, y.to_string());
-    Some((pattern, fused, shapes))
+    pattern.extend(q.owned.iter().chain(&k.owned).chain(&v.owned).chain(&[pv, merged, back]));
+    let mut added = Added::default();
+    let qkv = [added.input(view, names, &q)?, added.input(view, names, &k)?, added.input(view, names, &v)?];
+    let attention_y = if y_direct { y.to_string() } else { names.fresh(&format!("{y}_bsh")) };
+    added.nodes.push(attention_node(view, view.node(s).name.clone(), qkv, mask, n, scale, attention_y.clone()));
+    if let (false, Some(ys)) = (y_direct, y_fixed) {
+        let shape = added.constant(names, &format!("{y}_shape"), &ys)?;
+        added.nodes.push(Node {
+            name: format!("{}_reshape", view.node(back).name),
+            op_type: "Reshape".into(),
+            inputs: vec![attention_y, shape],
+            outputs: vec![y.to_string()],
+            ..Default::default()
+        });
+    }
+    Some(Block { pattern, nodes: added.nodes, initializers: added.initializers, types: added.types, shapes })
 }
 
 /// The fused Attention node.
-fn attention_node(view: &View<'_>, name: String, qkv: [String; 3], mask: Option<String>, heads: usize, scale: f64, y: String) -> Node {
+fn attention_node(
+    view: &View<'_>,
+    name: String,
+    qkv: [String; 3],
+    mask: Option<String>,
+    heads: usize,
+    scale: f64,
+    y: String,
+) -> Node {
     let attr = |name: &str, value| Attribute { name: name.into(), value };
     let mut inputs = qkv.to_vec();
     inputs.extend(mask);
@@ -377,8 +611,8 @@ mod tests {
         // x [1, S=3, H=4] with N=2, D=2: reshape [1,3,2,2], transpose [0,2,1,3].
         let x: Vec<u32> = (0..12).collect();
         let q = transpose(&x, &[1, 3, 2, 2], &[0, 2, 1, 3]).unwrap();
-        assert_eq!(split_indices(1, 3, 2, 2, false), q);
+        assert_eq!(split_indices([1, 3], 2, 2, [4, 0], false), q);
         let kt = transpose(&x, &[1, 3, 2, 2], &[0, 2, 3, 1]).unwrap();
-        assert_eq!(split_indices(1, 3, 2, 2, true), kt);
+        assert_eq!(split_indices([1, 3], 2, 2, [4, 0], true), kt);
     }
 }

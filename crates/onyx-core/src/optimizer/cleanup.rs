@@ -23,7 +23,7 @@ pub(super) fn dead_nodes(view: &View<'_>, _: &Fusion<'_>) -> Result<Changes> {
                 .any(|o| view.is_output(o) || view.readers(o).iter().any(|r| !dead.contains(r)));
         if !live {
             dead.insert(i);
-            changes.add(Rewrite { remove: vec![i], node: None, initializers: vec![] });
+            changes.add(Rewrite { remove: vec![i], nodes: vec![], initializers: vec![] });
         }
     }
     for name in graph.initializers.keys() {
@@ -84,7 +84,7 @@ pub(super) fn identities(view: &View<'_>, _: &Fusion<'_>) -> Result<Changes> {
         } else {
             continue;
         };
-        if !renamed.contains(from) && changes.add(Rewrite { remove: vec![i], node: None, initializers: vec![] }) {
+        if !renamed.contains(from) && changes.add(Rewrite { remove: vec![i], nodes: vec![], initializers: vec![] }) {
             changes.rename(from, to);
             renamed.insert(from);
         }

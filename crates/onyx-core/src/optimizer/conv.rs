@@ -45,7 +45,7 @@ pub(super) fn conv_batch_norm(view: &View<'_>, fusion: &Fusion<'_>) -> Result<Ch
         if fusion.allowed(view, c, &[c, b], &fused, &extra) {
             changes.add(Rewrite {
                 remove: vec![c, b],
-                node: Some(fused),
+                nodes: vec![fused],
                 initializers: vec![(w_name, w), (b_name, bias)],
             });
         }
@@ -191,7 +191,7 @@ pub(super) fn fused_conv(view: &View<'_>, fusion: &Fusion<'_>) -> Result<Changes
             ..Default::default()
         };
         if fusion.allowed(view, c, &pattern, &fused, &HashMap::new()) {
-            changes.add(Rewrite { remove: pattern, node: Some(fused), initializers: vec![] });
+            changes.add(Rewrite { remove: pattern, nodes: vec![fused], initializers: vec![] });
         }
     }
     Ok(changes)

@@ -88,7 +88,7 @@ fn changes_for(view: &View<'_>, folded: Vec<(usize, Vec<(String, Tensor)>)>) -> 
     let mut changes = Changes::default();
     for (i, mut values) in folded {
         values.retain(|(name, _)| read(name));
-        changes.add(Rewrite { remove: vec![i], node: None, initializers: values });
+        changes.add(Rewrite { remove: vec![i], nodes: vec![], initializers: values });
     }
     for name in view.graph.initializers.keys() {
         if !view.readers(name).is_empty() && !read(name) && !view.is_input(name) {

@@ -96,7 +96,7 @@ fn propose(
         return;
     }
     if fusion.allowed(view, anchor, &pattern, &fused, &HashMap::new()) {
-        changes.add(Rewrite { remove: pattern, node: Some(fused), initializers: vec![] });
+        changes.add(Rewrite { remove: pattern, nodes: vec![fused], initializers: vec![] });
     }
 }
 

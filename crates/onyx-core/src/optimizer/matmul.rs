@@ -1,18 +1,21 @@
 //! Matrix-product fusions: MatMul+Add(bias) → Gemm, and Transpose(last two dims) feeding
 //! MatMul, or a scalar Mul/Div after it → FusedMatMul with transA/transB/alpha.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use super::view::View;
-use super::{Changes, Fusion, Rewrite};
+use super::{fresh_name, Changes, Fusion, Rewrite};
 use crate::ir::{AttrValue, Attribute, Node, MS_DOMAIN};
-use crate::types::Dim;
-use crate::Result;
+use crate::types::{Dim, TensorType};
+use crate::{Result, Tensor};
 
-/// MatMul(A, B) → Add(·, C) with A 2-D, B a constant matrix and C a bias of B's columns
-/// (`[]`, `[1]`, `[N]` or `[1, N]`): Gemm(A, B, C).
+/// MatMul(A, B) → Add(·, C) with B a constant matrix and C a bias of B's columns (`[]`,
+/// `[1]`, `[N]` or `[1, N]`): Gemm(A, B, C). An A of higher rank with fixed dims (a sequence of
+/// rows, as transformers have) is viewed as a matrix: Reshape, Gemm, Reshape back (both
+/// Reshapes are free on the providers, views of their input).
 pub(super) fn matmul_add_gemm(view: &View<'_>, fusion: &Fusion<'_>) -> Result<Changes> {
     let mut changes = Changes::default();
+    let mut taken = HashSet::new();
     for a in 0..view.graph.nodes.len() {
         if view.op(a) != "Add" || view.node(a).inputs.len() != 2 {
             continue;
@@ -26,11 +29,13 @@ pub(super) fn matmul_add_gemm(view: &View<'_>, fusion: &Fusion<'_>) -> Result<Ch
             let mm = view.node(m);
             let (ma, mb) = (&mm.inputs[0], &mm.inputs[1]);
             let Some(b) = view.constant(mb) else { continue };
-            let a_is_matrix = view.shape(ma).is_some_and(|s| s.len() == 2);
             let n = match b.shape() {
                 [_, n] => *n,
                 _ => continue,
             };
+            // The rows of A when it has a higher rank (fixed dims): (its shape, rows).
+            let rows = view.shape(ma).and_then(|s| fixed_rows(s, b.shape()[0]));
+            let a_is_matrix = view.shape(ma).is_some_and(|s| s.len() == 2) || rows.is_some();
             let bias_ok = match view.shape(c) {
                 Some([]) => true,
                 Some([d]) => *d == Dim::Fixed(n) || *d == Dim::Fixed(1),
@@ -41,21 +46,80 @@ pub(super) fn matmul_add_gemm(view: &View<'_>, fusion: &Fusion<'_>) -> Result<Ch
             if !(a_is_matrix && bias_ok && types_ok && view.graph_opset() >= 7) {
                 continue;
             }
-            let gemm = Node {
+            let mut gemm = Node {
                 name: mm.name.clone(),
                 op_type: "Gemm".into(),
                 inputs: vec![ma.clone(), mb.clone(), c.clone()],
                 outputs: vec![add.outputs[0].clone()],
                 ..Default::default()
             };
-            if fusion.allowed(view, m, &[m, a], &gemm, &HashMap::new())
-                && changes.add(Rewrite { remove: vec![m, a], node: Some(gemm), initializers: vec![] })
+            let Some(rewrite) = as_matrix(view, &mut gemm, rows, n, &mut taken) else { continue };
+            if fusion.allowed_typed(view, m, &[m, a], &gemm, &HashMap::new(), &rewrite.types)
+                && changes.add(Rewrite { remove: vec![m, a], nodes: rewrite.nodes, initializers: rewrite.initializers })
             {
                 break;
             }
         }
     }
     Ok(changes)
+}
+
+/// For A of `shape` (rank above 2, fixed dims, last `k`): (its dims, its rows).
+fn fixed_rows(shape: &[Dim], k: usize) -> Option<(Vec<usize>, usize)> {
+    let dims: Vec<usize> = shape.iter().map(Dim::fixed).collect::<Option<_>>()?;
+    (dims.len() > 2 && dims.last() == Some(&k)).then(|| (dims.clone(), dims[..dims.len() - 1].iter().product()))
+}
+
+/// The nodes of a Gemm rewrite, with their constants and the types of the values between them.
+struct GemmRewrite {
+    nodes: Vec<Node>,
+    initializers: Vec<(String, Tensor)>,
+    types: HashMap<String, TensorType>,
+}
+
+/// `gemm` as it is (A a matrix, `rows` none), or between the Reshapes of A (`rows`: its dims and
+/// rows) to a matrix and of the product (`n` columns) back to A's leading dims.
+fn as_matrix(
+    view: &View<'_>,
+    gemm: &mut Node,
+    rows: Option<(Vec<usize>, usize)>,
+    n: usize,
+    taken: &mut HashSet<String>,
+) -> Option<GemmRewrite> {
+    let Some((dims, m)) = rows else {
+        return Some(GemmRewrite { nodes: vec![gemm.clone()], initializers: vec![], types: HashMap::new() });
+    };
+    let dtype = view.dtype(&gemm.inputs[0])?;
+    let k = *dims.last()?;
+    let mut fresh = |base: String| {
+        let name = fresh_name(view.graph, &base, taken);
+        taken.insert(name.clone());
+        name
+    };
+    let shape_of =
+        |d: &[usize]| Tensor::from_vec(vec![d.len()], d.iter().map(|&x| x as i64).collect::<Vec<i64>>()).ok();
+    let (a, y) = (gemm.inputs[0].clone(), gemm.outputs[0].clone());
+    let (a2, y2) = (fresh(format!("{a}_matrix")), fresh(format!("{y}_matrix")));
+    let (a_shape, y_shape) = (fresh(format!("{a}_matrix_shape")), fresh(format!("{y}_shape")));
+    let mut out_dims = dims.clone();
+    *out_dims.last_mut()? = n;
+    let reshape = |name: String, x: String, shape: String, y: String| Node {
+        name,
+        op_type: "Reshape".into(),
+        inputs: vec![x, shape],
+        outputs: vec![y],
+        ..Default::default()
+    };
+    let before = reshape(format!("{}_rows", gemm.name), a, a_shape.clone(), a2.clone());
+    let after = reshape(format!("{}_back", gemm.name), y2.clone(), y_shape.clone(), y);
+    gemm.inputs[0] = a2.clone();
+    gemm.outputs[0] = y2.clone();
+    let types = HashMap::from([(a2, TensorType::fixed(dtype, &[m, k])), (y2, TensorType::fixed(dtype, &[m, n]))]);
+    Some(GemmRewrite {
+        nodes: vec![before, gemm.clone(), after],
+        initializers: vec![(a_shape, shape_of(&[m, k])?), (y_shape, shape_of(&out_dims)?)],
+        types,
+    })
 }
 
 /// True when Transpose node `t` swaps the last two dimensions and keeps the others.
@@ -132,7 +196,7 @@ pub(super) fn transpose_matmul(view: &View<'_>, fusion: &Fusion<'_>) -> Result<C
             ..Default::default()
         };
         if fusion.allowed(view, m, &pattern, &fused, &HashMap::new()) {
-            changes.add(Rewrite { remove: pattern, node: Some(fused), initializers: vec![] });
+            changes.add(Rewrite { remove: pattern, nodes: vec![fused], initializers: vec![] });
         }
     }
     Ok(changes)

@@ -35,6 +35,7 @@ use std::sync::Arc;
 use crate::ep::ExecutionProvider;
 use crate::ir::{Graph, Model, Node, MS_DOMAIN, ONYX_DOMAIN};
 use crate::session::OptimizationLevel;
+use crate::types::TensorType;
 use crate::{Result, Tensor};
 
 use view::View;
@@ -201,8 +202,22 @@ impl Fusion<'_> {
         fused: &Node,
         extra: &HashMap<String, Tensor>,
     ) -> bool {
+        self.allowed_typed(view, anchor, pattern, fused, extra, &HashMap::new())
+    }
+
+    /// [`Fusion::allowed`] for a fused node reading `new` values (of these types) that other
+    /// nodes of the rewrite make.
+    pub fn allowed_typed(
+        &self,
+        view: &View<'_>,
+        anchor: usize,
+        pattern: &[usize],
+        fused: &Node,
+        extra: &HashMap<String, Tensor>,
+        new: &HashMap<String, TensorType>,
+    ) -> bool {
         let none = HashMap::new();
-        let Some(p) = view.placement(fused, extra, self.providers) else {
+        let Some(p) = view.placement_typed(fused, extra, new, self.providers) else {
             return false;
         };
         if view.placement(view.node(anchor), &none, self.providers) != Some(p) {
@@ -217,10 +232,10 @@ impl Fusion<'_> {
     }
 }
 
-/// One rewrite: remove the nodes `remove`, put `node` (if any) where the last of them was.
+/// One rewrite: remove the nodes `remove`, put `nodes` (in order) where the last of them was.
 pub(crate) struct Rewrite {
     pub remove: Vec<usize>,
-    pub node: Option<Node>,
+    pub nodes: Vec<Node>,
     pub initializers: Vec<(String, Tensor)>,
 }
 
@@ -265,11 +280,11 @@ impl Changes {
     }
 
     fn apply(self, graph: &mut Graph) {
-        let mut placed: HashMap<usize, Node> = HashMap::new();
+        let mut placed: HashMap<usize, Vec<Node>> = HashMap::new();
         let mut removed = HashSet::new();
         for r in self.rewrites {
-            if let (Some(node), Some(&last)) = (r.node, r.remove.iter().max()) {
-                placed.insert(last, node);
+            if let Some(&last) = r.remove.iter().max() {
+                placed.insert(last, r.nodes);
             }
             removed.extend(r.remove);
             graph.initializers.extend(r.initializers);
@@ -277,7 +292,7 @@ impl Changes {
         let old = std::mem::take(&mut graph.nodes);
         for (i, node) in old.into_iter().enumerate() {
             if let Some(new) = placed.remove(&i) {
-                graph.nodes.push(new);
+                graph.nodes.extend(new);
             } else if !removed.contains(&i) {
                 graph.nodes.push(node);
             }

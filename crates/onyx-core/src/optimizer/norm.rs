@@ -73,7 +73,7 @@ pub(super) fn layer_norm(view: &View<'_>, fusion: &Fusion<'_>) -> Result<Changes
             ..Default::default()
         };
         if !pattern.iter().any(|&n| changes.claimed(n)) && fusion.allowed(view, r1, &pattern, &fused, &HashMap::new()) {
-            changes.add(Rewrite { remove: pattern, node: Some(fused), initializers: vec![] });
+            changes.add(Rewrite { remove: pattern, nodes: vec![fused], initializers: vec![] });
         }
     }
     Ok(changes)
@@ -185,7 +185,7 @@ pub(super) fn skip_layer_norm_bias(view: &View<'_>, fusion: &Fusion<'_>) -> Resu
             fused.inputs[slot] = x.clone();
             fused.inputs[4] = bias.clone();
             if !changes.claimed(a) && !changes.claimed(l) && fusion.allowed(view, l, &[a, l], &fused, &HashMap::new()) {
-                changes.add(Rewrite { remove: vec![a, l], node: Some(fused), initializers: vec![] });
+                changes.add(Rewrite { remove: vec![a, l], nodes: vec![fused], initializers: vec![] });
                 break;
             }
         }
@@ -243,7 +243,7 @@ pub(super) fn skip_layer_norm(view: &View<'_>, fusion: &Fusion<'_>) -> Result<Ch
             ..Default::default()
         };
         if !changes.claimed(a) && fusion.allowed(view, l, &[a, l], &fused, &HashMap::new()) {
-            changes.add(Rewrite { remove: vec![a, l], node: Some(fused), initializers: vec![] });
+            changes.add(Rewrite { remove: vec![a, l], nodes: vec![fused], initializers: vec![] });
         }
     }
     Ok(changes)

@@ -189,9 +189,22 @@ impl<'g> View<'g> {
 
     /// The context an EP sees for `node`, with `extra` constants (new initializers of a rewrite).
     pub fn context<'a>(&'a self, node: &'a Node, extra: &'a HashMap<String, Tensor>) -> Result<NodeContext<'a>> {
+        self.context_typed(node, extra, &HashMap::new())
+    }
+
+    /// [`View::context`], with the types of `new` values (made by the nodes a rewrite adds).
+    pub fn context_typed<'a>(
+        &'a self,
+        node: &'a Node,
+        extra: &'a HashMap<String, Tensor>,
+        new: &HashMap<String, TensorType>,
+    ) -> Result<NodeContext<'a>> {
         let typed = |n: &String| -> ValueType {
             if let Some(t) = extra.get(n) {
                 return ValueType::Tensor(TensorType::fixed(t.dtype(), t.shape()));
+            }
+            if let Some(t) = new.get(n) {
+                return ValueType::Tensor(t.clone());
             }
             self.known.get(n).map_or(ValueType::Unknown, |k| k.ty.clone())
         };
@@ -212,7 +225,18 @@ impl<'g> View<'g> {
         extra: &HashMap<String, Tensor>,
         providers: &[Arc<dyn ExecutionProvider>],
     ) -> Option<usize> {
-        let ctx = self.context(node, extra).ok()?;
+        self.placement_typed(node, extra, &HashMap::new(), providers)
+    }
+
+    /// [`View::placement`], with the types of `new` values.
+    pub fn placement_typed(
+        &self,
+        node: &Node,
+        extra: &HashMap<String, Tensor>,
+        new: &HashMap<String, TensorType>,
+        providers: &[Arc<dyn ExecutionProvider>],
+    ) -> Option<usize> {
+        let ctx = self.context_typed(node, extra, new).ok()?;
         providers.iter().position(|p| p.supports(&ctx))
     }
 }
