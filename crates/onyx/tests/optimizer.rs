@@ -629,6 +629,29 @@ fn decomposed_layer_norm_fuses_and_takes_the_residual() {
 /// MatMul(x, w) + bias → LayerNormalization of (that + residual): the end of a transformer
 /// sub-block. `bias_is_input` makes the bias a graph input; `sum_visible` makes the biased
 /// MatMul a graph output too.
+/// A transformer's residual stream: the sum feeding LayerNormalization is read again by the
+/// next residual Add (and is a graph output when `sum_is_output`).
+#[test]
+fn skip_layer_norm_keeps_a_sum_read_later() {
+    for sum_is_output in [false, true] {
+        let mut g = G::new(21);
+        let x = g.input("x", &[2, 5, 12]);
+        let r = g.input("r", &[2, 5, 12]);
+        let s = g.op("Add", &[&x, &r], vec![]);
+        let gamma = g.random("gamma", &[12], 0.5, 1.5);
+        let beta = g.random("beta", &[12], -0.5, 0.5);
+        let n = g.op("LayerNormalization", &[&s, &gamma, &beta], vec![]);
+        let t = g.op("Tanh", &[&n], vec![]);
+        let y = g.op("Add", &[&s, &t], vec![]);
+        g.output(&y);
+        if sum_is_output {
+            g.output(&s);
+        }
+        let ops = check(&g, 17, "residual stream");
+        assert_eq!(ops, ["com.microsoft:SkipLayerNormalization", "Tanh", "Add"], "sum is output: {sum_is_output}");
+    }
+}
+
 /// The batch is symbolic: with fixed rows MatMul+Add would become a Gemm first.
 fn biased_skip_norm_graph(bias_is_input: bool, sum_visible: bool) -> G {
     let mut g = G::new(12);
@@ -808,7 +831,8 @@ fn attention_blocks_become_one_attention_node() {
 
 /// Self-attention over x `[B, 7, 12]` (3 heads of 4) on one packed QKV projection, taken apart
 /// as torch's `nn.MultiheadAttention` export does (`seq_first`: torchvision's ViT, batch 1,
-/// the sequence first between Transposes) or as torchvision's Swin does (batch first, B = 2).
+/// the sequence first between Transposes) or as torchvision's Swin does (batch first, B = 2,
+/// with a relative position bias).
 fn packed_attention_graph(seq_first: bool) -> G {
     let (b, s, n, d) = (if seq_first { 1usize } else { 2 }, 7usize, 3usize, 4usize);
     let h = n * d;
@@ -852,11 +876,22 @@ fn packed_attention_graph(seq_first: bool) -> G {
             heads.push(g.op("Gather", &[&packed, &index], vec![int("axis", 0)]));
         }
     }
-    let q = g.op("Mul", &[&heads[0], &root], vec![]);
-    let kt = g.op("Transpose", &[&heads[1]], vec![ints("perm", &[0, 1, 3, 2])]);
-    let kt = g.op("Mul", &[&kt, &root], vec![]);
-    let scores = g.op("MatMul", &[&q, &kt], vec![]);
-    let probs = g.op("Softmax", &[&scores], vec![int("axis", -1)]);
+    let logits = if seq_first {
+        let q = g.op("Mul", &[&heads[0], &root], vec![]);
+        let kt = g.op("Transpose", &[&heads[1]], vec![ints("perm", &[0, 1, 3, 2])]);
+        let kt = g.op("Mul", &[&kt, &root], vec![]);
+        g.op("MatMul", &[&q, &kt], vec![])
+    } else {
+        // Swin: q scaled, `q @ k.transpose(-2, -1)` (a FusedMatMul with transB once fused), plus
+        // the relative position bias.
+        let inv = g.scalar("inv_sqrt_d", 1.0 / (d as f32).sqrt());
+        let q = g.op("Mul", &[&heads[0], &inv], vec![]);
+        let kt = g.op("Transpose", &[&heads[1]], vec![ints("perm", &[0, 1, 3, 2])]);
+        let scores = g.op("MatMul", &[&q, &kt], vec![]);
+        let bias = g.random("position_bias", &[n, s, s], -1.0, 1.0);
+        g.op("Add", &[&scores, &bias], vec![])
+    };
+    let probs = g.op("Softmax", &[&logits], vec![int("axis", -1)]);
     let pv = g.op("MatMul", &[&probs, &heads[2]], vec![]);
     let y = if seq_first {
         let t = g.op("Transpose", &[&pv], vec![ints("perm", &[2, 0, 1, 3])]);
@@ -881,7 +916,7 @@ fn attention_on_packed_projections_becomes_one_attention_node() {
         let count = |op: &str| ops.iter().filter(|o| *o == op).count();
         assert_eq!(count("ai.onyx:Attention"), 1, "{ops:?}");
         assert_eq!(count("Slice"), 3, "{ops:?}");
-        for gone in ["Softmax", "Gather", "Squeeze", "Unsqueeze", "MatMul", "Mul"] {
+        for gone in ["Softmax", "Gather", "Squeeze", "Unsqueeze", "MatMul", "com.microsoft:FusedMatMul", "Mul"] {
             assert_eq!(count(gone), 0, "{gone}: {ops:?}");
         }
     }

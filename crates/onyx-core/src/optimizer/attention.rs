@@ -264,34 +264,47 @@ fn unscaled(view: &View<'_>, v: &str) -> (String, Vec<usize>, f64) {
     (v.to_string(), vec![], 1.0)
 }
 
-/// The scaled product of `q` and `kᵀ` producing `scores`: (nodes, q operand, kᵀ operand, scale).
-fn scaled_product(view: &View<'_>, scores: &str) -> Option<(Vec<usize>, String, String, f64)> {
+/// The scaled product of q and kᵀ producing the scores.
+struct Product {
+    nodes: Vec<usize>,
+    q: String,
+    /// The second operand: kᵀ, or k itself when the product transposes it (FusedMatMul's
+    /// transB, as ONNX Runtime's fusion leaves `q @ k.transpose(-2, -1)`).
+    k: String,
+    k_transposed: bool,
+    scale: f64,
+}
+
+/// The scaled product producing `scores`.
+fn scaled_product(view: &View<'_>, scores: &str) -> Option<Product> {
     let p = view.producer(scores)?;
     let node = view.node(p);
-    if node.domain == MS_DOMAIN && node.op_type == "FusedMatMul" {
-        let plain =
-            ["transA", "transB", "transBatchA", "transBatchB"].iter().all(|a| node.int_or(a, 0).ok() == Some(0));
+    // MatMul or FusedMatMul (no transpose but B's last two dims), then a Mul/Div by a constant
+    // (or none).
+    let (m, mut scale, k_transposed) = if node.domain == MS_DOMAIN && node.op_type == "FusedMatMul" {
+        let plain = ["transA", "transBatchA", "transBatchB"].iter().all(|a| node.int_or(a, 0).ok() == Some(0));
+        let trans_b = node.int_or("transB", 0).ok()?;
         let alpha = node.float_or("alpha", 1.0).ok()? as f64;
-        return plain.then(|| (vec![p], node.inputs[0].clone(), node.inputs[1].clone(), alpha));
-    }
-    // MatMul, then a Mul/Div by a constant (or none).
-    let (m, mut scale) = match view.op(p) {
-        "MatMul" => (p, 1.0),
-        "Mul" | "Div" => {
-            let m = node.inputs.iter().find_map(|i| view.produced_by(i, "MatMul"))?;
-            let (s, scale) = scale_after(view, out(view, m))?;
-            (s == p).then_some((m, scale))?
+        (plain && matches!(trans_b, 0 | 1)).then_some((p, alpha, trans_b == 0))?
+    } else {
+        match view.op(p) {
+            "MatMul" => (p, 1.0, true),
+            "Mul" | "Div" => {
+                let m = node.inputs.iter().find_map(|i| view.produced_by(i, "MatMul"))?;
+                let (s, scale) = scale_after(view, out(view, m))?;
+                (s == p).then_some((m, scale, true))?
+            }
+            _ => return None,
         }
-        _ => return None,
     };
     let mm = view.node(m);
     let mut nodes = if m == p { vec![m] } else { vec![m, p] };
     // Factors on the operands (torch's SDPA export scales q and kᵀ by √scale each).
-    let (q, qn, qf) = unscaled(view, &mm.inputs[0]);
-    let (k, kn, kf) = unscaled(view, &mm.inputs[1]);
+    let (q, qn, qf) = unscaled(view, mm.input(0)?);
+    let (k, kn, kf) = unscaled(view, mm.input(1)?);
     nodes.extend(qn.into_iter().chain(kn));
     scale *= qf * kf;
-    Some((nodes, q, k, scale))
+    Some(Product { nodes, q, k, k_transposed, scale })
 }
 
 /// Softmax over the last axis of a rank-4 value.
@@ -508,10 +521,10 @@ fn match_block(view: &View<'_>, s: usize, names: &mut Names<'_>) -> Option<Block
         None => (logits.to_string(), None),
     };
     view.sole_reader(&scores)?;
-    let (product, q4, kt4, scale) = scaled_product(view, &scores)?;
-    pattern.extend(&product);
-    let q = split_heads(view, &q4, false)?;
-    let k = split_heads(view, &kt4, true)?;
+    let product = scaled_product(view, &scores)?;
+    pattern.extend(&product.nodes);
+    let q = split_heads(view, &product.q, false)?;
+    let k = split_heads(view, &product.k, product.k_transposed)?;
     let (probs, tail) = probabilities(view, s)?;
     pattern.extend(tail);
     let pv = view.sole_reader(probs).filter(|&m| view.op(m) == "MatMul" && view.node(m).inputs[0] == probs)?;
@@ -554,7 +567,7 @@ fn match_block(view: &View<'_>, s: usize, names: &mut Names<'_>) -> Option<Block
     let mut added = Added::default();
     let qkv = [added.input(view, names, &q)?, added.input(view, names, &k)?, added.input(view, names, &v)?];
     let attention_y = if y_direct { y.to_string() } else { names.fresh(&format!("{y}_bsh")) };
-    added.nodes.push(attention_node(view, view.node(s).name.clone(), qkv, mask, n, scale, attention_y.clone()));
+    added.nodes.push(attention_node(view, view.node(s).name.clone(), qkv, mask, n, product.scale, attention_y.clone()));
     if let (false, Some(ys)) = (y_direct, y_fixed) {
         let shape = added.constant(names, &format!("{y}_shape"), &ys)?;
         added.nodes.push(Node {

@@ -212,7 +212,13 @@ pub(super) fn skip_layer_norm(view: &View<'_>, fusion: &Fusion<'_>) -> Result<Ch
         if !only_first_output_used(view, ln) || !view.is_float(s) {
             continue;
         }
-        let Some(a) = view.produced_by(s, "Add").filter(|_| view.sole_reader(s) == Some(l)) else { continue };
+        // The sum may have other readers (the next residual): the fused node makes it too (its
+        // output 3), in the LayerNormalization's place, so they must come after it.
+        let keep_sum = view.sole_reader(s) != Some(l) || view.is_output(s);
+        if view.readers(s).iter().any(|&r| r < l) {
+            continue;
+        }
+        let Some(a) = view.produced_by(s, "Add") else { continue };
         let add = view.node(a);
         let [p, q] = add.inputs.as_slice() else { continue };
         let fits = |input: &str, skip: &str| {
@@ -238,7 +244,11 @@ pub(super) fn skip_layer_norm(view: &View<'_>, fusion: &Fusion<'_>) -> Result<Ch
             op_type: "SkipLayerNormalization".into(),
             domain: MS_DOMAIN.into(),
             inputs,
-            outputs: vec![ln.outputs[0].clone()],
+            outputs: if keep_sum {
+                vec![ln.outputs[0].clone(), String::new(), String::new(), s.to_string()]
+            } else {
+                vec![ln.outputs[0].clone()]
+            },
             attributes: vec![Attribute { name: "epsilon".into(), value: AttrValue::Float(epsilon) }],
             ..Default::default()
         };
