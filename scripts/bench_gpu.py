@@ -48,6 +48,12 @@ def export(name, out_dir, dtype="fp32"):
     if name != "bert":  # any torchvision classifier taking 224x224 images
         import torchvision
         model = torchvision.models.get_model(name, weights=None).eval()
+        # Zero-initialized weights (ViT's classifier head) would make every output zero, and the
+        # comparison of outputs meaningless: give them small random values.
+        with torch.no_grad():
+            for param in model.parameters():
+                if param.dim() > 1 and not param.any():
+                    param.normal_(0.0, 0.02)
         torch.backends.mha.set_fastpath_enabled(False)  # ViT's fused attention has no ONNX export
         x = rng.standard_normal((1, 3, 224, 224)).astype(np.float16 if half else np.float32)
         args, names = (torch.from_numpy(x),), ["input"]
