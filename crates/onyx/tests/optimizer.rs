@@ -832,8 +832,9 @@ fn attention_blocks_become_one_attention_node() {
 /// Self-attention over x `[B, 7, 12]` (3 heads of 4) on one packed QKV projection, taken apart
 /// as torch's `nn.MultiheadAttention` export does (`seq_first`: torchvision's ViT, batch 1,
 /// the sequence first between Transposes) or as torchvision's Swin does (batch first, B = 2,
-/// with a relative position bias).
-fn packed_attention_graph(seq_first: bool) -> G {
+/// with a relative position bias; `shifted`: then a shifted-window mask added through a 5-D
+/// view of the 2 windows).
+fn packed_attention_graph(seq_first: bool, shifted: bool) -> G {
     let (b, s, n, d) = (if seq_first { 1usize } else { 2 }, 7usize, 3usize, 4usize);
     let h = n * d;
     let mut g = G::new(17);
@@ -889,7 +890,17 @@ fn packed_attention_graph(seq_first: bool) -> G {
         let kt = g.op("Transpose", &[&heads[1]], vec![ints("perm", &[0, 1, 3, 2])]);
         let scores = g.op("MatMul", &[&q, &kt], vec![]);
         let bias = g.random("position_bias", &[n, s, s], -1.0, 1.0);
-        g.op("Add", &[&scores, &bias], vec![])
+        let biased = g.op("Add", &[&scores, &bias], vec![]);
+        if shifted {
+            let windows = g.int64s("windows", &i(&[1, b, n, s, s]));
+            let w = g.op("Reshape", &[&biased, &windows], vec![]);
+            let mask = g.random("window_mask", &[1, b, 1, s, s], -100.0, 0.0);
+            let masked = g.op("Add", &[&w, &mask], vec![]);
+            let back = g.int64s("scores_shape", &i(&[b, n, s, s]));
+            g.op("Reshape", &[&masked, &back], vec![])
+        } else {
+            biased
+        }
     };
     let probs = g.op("Softmax", &[&logits], vec![int("axis", -1)]);
     let pv = g.op("MatMul", &[&probs, &heads[2]], vec![]);
@@ -911,12 +922,12 @@ fn packed_attention_graph(seq_first: bool) -> G {
 
 #[test]
 fn attention_on_packed_projections_becomes_one_attention_node() {
-    for seq_first in [true, false] {
-        let ops = check(&packed_attention_graph(seq_first), 17, "packed attention");
+    for (seq_first, shifted) in [(true, false), (false, false), (false, true)] {
+        let ops = check(&packed_attention_graph(seq_first, shifted), 17, "packed attention");
         let count = |op: &str| ops.iter().filter(|o| *o == op).count();
         assert_eq!(count("ai.onyx:Attention"), 1, "{ops:?}");
         assert_eq!(count("Slice"), 3, "{ops:?}");
-        for gone in ["Softmax", "Gather", "Squeeze", "Unsqueeze", "MatMul", "com.microsoft:FusedMatMul", "Mul"] {
+        for gone in ["Softmax", "Gather", "Squeeze", "Unsqueeze", "MatMul", "com.microsoft:FusedMatMul", "Mul", "Add"] {
             assert_eq!(count(gone), 0, "{gone}: {ops:?}");
         }
     }

@@ -307,6 +307,85 @@ fn scaled_product(view: &View<'_>, scores: &str) -> Option<Product> {
     Some(Product { nodes, q, k, k_transposed, scale })
 }
 
+/// Most elements of a mask the optimizer sums (4 Mi: 16 MiB in f32).
+const MAX_MASK: usize = 1 << 22;
+
+/// The logits as the scores plus constants added through Reshapes of them, as Swin adds its
+/// relative position bias and then, through a 5-D view, its shifted-window mask: (the scores,
+/// the chain's nodes, the constants' sum as one mask of the logits' shape). Each value of the
+/// chain is read only by the next node; Reshapes move no element, so every value's elements
+/// are the logits' in the same order.
+fn constant_mask_chain(view: &View<'_>, logits: &str) -> Option<(String, Vec<usize>, Tensor)> {
+    let shape = fixed(view.shape(logits)?)?;
+    let count: usize = shape.iter().product();
+    if count > MAX_MASK {
+        return None;
+    }
+    let mut sum = vec![0.0; count];
+    let mut nodes: Vec<usize> = vec![];
+    let mut cur = logits.to_string();
+    while nodes.is_empty() || scaled_product(view, &cur).is_none() {
+        let p = view.producer(&cur)?;
+        if nodes.len() == 8 || nodes.last().is_some_and(|&last| view.sole_reader(&cur) != Some(last)) {
+            return None;
+        }
+        let node = view.node(p);
+        cur = match view.op(p) {
+            "Reshape" => node.input(0)?.to_string(),
+            "Add" => {
+                let out_shape = fixed(view.shape(out(view, p))?)?;
+                let [x, y] = node.inputs.as_slice() else { return None };
+                let (x, c) = if view.constant(y).is_some() { (x, view.constant(y)?) } else { (y, view.constant(x)?) };
+                if fixed(view.shape(x)?)? != out_shape {
+                    return None;
+                }
+                let values = broadcast(&super::view::to_f64s(c)?, c.shape(), &out_shape)?;
+                sum.iter_mut().zip(values).for_each(|(s, v)| *s += v);
+                x.clone()
+            }
+            _ => return None,
+        };
+        nodes.push(p);
+    }
+    let adds = nodes.iter().filter(|&&n| view.op(n) == "Add").count();
+    if adds == 0 || fixed(view.shape(&cur)?)? != shape {
+        return None;
+    }
+    Some((cur, nodes, super::view::from_f64s(view.dtype(logits)?, shape, sum)?))
+}
+
+/// `values` of shape `from` broadcast (numpy's rules) to shape `to`, in `to`'s element order.
+fn broadcast(values: &[f64], from: &[usize], to: &[usize]) -> Option<Vec<f64>> {
+    if from.len() > to.len() || values.len() != from.iter().product::<usize>() {
+        return None;
+    }
+    let lead = to.len() - from.len();
+    // Strides of `values` along `to`'s axes: 0 where `from` has no such axis or a size of 1.
+    let mut strides = vec![0usize; to.len()];
+    let mut stride = 1;
+    for a in (0..from.len()).rev() {
+        if from[a] != 1 && from[a] != to[lead + a] {
+            return None;
+        }
+        strides[lead + a] = if from[a] == 1 { 0 } else { stride };
+        stride *= from[a];
+    }
+    let count: usize = to.iter().product();
+    let mut result = Vec::with_capacity(count);
+    let mut index = vec![0usize; to.len()];
+    for _ in 0..count {
+        result.push(values[index.iter().zip(&strides).map(|(i, s)| i * s).sum::<usize>()]);
+        for a in (0..to.len()).rev() {
+            index[a] += 1;
+            if index[a] < to[a] {
+                break;
+            }
+            index[a] = 0;
+        }
+    }
+    Some(result)
+}
+
 /// Softmax over the last axis of a rank-4 value.
 fn is_last_axis_softmax(view: &View<'_>, s: usize) -> bool {
     let node = view.node(s);
@@ -351,7 +430,8 @@ pub(super) fn attention(view: &View<'_>, fusion: &Fusion<'_>) -> Result<Changes>
             let Block { pattern, nodes, initializers, types, shapes } = block;
             let free = pattern.iter().chain(shapes.iter().map(|(n, _)| n)).all(|&n| !changes.claimed(n));
             let fused = nodes.iter().find(|n| n.op_type == "Attention");
-            if free && fused.is_some_and(|f| fusion.allowed_typed(view, s, &pattern, f, &HashMap::new(), &types)) {
+            let constants: HashMap<String, Tensor> = initializers.iter().cloned().collect();
+            if free && fused.is_some_and(|f| fusion.allowed_typed(view, s, &pattern, f, &constants, &types)) {
                 changes.add(Rewrite { remove: pattern, nodes, initializers });
                 for (n, shape) in shapes {
                     changes.add(Rewrite { remove: vec![n], nodes: vec![shape], initializers: vec![] });
@@ -507,9 +587,11 @@ fn match_block(view: &View<'_>, s: usize, names: &mut Names<'_>) -> Option<Block
     let mut pattern = vec![s];
     let logits = view.node(s).input(0)?;
     view.sole_reader(logits)?;
-    // An additive mask: Add(scores, mask) in either order.
-    let (scores, mask) = match view.produced_by(logits, "Add") {
-        Some(a) => {
+    // An additive mask: Add(scores, mask) in either order, or constants added through reshaped
+    // views of the scores (summed into one new constant).
+    let mut mask_constant = None;
+    let (scores, mask) = match view.producer(logits) {
+        Some(a) if view.op(a) == "Add" => {
             let [x, y] = view.node(a).inputs.as_slice() else { return None };
             pattern.push(a);
             match (scaled_product(view, x), scaled_product(view, y)) {
@@ -518,7 +600,14 @@ fn match_block(view: &View<'_>, s: usize, names: &mut Names<'_>) -> Option<Block
                 _ => return None,
             }
         }
-        None => (logits.to_string(), None),
+        Some(r) if view.op(r) == "Reshape" => {
+            let (scores, nodes, sum) = constant_mask_chain(view, logits)?;
+            pattern.extend(nodes);
+            let name = names.fresh(&format!("{}_mask", view.node(s).name));
+            mask_constant = Some((name.clone(), sum));
+            (scores, Some(name))
+        }
+        _ => (logits.to_string(), None),
     };
     view.sole_reader(&scores)?;
     let product = scaled_product(view, &scores)?;
@@ -557,7 +646,7 @@ fn match_block(view: &View<'_>, s: usize, names: &mut Names<'_>) -> Option<Block
     if q.packed.is_none() && k.packed.is_none() && !view.same_type(&q.x, &k.x) {
         return None;
     }
-    if let Some(m) = &mask {
+    if let (Some(m), None) = (&mask, &mask_constant) {
         // attn_mask must broadcast to [B, N, S, T]: rank <= 4, the scores' dtype.
         if view.dtype(m) != view.dtype(&q.x) || view.shape(m).is_none_or(|sh| sh.len() > 4) {
             return None;
@@ -565,6 +654,7 @@ fn match_block(view: &View<'_>, s: usize, names: &mut Names<'_>) -> Option<Block
     }
     pattern.extend(q.owned.iter().chain(&k.owned).chain(&v.owned).chain(&[pv, merged, back]));
     let mut added = Added::default();
+    added.initializers.extend(mask_constant);
     let qkv = [added.input(view, names, &q)?, added.input(view, names, &k)?, added.input(view, names, &v)?];
     let attention_y = if y_direct { y.to_string() } else { names.fresh(&format!("{y}_bsh")) };
     added.nodes.push(attention_node(view, view.node(s).name.clone(), qkv, mask, n, product.scale, attention_y.clone()));
@@ -612,6 +702,14 @@ fn attention_node(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn broadcast_follows_numpy() {
+        // [2,1] to [3,2,2]: each row's value repeated, the whole repeated 3 times.
+        assert_eq!(broadcast(&[1.0, 2.0], &[2, 1], &[3, 2, 2]).unwrap(), [1.0, 1.0, 2.0, 2.0].repeat(3));
+        assert_eq!(broadcast(&[1.0, 2.0, 3.0], &[3], &[2, 3]).unwrap(), [1.0, 2.0, 3.0].repeat(2));
+        assert_eq!(broadcast(&[1.0, 2.0], &[2], &[3]), None);
+    }
 
     #[test]
     fn transposes_move_elements() {
