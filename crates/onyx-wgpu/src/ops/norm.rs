@@ -173,6 +173,23 @@ struct RowNorm {
     bias: bool,
     /// Whether the shader writes the rows' means and inverse standard deviations.
     stats: bool,
+    /// Whether X is a sum the shader makes (SkipLayerNormalization).
+    skip: Option<SkipSum>,
+}
+
+/// X as SkipLayerNormalization makes it: `input + skip + skip_bias`, each element rounded to
+/// X's type (as the CPU kernel stores the sum), the skip broadcast over leading dims and the
+/// bias along the last. The shader also writes the sum (the node's output 3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct SkipSum {
+    /// Whether a bias is added.
+    bias: bool,
+}
+
+/// The skip, and bias, buffers of a [`SkipSum`] row normalization.
+struct SkipInputs<'a> {
+    skip: GpuTensor<'a>,
+    bias: Option<GpuTensor<'a>>,
 }
 
 /// How a row-normalization shader writes Y, each the form the CPU kernel uses (so that both
@@ -204,12 +221,25 @@ impl RowNorm {
         stats: bool,
         row_len: Option<usize>,
     ) -> Result<RowNorm> {
+        Self::with_skip(gpu, types, form, bias, stats, None, row_len)
+    }
+
+    /// [`RowNorm::new`] for X made as `skip` says (see [`SkipSum`]).
+    fn with_skip(
+        gpu: &GpuContext,
+        types: &[(DataType, &'static str)],
+        form: Form,
+        bias: bool,
+        stats: bool,
+        skip: Option<SkipSum>,
+        row_len: Option<usize>,
+    ) -> Result<RowNorm> {
         let names: Vec<&'static str> = types.iter().map(|t| t.1).collect();
         let dtypes: Vec<DataType> = types.iter().map(|t| t.0).collect();
-        let key = format!("rownorm/{}/{form:?}/{bias}/{stats}", names.join("/"));
-        let shader = move |l| row_norm_shader(&names, enables_any(&dtypes), form, bias, stats, l);
+        let key = format!("rownorm/{}/{form:?}/{bias}/{stats}/{skip:?}", names.join("/"));
+        let shader = move |l| row_norm_shader(&names, enables_any(&dtypes), form, bias, stats, skip, l);
         let known = row_len.map(|n| Lanes::choose(1, n, true));
-        Ok(RowNorm { pipelines: LanePipelines::rows(gpu, key, shader, known)?, bias, stats })
+        Ok(RowNorm { pipelines: LanePipelines::rows(gpu, key, shader, known)?, bias, stats, skip })
     }
 
     /// Normalizes `x` as rows of `n` elements; returns Y and, with `stats`, the means and
@@ -226,6 +256,27 @@ impl RowNorm {
         stat_shape: &[usize],
         at: &Location,
     ) -> Result<Vec<Value>> {
+        self.record_sum(run, x, None, n, scale, bias, epsilon, stat_shape, at)
+    }
+
+    /// [`RowNorm::record`] of a [`SkipSum`] variant: the sum (X's shape) follows Y (and the
+    /// statistics) in the outputs.
+    #[allow(clippy::too_many_arguments)]
+    fn record_sum(
+        &self,
+        run: &mut GpuRun,
+        x: GpuTensor<'_>,
+        skip: Option<SkipInputs<'_>>,
+        n: usize,
+        scale: (GpuTensor<'_>, ParamMap),
+        bias: Option<(GpuTensor<'_>, ParamMap)>,
+        epsilon: f32,
+        stat_shape: &[usize],
+        at: &Location,
+    ) -> Result<Vec<Value>> {
+        if skip.is_some() != self.skip.is_some() || self.skip.is_some_and(|s| s.bias != skip.as_ref().is_some_and(|s| s.bias.is_some())) {
+            return Err(Error::node(at, "skip inputs differ from those the node was built for"));
+        }
         let rows = x.len().checked_div(n).unwrap_or_else(|| stat_shape.iter().product());
         let y = run.alloc(x.dtype(), x.shape().to_vec())?;
         let stats = if self.stats {
@@ -250,6 +301,15 @@ impl RowNorm {
             buffers.push(m.gpu()?);
             buffers.push(s.gpu()?);
         }
+        let sum = if skip.is_some() { Some(run.alloc(x.dtype(), x.shape().to_vec())?) } else { None };
+        if let (Some(SkipInputs { skip, bias }), Some(sum)) = (&skip, &sum) {
+            p.push(u32_of(skip.len().max(1), at)?);
+            buffers.push(skip.buffer);
+            if let Some(b) = bias {
+                buffers.push(b.buffer);
+            }
+            buffers.push(sum.gpu()?);
+        }
         if rows > 0 {
             let lanes = Lanes::choose(rows, n, true);
             let pipeline = self.pipelines.get(run.context(), Layout { lanes, flat: false })?;
@@ -260,13 +320,23 @@ impl RowNorm {
             out.push(Value::Tensor(m));
             out.push(Value::Tensor(s));
         }
+        out.extend(sum.map(Value::Tensor));
         Ok(out)
     }
 }
 
 /// The row-normalization shader. `types`: WGSL types of X, scale and (with `bias`) bias.
-/// `p`: rows, n, epsilon, scale div and modulo, bias div and modulo.
-fn row_norm_shader(types: &[&str], enable: &str, form: Form, bias: bool, stats: bool, lanes: Lanes) -> String {
+/// `p`: rows, n, epsilon, scale div and modulo, bias div and modulo, then (with `skip`) the
+/// skip's element count.
+fn row_norm_shader(
+    types: &[&str],
+    enable: &str,
+    form: Form,
+    bias: bool,
+    stats: bool,
+    skip: Option<SkipSum>,
+    lanes: Lanes,
+) -> String {
     let (tx, ts) = (types[0], types[1]);
     let mut bindings = format!(
         "@group(0) @binding(0) var<storage, read> p: array<u32>;
@@ -283,14 +353,14 @@ fn row_norm_shader(types: &[&str], enable: &str, form: Form, bias: bool, stats: 
     }
     bindings += &format!("@group(0) @binding({next}) var<storage, read_write> y: array<{tx}>;\n");
     let value = match form {
-        Form::Centered => format!("(f32(x[at]) - mean) * inv * s + {shift}"),
-        Form::Rms => "f32(x[at]) * inv * s".to_string(),
+        Form::Centered => format!("(xa - mean) * inv * s + {shift}"),
+        Form::Rms => "xa * inv * s".to_string(),
     };
     // RMS rows are not shifted: their statistic is the mean square itself.
     let (load_x0, variance) = if form == Form::Rms {
         ("", "a.y / count")
     } else {
-        ("if (live && n > 0u) { x0 = f32(x[base]); }", "max(a.y / count - md * md, 0.0)")
+        ("if (live && n > 0u) { x0 = xv(base); }", "max(a.y / count - md * md, 0.0)")
     };
     let mut write_stats = String::new();
     if stats {
@@ -302,11 +372,29 @@ fn row_norm_shader(types: &[&str], enable: &str, form: Form, bias: bool, stats: 
             next + 2
         );
         write_stats = "if (live && lane_slice(t) == 0u) { mean_out[q] = mean; inv_out[q] = inv; }".into();
+        next += 2;
     }
+    let (x_value, write_sum) = match skip {
+        None => ("return f32(x[at]);".to_string(), ""),
+        Some(SkipSum { bias }) => {
+            bindings += &format!("@group(0) @binding({}) var<storage, read> skip: array<{tx}>;\n", next + 1);
+            next += 1;
+            let mut sum = "var v = f32(x[at]) + f32(skip[at % p[7]]);".to_string();
+            if bias {
+                bindings += &format!("@group(0) @binding({}) var<storage, read> skip_bias: array<{tx}>;\n", next + 1);
+                next += 1;
+                sum += " v += f32(skip_bias[at % p[1]]);";
+            }
+            bindings += &format!("@group(0) @binding({}) var<storage, read_write> sum: array<{tx}>;\n", next + 1);
+            (format!("{sum} return f32({tx}(v));"), "sum[at] = {tx}(xa);")
+        }
+    };
+    let write_sum = write_sum.replace("{tx}", tx);
     format!(
         "{enable}{bindings}
 alias Acc = vec2<f32>;
 fn comb(a: Acc, b: Acc) -> Acc {{ return a + b; }}
+fn xv(at: u32) -> f32 {{ {x_value} }}
 {lanes}
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
@@ -320,7 +408,7 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
     var a = vec2<f32>(0.0, 0.0);
     if (live) {{
         for (var k = lane_slice(t); k < n; k += LS) {{
-            let d = f32(x[base + k]) - x0;
+            let d = xv(base + k) - x0;
             a += vec2<f32>(d, d * d);
         }}
     }}
@@ -334,6 +422,8 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
         for (var k = lane_slice(t); k < n; k += LS) {{
             let at = base + k;
             let s = f32(scale[(at / p[3]) % p[4]]);
+            let xa = xv(at);
+            {write_sum}
             y[at] = {tx}({value});
         }}
     }}

@@ -1,8 +1,8 @@
 //! com.microsoft SkipLayerNormalization(input, skip, gamma, beta?, bias?) -> (output, mean?,
-//! inv_std_var?, input_skip_bias_sum?): one dispatch sums `s = input + skip + bias` (skip
-//! broadcast over leading dims, bias along the last), then the LayerNormalization row kernel
-//! normalizes `s` over the last axis. The statistics outputs (1 and 2) are declined; output 3
-//! is `s` itself.
+//! inv_std_var?, input_skip_bias_sum?): one dispatch of the LayerNormalization row kernel that
+//! normalizes `s = input + skip + bias` (skip broadcast over leading dims, bias along the last)
+//! over the last axis as it reads it, and writes `s` (output 3). The statistics outputs (1 and
+//! 2) are declined.
 
 use super::*;
 
@@ -25,7 +25,6 @@ fn last_dim(ctx: &NodeContext<'_>) -> Option<usize> {
 
 /// A SkipLayerNormalization node.
 struct SkipLayerNorm {
-    sum: Arc<Pipeline>,
     norm: RowNorm,
     epsilon: f32,
     at: Location,
@@ -39,34 +38,12 @@ pub(super) fn build(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<
     if beta {
         types.push((dtype, ty));
     }
-    let sum = gpu.pipeline(&format!("skipnorm/sum/{ty}"), || sum_shader(ty, enables(dtype)))?;
+    let skip = SkipSum { bias: node.input(4).is_some() };
     Ok(Box::new(SkipLayerNorm {
-        sum,
-        norm: RowNorm::new(gpu, &types, Form::Centered, beta, false, last_dim(ctx))?,
+        norm: RowNorm::with_skip(gpu, &types, Form::Centered, beta, false, Some(skip), last_dim(ctx))?,
         epsilon: node.float_or("epsilon", 1e-12)?,
         at: node.location(),
     }))
-}
-
-/// `s[i] = x[i] + skip[i % p[1]] + bias[i % p[2]]` (no bias when `p[2]` is 0), summed in f32.
-fn sum_shader(ty: &str, enable: &str) -> String {
-    format!(
-        "{enable}{FLAT_INDEX}
-@group(0) @binding(0) var<storage, read> p: array<u32>;
-@group(0) @binding(1) var<storage, read> x: array<{ty}>;
-@group(0) @binding(2) var<storage, read> skip: array<{ty}>;
-@group(0) @binding(3) var<storage, read> bias: array<{ty}>;
-@group(0) @binding(4) var<storage, read_write> s: array<{ty}>;
-@compute @workgroup_size(256)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {{
-    let i = flat_index(gid, nwg);
-    if (i >= p[0]) {{ return; }}
-    var v = f32(x[i]) + f32(skip[i % p[1]]);
-    if (p[2] > 0u) {{ v += f32(bias[i % p[2]]); }}
-    s[i] = {ty}(v);
-}}
-"
-    )
 }
 
 impl SkipLayerNorm {
@@ -102,22 +79,19 @@ impl GpuOp for SkipLayerNorm {
         let gamma = self.vector(run, inputs, 2, n)?.ok_or_else(|| Error::input(&self.at, 2, "gamma", "nothing"))?;
         let beta = self.vector(run, inputs, 3, n)?;
         let bias = self.vector(run, inputs, 4, n)?;
-        let s = run.alloc(x.dtype(), x.shape().to_vec())?;
-        let params = [u32_of(x.len(), &self.at)?, u32_of(skip.len().max(1), &self.at)?, u32_of(bias.map_or(0, |b| b.len()), &self.at)?];
-        let b = bias.map_or(x.buffer, |b| b.buffer);
-        run.dispatch(&self.sum, &params, &[x.buffer, skip.buffer, b, s.gpu()?], grid(x.len()))?;
         let map = ParamMap { div: 1, modulo: n };
-        let sum = GpuTensor { tensor: &s, buffer: s.gpu()? };
         let mut stat_shape = x.shape().to_vec();
         if let Some(last) = stat_shape.last_mut() {
             *last = 1;
         }
         let beta = beta.map(|b| (b, map));
-        let mut out = self.norm.record(run, sum, n, (gamma, map), beta, self.epsilon, &stat_shape, &self.at)?;
+        let skip = SkipInputs { skip, bias };
+        let mut out = self.norm.record_sum(run, x, Some(skip), n, (gamma, map), beta, self.epsilon, &stat_shape, &self.at)?;
         // Outputs are positional: 1 and 2 are never named (see `supports`), so the values in
-        // their places are dropped unread; output 3 is the sum.
+        // their places are dropped unread; output 3 is the sum, which follows Y.
+        let sum = out.pop().ok_or_else(|| Error::node(&self.at, "the row kernel returned no sum"))?;
         out.truncate(1);
-        out.extend([s.clone(), s.clone(), s].map(Value::Tensor));
+        out.extend([sum.clone(), sum.clone(), sum]);
         Ok(out)
     }
 }
@@ -189,6 +163,10 @@ mod tests {
             let all = vec![x.clone(), sk.clone(), gamma.clone(), beta.clone(), bias.clone()];
             Case::new("SkipLayerNormalization", all.clone()).domain(ms).attrs(eps.clone()).check(1e-4, 1e-4);
             check_sum_output(&all);
+            // Beta without the skip bias: the sum is input + skip alone.
+            let no_bias = vec![x.clone(), sk.clone(), gamma.clone(), beta.clone()];
+            Case::new("SkipLayerNormalization", no_bias.clone()).domain(ms).check(1e-4, 1e-4);
+            check_sum_output(&no_bias);
         }
     }
 }
