@@ -112,6 +112,10 @@ fn float(name: &str, v: f32) -> Attribute {
     Attribute { name: name.into(), value: AttrValue::Float(v) }
 }
 
+fn string(name: &str, v: &str) -> Attribute {
+    Attribute { name: name.into(), value: AttrValue::String(v.as_bytes().to_vec()) }
+}
+
 // ------------------------------------------------------------------------------------------
 // Running and comparing
 
@@ -486,6 +490,42 @@ fn matmul_add_becomes_gemm_for_fixed_rows() {
         g.output(&y);
         assert_eq!(check(&g, 17, "MatMul+Add"), want, "A {a_shape:?} declared {declared:?}");
     }
+}
+
+#[test]
+fn gemm_and_activation_become_fused_gemm() {
+    // (A, activation op, its attributes, opset, nodes after)
+    let reshaped = vec!["Reshape", "ai.onyx:FusedGemm", "Reshape"];
+    let cases: Vec<(&[usize], &str, Vec<Attribute>, i64, Vec<&str>)> = vec![
+        (&[5, 7], "Relu", vec![], 17, vec!["ai.onyx:FusedGemm"]),
+        (&[5, 7], "LeakyRelu", vec![float("alpha", 0.2)], 17, vec!["ai.onyx:FusedGemm"]),
+        // A sequence of rows: the activation reads the Reshape back, which moves after it.
+        (&[2, 5, 7], "Gelu", vec![], 20, reshaped.clone()),
+        (&[2, 5, 7], "Gelu", vec![string("approximate", "tanh")], 20, reshaped),
+        (&[5, 7], "Softplus", vec![], 17, vec!["Gemm", "Softplus"]),
+    ];
+    for (a_shape, act, attrs, opset, want) in cases {
+        let mut g = G::new(12);
+        let a = g.input("a", a_shape);
+        let b = g.random("b", &[7, 3], -1.0, 1.0);
+        let c = g.random("c", &[3], -1.0, 1.0);
+        let m = g.op("MatMul", &[&a, &b], vec![]);
+        let y = g.op("Add", &[&m, &c], vec![]);
+        let z = g.op(act, &[&y], attrs);
+        g.output(&z);
+        assert_eq!(check(&g, opset, "Gemm+activation"), want, "A {a_shape:?} {act}");
+    }
+    // The product read elsewhere too: no fusion.
+    let mut g = G::new(13);
+    let a = g.input("a", &[5, 7]);
+    let b = g.random("b", &[7, 3], -1.0, 1.0);
+    let c = g.random("c", &[3], -1.0, 1.0);
+    let m = g.op("MatMul", &[&a, &b], vec![]);
+    let y = g.op("Add", &[&m, &c], vec![]);
+    let z = g.op("Relu", &[&y], vec![]);
+    g.output(&z);
+    g.output(&y);
+    assert_eq!(check(&g, 17, "Gemm read twice"), ["Gemm", "Relu"]);
 }
 
 #[test]

@@ -107,7 +107,7 @@ fn scale_rows(w: &Tensor, s: &[f64]) -> Option<Tensor> {
 }
 
 /// An activation FusedConv applies: its name and parameters.
-fn activation(view: &View<'_>, a: usize) -> Option<(&'static str, Vec<f32>)> {
+pub(super) fn activation(view: &View<'_>, a: usize) -> Option<(&'static str, Vec<f32>)> {
     let node = view.node(a);
     Some(match view.op(a) {
         "Relu" => ("Relu", vec![]),

@@ -210,6 +210,20 @@ pub(super) fn fast_gelu(view: &View<'_>, fusion: &Fusion<'_>) -> Result<Changes>
     Ok(changes)
 }
 
+/// The activation name FusedGemm gives Gelu node `g`: `Gelu` (exact) or `GeluTanh` (ONNX
+/// Gelu with the tanh approximation, or contrib FastGelu without a bias).
+pub(super) fn gelu_kind(view: &View<'_>, g: usize) -> Option<&'static str> {
+    let node = view.node(g);
+    if is_exact_gelu(view, g) {
+        return Some("Gelu");
+    }
+    let tanh = match node.domain.as_str() {
+        "" | "ai.onnx" => node.op_type == "Gelu" && node.string_or("approximate", "none").is_ok_and(|a| a == "tanh"),
+        d => d == MS_DOMAIN && node.op_type == "FastGelu" && node.inputs.iter().filter(|i| !i.is_empty()).count() == 1,
+    };
+    tanh.then_some("GeluTanh")
+}
+
 /// True when node `g` is an exact Gelu (ONNX Gelu without approximation, or contrib Gelu).
 fn is_exact_gelu(view: &View<'_>, g: usize) -> bool {
     let node = view.node(g);

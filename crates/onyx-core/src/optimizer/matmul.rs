@@ -1,11 +1,12 @@
-//! Matrix-product fusions: MatMul+Add(bias) → Gemm, and Transpose(last two dims) feeding
-//! MatMul, or a scalar Mul/Div after it → FusedMatMul with transA/transB/alpha.
+//! Matrix-product fusions: MatMul+Add(bias) → Gemm, Transpose(last two dims) feeding MatMul,
+//! or a scalar Mul/Div after it → FusedMatMul with transA/transB/alpha, and Gemm+activation →
+//! Onyx's FusedGemm.
 
 use std::collections::{HashMap, HashSet};
 
 use super::view::View;
 use super::{fresh_name, Changes, Fusion, Rewrite};
-use crate::ir::{AttrValue, Attribute, Node, MS_DOMAIN};
+use crate::ir::{AttrValue, Attribute, Node, MS_DOMAIN, ONYX_DOMAIN};
 use crate::types::{Dim, TensorType};
 use crate::{Result, Tensor};
 
@@ -120,6 +121,63 @@ fn as_matrix(
         initializers: vec![(a_shape, shape_of(&[m, k])?), (y_shape, shape_of(&out_dims)?)],
         types,
     })
+}
+
+/// The activation node `a` applies, as FusedGemm's `activation` and `activation_params`:
+/// FusedConv's activations, and Gelu (exact, or `GeluTanh` for the tanh approximation).
+fn gemm_activation_of(view: &View<'_>, a: usize) -> Option<(&'static str, Vec<f32>)> {
+    super::conv::activation(view, a).or_else(|| super::gelu::gelu_kind(view, a).map(|name| (name, vec![])))
+}
+
+/// Gemm [→ Reshape] → activation → Onyx's FusedGemm, which applies the activation as it stores
+/// the product (one dispatch fewer on a GPU). A Reshape between them (a Gemm on a sequence of
+/// rows, see [`matmul_add_gemm`]) moves after the FusedGemm: the activation is elementwise.
+pub(super) fn gemm_activation(view: &View<'_>, fusion: &Fusion<'_>) -> Result<Changes> {
+    let mut changes = Changes::default();
+    for g in 0..view.graph.nodes.len() {
+        if view.op(g) != "Gemm" || changes.claimed(g) {
+            continue;
+        }
+        let gemm = view.node(g);
+        let y = gemm.outputs[0].as_str();
+        let Some(first) = view.sole_reader(y).filter(|_| view.is_float(y)) else { continue };
+        let reshape = (view.op(first) == "Reshape").then_some(first);
+        let a = match reshape {
+            Some(r) => match view.sole_reader(&view.node(r).outputs[0]) {
+                Some(a) => a,
+                None => continue,
+            },
+            None => first,
+        };
+        let Some((name, params)) = gemm_activation_of(view, a) else { continue };
+        let activated = view.node(a).outputs[0].clone();
+        let mut attributes = gemm.attributes.clone();
+        attributes.push(Attribute { name: "activation".into(), value: AttrValue::String(name.as_bytes().to_vec()) });
+        if !params.is_empty() {
+            attributes.push(Attribute { name: "activation_params".into(), value: AttrValue::Floats(params) });
+        }
+        let fused = Node {
+            name: gemm.name.clone(),
+            op_type: "FusedGemm".into(),
+            domain: ONYX_DOMAIN.into(),
+            inputs: gemm.inputs.clone(),
+            outputs: vec![if reshape.is_some() { y.to_string() } else { activated.clone() }],
+            attributes,
+            ..Default::default()
+        };
+        let mut pattern = vec![g, a];
+        let mut nodes = vec![fused.clone()];
+        if let Some(r) = reshape {
+            pattern.insert(1, r);
+            let mut moved = view.node(r).clone();
+            moved.outputs = vec![activated];
+            nodes.push(moved);
+        }
+        if fusion.allowed(view, g, &pattern, &fused, &HashMap::new()) {
+            changes.add(Rewrite { remove: pattern, nodes, initializers: vec![] });
+        }
+    }
+    Ok(changes)
 }
 
 /// True when Transpose node `t` swaps the last two dimensions and keeps the others.

@@ -5,7 +5,7 @@
 //!   values inference already knows replaced by initializers;
 //! - extended ([`conv`], [`matmul`], [`gelu`], [`norm`], [`attention`]): Conv+BatchNormalization folding,
 //!   FusedConv, MatMul+Add → Gemm, Transpose+MatMul → FusedMatMul, Gelu / BiasGelu /
-//!   FastGelu, LayerNormalization and SkipLayerNormalization (with its bias) from their
+//!   FastGelu, Gemm+activation → FusedGemm (Onyx's domain), LayerNormalization and SkipLayerNormalization (with its bias) from their
 //!   decomposed forms, multi-head attention blocks → Attention;
 //! - all ([`nchwc`]): extended, then convolution chains moved into the blocked NCHWc layout of
 //!   the provider that runs them, when it has one (the CPU EP with AVX2 or AVX-512).
@@ -119,6 +119,7 @@ const PASSES: &[Pass] = &[
     Pass { name: "gelu", level: OptimizationLevel::Extended, run: gelu::gelu },
     Pass { name: "fast_gelu", level: OptimizationLevel::Extended, run: gelu::fast_gelu },
     Pass { name: "bias_gelu", level: OptimizationLevel::Extended, run: gelu::bias_gelu },
+    Pass { name: "gemm_activation", level: OptimizationLevel::Extended, run: matmul::gemm_activation },
     Pass { name: "layer_norm", level: OptimizationLevel::Extended, run: norm::layer_norm },
     Pass { name: "skip_layer_norm", level: OptimizationLevel::Extended, run: norm::skip_layer_norm },
     Pass { name: "skip_layer_norm_bias", level: OptimizationLevel::Extended, run: norm::skip_layer_norm_bias },

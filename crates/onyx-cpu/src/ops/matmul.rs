@@ -1,5 +1,5 @@
-//! Matrix products: MatMul (numpy semantics, batched with broadcasting), Gemm and
-//! MatMulInteger, Einsum ([`einsum`]), plus the GEMM helper ([`gemm::gemm`]) and float plumbing ([`real`]) that the
+//! Matrix products: MatMul (numpy semantics, batched with broadcasting), Gemm (and Onyx's
+//! FusedGemm: Gemm then an activation) and MatMulInteger, Einsum ([`einsum`]), plus the GEMM helper ([`gemm::gemm`]) and float plumbing ([`real`]) that the
 //! conv, pool and norm families share. A float MatMul or Gemm by a constant B runs on B packed
 //! once at build ([`packed`]).
 
@@ -17,6 +17,7 @@ use onyx_core::{element_count, DataType, Element, Error, Location, Result, Tenso
 use self::gemm::{MatMut, MatRef, PARALLEL_WORK};
 use self::packed::{Isa, PackedB};
 use self::real::{compute_type, filled, float_output, float_slice, overwritten, zeroed, Real};
+use crate::ops::contrib::Activation;
 use crate::ops::util;
 use crate::Registry;
 
@@ -24,6 +25,7 @@ use crate::Registry;
 pub fn register(r: &mut Registry) {
     r.add("MatMul", build_matmul);
     r.add("Gemm", build_gemm);
+    r.add_in(onyx_core::ir::ONYX_DOMAIN, "FusedGemm", build_fused_gemm);
     r.add("MatMulInteger", build_matmul_integer);
     r.add("Einsum", einsum::build_einsum);
 }
@@ -300,9 +302,20 @@ struct GemmOp {
     trans_b: bool,
     /// A constant float B, as op(B) times alpha, packed.
     packed: Option<PackedB>,
+    /// Applied to each output element (FusedGemm; float types only).
+    activation: Activation,
 }
 
 fn build_gemm(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
+    Ok(Box::new(gemm_op(ctx, Activation::None)?))
+}
+
+/// FusedGemm: Gemm's inputs and attributes, then `activation` (and `activation_params`).
+fn build_fused_gemm(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
+    Ok(Box::new(gemm_op(ctx, Activation::from_node(ctx.node)?)?))
+}
+
+fn gemm_op(ctx: &NodeContext<'_>, activation: Activation) -> Result<GemmOp> {
     let node = ctx.node;
     let mut op = GemmOp {
         at: node.location(),
@@ -311,11 +324,12 @@ fn build_gemm(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
         trans_a: node.int_or("transA", 0)? != 0,
         trans_b: node.int_or("transB", 0)? != 0,
         packed: None,
+        activation,
     };
     if let Some(b) = ctx.constant(1) {
         op.packed = pack_constant(&b.view()?, op.trans_b, op.alpha).map_err(|e| e.at(&op.at))?;
     }
-    Ok(Box::new(op))
+    Ok(op)
 }
 
 /// Gemm's sizes: (m, k, n) and the strides of C broadcast to `m x n` (0 on broadcast dims).
@@ -400,6 +414,18 @@ impl GemmOp {
         packed_product(packed, a, d.m, bias.as_deref(), vec![d.m, d.n]).map(Some).map_err(|e| e.at(&self.at))
     }
 
+    /// `y` with the activation applied (computed in `T`, rounded once to y's type).
+    fn activated<T: Real>(&self, y: Value) -> Result<Value> {
+        if self.activation == Activation::None {
+            return Ok(y);
+        }
+        let y = y.into_tensor()?;
+        let view = y.view()?;
+        let mut data = float_slice::<T>(&view)?.into_owned();
+        self.activation.apply(&mut data);
+        float_output(y.dtype(), y.shape().to_vec(), data)
+    }
+
     fn run_int<T: IntElem>(
         &self,
         a: &TensorView<'_>,
@@ -460,9 +486,12 @@ impl Kernel for GemmOp {
         }
         let d = self.dims(a.shape(), b.shape(), c.as_ref().map(|c| c.shape()))?;
         let c = c.as_ref();
+        if self.activation != Activation::None && compute_type(a.dtype()).is_none() {
+            return Err(Error::input(&self.at, 0, "a float tensor (FusedGemm's activation)", a.dtype().name()));
+        }
         let y = match (compute_type(a.dtype()), a.dtype()) {
-            (Some(DataType::Float), _) => self.run_float::<f32>(&a, &b, c, &d)?,
-            (Some(_), _) => self.run_float::<f64>(&a, &b, c, &d)?,
+            (Some(DataType::Float), _) => self.activated::<f32>(self.run_float::<f32>(&a, &b, c, &d)?)?,
+            (Some(_), _) => self.activated::<f64>(self.run_float::<f64>(&a, &b, c, &d)?)?,
             (None, DataType::Int32) => self.run_int::<i32>(&a, &b, c, &d)?,
             (None, DataType::Int64) => self.run_int::<i64>(&a, &b, c, &d)?,
             (None, DataType::Uint32) => self.run_int::<u32>(&a, &b, c, &d)?,

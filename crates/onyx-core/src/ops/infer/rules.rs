@@ -80,8 +80,9 @@ pub fn infer_node(node: &Node, since_version: i64, inputs: &[Option<&Inferred>])
         contrib::rule(&node.op_type)
     } else if node.domain == crate::ir::ONYX_DOMAIN {
         // Onyx's NCHWc ops have their own rules; its fused ops have the contract of the
-        // default-domain op of the same name.
-        nn::nchwc::rule(&node.op_type).or_else(|| rule_for(&node.op_type))
+        // default-domain op of the same name (FusedGemm: Gemm's, an activation applied).
+        let op = if node.op_type == "FusedGemm" { "Gemm" } else { node.op_type.as_str() };
+        nn::nchwc::rule(op).or_else(|| rule_for(op))
     } else {
         None
     };

@@ -1,9 +1,11 @@
-//! The activation a FusedConv applies after the convolution (`activation` and
-//! `activation_params` attributes, as ONNX Runtime's fusions write them).
+//! The activation a FusedConv applies after the convolution, or Onyx's FusedGemm after the
+//! product (`activation` and `activation_params` attributes, as ONNX Runtime's fusions write
+//! them; FusedGemm also takes `Gelu` and `GeluTanh`).
 
 use onyx_core::ir::Node;
 use onyx_core::{Error, Result};
 
+use super::gelu::{gelu_f32, gelu_f64, Kind};
 use crate::ops::elementwise::{exp_f32, tanh_f32};
 use crate::ops::matmul::real::Real;
 
@@ -24,6 +26,10 @@ pub(crate) enum Activation {
     Clip { min: f32, max: f32 },
     /// max(0, min(1, alpha x + beta)).
     HardSigmoid { alpha: f32, beta: f32 },
+    /// 0.5 x (1 + erf(x / sqrt 2)).
+    Gelu,
+    /// 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))).
+    GeluTanh,
 }
 
 impl Activation {
@@ -59,11 +65,13 @@ impl Activation {
                 let p = want(2, &[0.2, 0.5])?;
                 Activation::HardSigmoid { alpha: p[0], beta: p[1] }
             }
+            "Gelu" => Activation::Gelu,
+            "GeluTanh" => Activation::GeluTanh,
             other => {
                 return Err(Error::attribute(
                     &at,
                     "activation",
-                    "one of Relu, Tanh, Sigmoid, LeakyRelu, Clip, HardSigmoid",
+                    "one of Relu, Tanh, Sigmoid, LeakyRelu, Clip, HardSigmoid, Gelu, GeluTanh",
                     format!("'{other}'"),
                 ))
             }
@@ -99,10 +107,12 @@ impl Activation {
                     *x = if y > T::ONE { T::ONE } else { y };
                 });
             }
-            Activation::Tanh | Activation::Sigmoid if wide => {
+            Activation::Tanh | Activation::Sigmoid | Activation::Gelu | Activation::GeluTanh if wide => {
                 xs.iter_mut().for_each(|x| *x = T::from_f64(self.f64(x.to_f64())))
             }
-            Activation::Tanh | Activation::Sigmoid => xs.iter_mut().for_each(|x| *x = T::from_f32(self.f32(x.to_f32()))),
+            Activation::Tanh | Activation::Sigmoid | Activation::Gelu | Activation::GeluTanh => {
+                xs.iter_mut().for_each(|x| *x = T::from_f32(self.f32(x.to_f32())))
+            }
         }
     }
 
@@ -137,6 +147,8 @@ impl Activation {
             }
             Activation::Clip { min, max } => clip(x, min, max),
             Activation::HardSigmoid { alpha, beta } => (alpha * x + beta).clamp(0.0, 1.0),
+            Activation::Gelu => gelu_f32(Kind::Exact, x),
+            Activation::GeluTanh => gelu_f32(Kind::Tanh, x),
         }
     }
 
@@ -178,6 +190,8 @@ impl Activation {
                 }
             }
             Activation::HardSigmoid { alpha, beta } => (f64::from(alpha) * x + f64::from(beta)).clamp(0.0, 1.0),
+            Activation::Gelu => gelu_f64(Kind::Exact, x),
+            Activation::GeluTanh => gelu_f64(Kind::Tanh, x),
         }
     }
 }

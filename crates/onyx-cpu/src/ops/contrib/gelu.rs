@@ -12,7 +12,7 @@ use crate::ops::util;
 
 /// Which function a node computes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
+pub(super) enum Kind {
     /// 0.5 x (1 + erf(x / sqrt 2)).
     Exact,
     /// 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))).
@@ -49,14 +49,14 @@ const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;
 const CUBIC: f64 = 0.044_715;
 
 #[inline(always)]
-fn gelu_f32(kind: Kind, x: f32) -> f32 {
+pub(super) fn gelu_f32(kind: Kind, x: f32) -> f32 {
     match kind {
         Kind::Exact => 0.5 * x * (1.0 + erf_f32(x * std::f32::consts::FRAC_1_SQRT_2)),
         Kind::Tanh => 0.5 * x * (1.0 + tanh_f32(SQRT_2_OVER_PI as f32 * (x + CUBIC as f32 * x * x * x))),
     }
 }
 
-fn gelu_f64(kind: Kind, x: f64) -> f64 {
+pub(super) fn gelu_f64(kind: Kind, x: f64) -> f64 {
     match kind {
         Kind::Exact => 0.5 * x * (1.0 + erf_f64(x * std::f64::consts::FRAC_1_SQRT_2)),
         Kind::Tanh => 0.5 * x * (1.0 + (SQRT_2_OVER_PI * (x + CUBIC * x * x * x)).tanh()),

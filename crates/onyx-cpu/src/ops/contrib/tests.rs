@@ -225,6 +225,39 @@ fn fused_matmul_matches_transpose_matmul_mul() {
 }
 
 #[test]
+fn fused_gemm_matches_gemm_and_activation() {
+    let mut rng = Rng::new(75);
+    let mut all = activations();
+    all.extend([("Gelu", vec![]), ("GeluTanh", vec![])]);
+    // (A, B, C, transB)
+    let cases: [(&[usize], &[usize], Option<&[usize]>, i64); 3] =
+        [(&[7, 13], &[13, 9], Some(&[9]), 0), (&[1, 31], &[5, 31], None, 1), (&[12, 3], &[3, 17], Some(&[12, 17]), 0)];
+    for (a_shape, b_shape, c_shape, trans_b) in cases {
+        let (a, b) = (random(&mut rng, a_shape, 2.0), random(&mut rng, b_shape, 1.0));
+        let c = c_shape.map(|s| random(&mut rng, s, 1.0));
+        let gemm_attrs = vec![("transB", AttrValue::Int(trans_b)), ("alpha", AttrValue::Float(0.75))];
+        let inputs = [Some(&a), Some(&b), c.as_ref()];
+        let plain = onnx("Gemm", 13, gemm_attrs.clone(), &inputs);
+        for (name, params) in &all {
+            let want = match *name {
+                "Gelu" => onnx("Gelu", 20, vec![], &[Some(&plain)]),
+                "GeluTanh" => onnx("Gelu", 20, vec![("approximate", string("tanh"))], &[Some(&plain)]),
+                _ => activate(name, params, &plain),
+            };
+            let mut attrs = gemm_attrs.clone();
+            attrs.extend(activation_attrs(name, params));
+            let got = run_op(onyx_core::ir::ONYX_DOMAIN, "FusedGemm", 1, attrs, &inputs, 1).unwrap();
+            let what = format!("FusedGemm {a_shape:?} {b_shape:?} {name}");
+            assert_eq!(got[0].as_tensor().unwrap().shape(), want.shape(), "{what}");
+            assert_close(&to_f64(&got[0]), &f64s(&want), 1e-5, &what);
+        }
+    }
+    let bad = vec![("activation", string("Swish"))];
+    let e = run_op(onyx_core::ir::ONYX_DOMAIN, "FusedGemm", 1, bad, &[Some(&scalar(1.0))], 1).unwrap_err().to_string();
+    assert!(e.contains("Swish") && e.contains("activation"), "{e}");
+}
+
+#[test]
 fn gelu_family_matches_add_and_onnx_gelu() {
     let mut rng = Rng::new(74);
     for shape in [&[3, 7][..], &[2, 5, 13], &[17]] {

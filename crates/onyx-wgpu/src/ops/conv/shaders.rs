@@ -54,7 +54,7 @@ fn out_pos(o: u32) -> vec3<u32> {
 fn tap_pos(tap: u32) -> vec3<u32> {
     return vec3<u32>($DTAP_POS, (tap / KW) % KH, tap % KW);
 }
-fn act(v: f32) -> f32 { return $ACT; }
+$ACT_FN
 "#;
 
 /// [`GEOMETRY`] for a shape whose depth axis is `planar` (see [`ConvShape::planar`]: every 1-D
@@ -266,7 +266,7 @@ impl Variant {
         );
         let bias = if self.bias { "v += f32(bias[oc]);" } else { "" };
         let res = if self.residual { "v += f32(res[at]);" } else { "" };
-        let act = self.act.wgsl();
+        let act = self.act.function();
         let subst = |src: &str| {
             fill(
                 src,
@@ -276,7 +276,7 @@ impl Variant {
                     ("$KW", &kw),
                     ("$BIAS", bias),
                     ("$RES", res),
-                    ("$ACT", &act),
+                    ("$ACT_FN", &act),
                     ("$TY", ty),
                 ],
             )

@@ -1,8 +1,11 @@
-//! Activations fused into the store of a product or convolution (com.microsoft FusedConv's
-//! `activation` and `activation_params`): a WGSL expression of `v` baked into the shader.
+//! Activations fused into the store of a product or convolution (com.microsoft FusedConv's and
+//! Onyx's FusedGemm's `activation` and `activation_params`): a WGSL function `act` baked into
+//! the shader.
 
 use onyx_core::ir::Node;
 use onyx_core::{Error, Result};
+
+use crate::ops::elementwise::{expression, math_for, UNARY};
 
 /// An activation applied to each output element as it is stored.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -18,6 +21,10 @@ pub(crate) enum Activation {
     Clip(f32, f32),
     /// `max(0, min(1, alpha * v + beta))`.
     HardSigmoid(f32, f32),
+    /// `0.5 * v * (1 + erf(v / sqrt(2)))`.
+    Gelu,
+    /// Gelu's tanh approximation.
+    GeluTanh,
 }
 
 /// A float as an exact WGSL expression (any value, infinities included).
@@ -60,19 +67,27 @@ impl Activation {
                 want(2, "alpha, beta")?;
                 Activation::HardSigmoid(params[0], params[1])
             }
+            "Gelu" => Activation::Gelu,
+            "GeluTanh" => Activation::GeluTanh,
             other => {
                 return Err(Error::attribute(
                     &at,
                     "activation",
-                    "Relu, Tanh, Sigmoid, LeakyRelu, Clip or HardSigmoid",
+                    "Relu, Tanh, Sigmoid, LeakyRelu, Clip, HardSigmoid, Gelu or GeluTanh",
                     format!("'{other}'"),
                 ))
             }
         })
     }
 
+    /// The WGSL function `act(v: f32) -> f32`, after the math helpers it calls.
+    pub fn function(&self) -> String {
+        let expr = self.wgsl();
+        format!("{}fn act(v: f32) -> f32 {{ return {expr}; }}", math_for(&expr))
+    }
+
     /// The WGSL expression of `v` (an f32).
-    pub fn wgsl(&self) -> String {
+    fn wgsl(&self) -> String {
         match *self {
             Activation::Identity => "v".into(),
             Activation::Relu => "max(v, 0.0)".into(),
@@ -82,6 +97,9 @@ impl Activation {
             Activation::LeakyRelu(a) => format!("select({} * v, v, v >= 0.0)", lit(a)),
             Activation::Clip(lo, hi) => format!("min(max(v, {}), {})", lit(lo), lit(hi)),
             Activation::HardSigmoid(a, b) => format!("max(0.0, min(1.0, {} * v + {}))", lit(a), lit(b)),
+            // Both in UNARY's table, so they cannot be missing.
+            Activation::Gelu => expression(UNARY, "Gelu").unwrap_or("v").into(),
+            Activation::GeluTanh => expression(UNARY, "GeluTanh").unwrap_or("v").into(),
         }
     }
 
@@ -95,6 +113,8 @@ impl Activation {
             Activation::LeakyRelu(a) => format!("leaky{:x}", a.to_bits()),
             Activation::Clip(lo, hi) => format!("clip{:x}_{:x}", lo.to_bits(), hi.to_bits()),
             Activation::HardSigmoid(a, b) => format!("hsig{:x}_{:x}", a.to_bits(), b.to_bits()),
+            Activation::Gelu => "gelu".into(),
+            Activation::GeluTanh => "gelutanh".into(),
         }
     }
 }

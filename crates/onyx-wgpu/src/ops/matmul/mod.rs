@@ -32,6 +32,7 @@ pub(crate) fn register(r: &mut Registry) {
     r.add("MatMul", supports_matmul, build_matmul);
     r.add("Gemm", supports_gemm, build_gemm);
     r.add_in("com.microsoft", "FusedMatMul", fused::supports, fused::build);
+    r.add_in(onyx_core::ir::ONYX_DOMAIN, "FusedGemm", supports_fused_gemm, build_gemm);
 }
 
 /// Outputs per workgroup of the GEMV kernel when consecutive lanes walk N (and K lanes).
@@ -81,7 +82,7 @@ fn setup(z: u32) {
 fn col(n: u32) -> Col { return Col(n); }
 fn load_a(m: u32, k: u32) -> f32 { return f32(a[a_off + m * s.x + k * s.y]); }
 fn load_b(c: Col, k: u32) -> f32 { return f32(b[b_off + k * s.z + c.n * s.w]); }
-fn act(v: f32) -> f32 { return $ACT; }
+$ACT_FN
 fn store(m: u32, n: u32, acc: f32) {
     var v = bitcast<f32>(p[14]) * acc;
     $C_TERM
@@ -101,7 +102,7 @@ $BATCH
 const TN: u32 = $TNu;
 const KL: u32 = $KLu;
 var<workgroup> part: array<f32, 256>;
-fn act(v: f32) -> f32 { return $ACT; }
+$ACT_FN
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
     let N = p[0];
@@ -157,19 +158,21 @@ fn c_parts(ty: &str, has_c: bool, beta: usize, c_index: &str) -> (String, String
     }
 }
 
-/// The tiled GEMM kernel for `dtype`, load orders and C.
-fn tiled_pipeline(gpu: &GpuContext, dtype: DataType, a: Walk, b: Walk, has_c: bool) -> Result<Tiled> {
-    Tiled::new(gpu, gemm_source(dtype, a, b, has_c)?)
-}
-
-/// The tiled kernel's description for a strided product in `dtype` with these load orders and C.
-pub(crate) fn gemm_source(dtype: DataType, a: Walk, b: Walk, has_c: bool) -> Result<TiledSource> {
+/// The tiled kernel's description for a strided product in `dtype` with these load orders, C
+/// and activation.
+pub(crate) fn gemm_source(dtype: DataType, a: Walk, b: Walk, has_c: bool, act: Activation) -> Result<TiledSource> {
     let ty = storage_type(dtype)?;
     let (binding, term, tag) = c_parts(ty, has_c, 15, "m * p[12] + n * p[13]");
-    let key = format!("matmul/tiled/{ty}/{}{}/{tag}", a.name(), b.name());
+    let key = format!("matmul/tiled/{ty}/{}{}/{tag}/{}", a.name(), b.name(), act.key());
     let hooks = fill(
         GEMM_HOOKS,
-        &[("$C_BINDING", &binding), ("$C_TERM", &term), ("$BATCH", BATCH_OFFSETS), ("$ACT", "v"), ("$TY", ty)],
+        &[
+            ("$C_BINDING", &binding),
+            ("$C_TERM", &term),
+            ("$BATCH", BATCH_OFFSETS),
+            ("$ACT_FN", &act.function()),
+            ("$TY", ty),
+        ],
     );
     Ok(TiledSource { key, dtype, hooks, a, b, buffers: 3 + has_c as usize, cooperative: true })
 }
@@ -178,11 +181,12 @@ pub(crate) fn gemm_source(dtype: DataType, a: Walk, b: Walk, has_c: bool) -> Res
 /// any batch or (`single`) one batch. The single-batch variant, without the batch offsets'
 /// loop, compiles in about half the time on a cold NVIDIA driver (resnet50's: 17 ms against
 /// 30), and the first run of a model waits for it.
-fn gemv_pipeline(gpu: &GpuContext, dtype: DataType, k_walk: bool, has_c: bool, single: bool) -> Result<Arc<Pipeline>> {
+fn gemv_pipeline(gpu: &GpuContext, pipes: &Pipelines, k_walk: bool, single: bool) -> Result<Arc<Pipeline>> {
+    let (dtype, has_c, act) = (pipes.dtype, pipes.has_c, pipes.act);
     let ty = storage_type(dtype)?;
     let (binding, term, tag) = c_parts(ty, has_c, 8, "n * p[6]");
     let walk = if k_walk { "k" } else { "n" };
-    let key = format!("matmul/gemv/{ty}/{walk}/{tag}{}", if single { "/single" } else { "" });
+    let key = format!("matmul/gemv/{ty}/{walk}/{tag}/{}{}", act.key(), if single { "/single" } else { "" });
     let (batch, offsets) = if single { ("", "vec2<u32>(0u, 0u)") } else { (BATCH_OFFSETS, "batch_offsets(z, 9u)") };
     let ((tn, kl), lanes, part) = if k_walk {
         (GEMV_K_WALK, "let kl = t % KL; let nl = t / KL;", "nl * KL + j")
@@ -203,7 +207,7 @@ fn gemv_pipeline(gpu: &GpuContext, dtype: DataType, k_walk: bool, has_c: bool, s
                 ("$PART", part),
                 ("$TN", &tn),
                 ("$KL", &kl),
-                ("$ACT", "v"),
+                ("$ACT_FN", &act.function()),
                 ("$TY", ty),
             ],
         )
@@ -219,6 +223,8 @@ struct Pipelines {
     a: Walk,
     b: Walk,
     has_c: bool,
+    /// Applied to each output as it is stored (FusedGemm).
+    act: Activation,
     tiled: OnceLock<Tiled>,
     /// GEMVs for any batch, with lanes walking N, then K.
     gemv: [OnceLock<Arc<Pipeline>>; 2],
@@ -228,16 +234,16 @@ struct Pipelines {
 }
 
 impl Pipelines {
-    fn new(dtype: DataType, a: Walk, b: Walk, has_c: bool) -> Pipelines {
+    fn new(dtype: DataType, a: Walk, b: Walk, has_c: bool, act: Activation) -> Pipelines {
         let (tiled, gemv, gemv_single) = Default::default();
-        Pipelines { dtype, a, b, has_c, tiled, gemv, gemv_single }
+        Pipelines { dtype, a, b, has_c, act, tiled, gemv, gemv_single }
     }
 
     fn tiled(&self, gpu: &GpuContext) -> Result<&Tiled> {
         if let Some(t) = self.tiled.get() {
             return Ok(t);
         }
-        let tiled = tiled_pipeline(gpu, self.dtype, self.a, self.b, self.has_c)?;
+        let tiled = Tiled::new(gpu, gemm_source(self.dtype, self.a, self.b, self.has_c, self.act)?)?;
         Ok(self.tiled.get_or_init(|| tiled))
     }
 
@@ -255,7 +261,7 @@ impl Pipelines {
         if let Some(p) = cell.get() {
             return Ok(p);
         }
-        let pipeline = gemv_pipeline(gpu, self.dtype, k_walk, self.has_c, single)?;
+        let pipeline = gemv_pipeline(gpu, self, k_walk, single)?;
         Ok(cell.get_or_init(|| pipeline))
     }
 
@@ -485,7 +491,7 @@ impl MatMul {
     fn new(ctx: &NodeContext<'_>, gpu: &GpuContext, alpha: f32, trans: [bool; 2]) -> Result<MatMul> {
         let a = if trans[0] { Walk::Outer } else { Walk::K };
         let b = if trans[1] { Walk::K } else { Walk::Outer };
-        let pipes = Pipelines::new(node_dtype(ctx)?, a, b, false);
+        let pipes = Pipelines::new(node_dtype(ctx)?, a, b, false, Activation::Identity);
         let at = ctx.node.location();
         let product = static_shape(ctx, 0)
             .zip(static_shape(ctx, 1))
@@ -605,14 +611,21 @@ struct Gemm {
     at: Location,
 }
 
+/// Onyx's FusedGemm: Gemm, then an activation it applies as it stores each output.
+fn supports_fused_gemm(ctx: &NodeContext<'_>, gpu: &Capabilities) -> bool {
+    supports_gemm(ctx, gpu) && Activation::from_node(ctx.node).is_ok()
+}
+
+/// Gemm, or FusedGemm (whose `activation` a Gemm node does not have).
 fn build_gemm(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<dyn GpuOp>> {
     let n = ctx.node;
+    let act = if n.op_type == "FusedGemm" { Activation::from_node(n)? } else { Activation::Identity };
     let (alpha, beta) = (n.float_or("alpha", 1.0)?, n.float_or("beta", 1.0)?);
     let (trans_a, trans_b) = (n.int_or("transA", 0)? != 0, n.int_or("transB", 0)? != 0);
     let has_c = n.input(2).is_some() && beta != 0.0;
     let a = if trans_a { Walk::Outer } else { Walk::K };
     let b = if trans_b { Walk::K } else { Walk::Outer };
-    let pipes = Pipelines::new(node_dtype(ctx)?, a, b, has_c);
+    let pipes = Pipelines::new(node_dtype(ctx)?, a, b, has_c, act);
     let gemm = Gemm { pipes, alpha, beta, trans_a, trans_b, has_c, at: n.location() };
     let product = static_shape(ctx, 0).zip(static_shape(ctx, 1)).and_then(|(a, b)| gemm.product(&a, &b).ok());
     gemm.pipes.prepare(gpu, product.as_ref())?;

@@ -54,13 +54,25 @@ fn a_single_batch_gemv_is_used_only_where_it_was_made() {
     let ctx = gpu.context().unwrap();
     let key = |p: &std::sync::Arc<crate::context::Pipeline>| p.key.clone();
     let vector_times_matrix = super::Product { m: 1, n: 71, k: 53, b: (1, 53), ..Default::default() };
-    let known = super::Pipelines::new(onyx_core::DataType::Float, super::Walk::K, super::Walk::K, false);
+    let known = super::Pipelines::new(
+        onyx_core::DataType::Float,
+        super::Walk::K,
+        super::Walk::K,
+        false,
+        super::Activation::Identity,
+    );
     known.prepare(ctx, Some(&vector_times_matrix)).unwrap();
     assert!(key(known.gemv(ctx, true, true).unwrap()).ends_with("/single"));
     // A run of several batches takes (and makes) the GEMV for any batch.
     assert!(!key(known.gemv(ctx, true, false).unwrap()).ends_with("/single"));
     // Built without a known shape, a single-batch run takes the GEMV for any batch too.
-    let unknown = super::Pipelines::new(onyx_core::DataType::Float, super::Walk::K, super::Walk::K, false);
+    let unknown = super::Pipelines::new(
+        onyx_core::DataType::Float,
+        super::Walk::K,
+        super::Walk::K,
+        false,
+        super::Activation::Identity,
+    );
     unknown.prepare(ctx, None).unwrap();
     assert!(!key(unknown.gemv(ctx, true, true).unwrap()).ends_with("/single"));
 }
@@ -116,9 +128,7 @@ fn gemm_single_rows_and_columns() {
         let b: &[usize] = if tb == 1 { &[71, 300] } else { &[300, 71] };
         gemm(&[1, 300], b, Some(&[71]), 70).attrs(vec![int("transB", tb)]).check(1e-4, 1e-4);
         let b: &[usize] = if tb == 1 { &[1, 300] } else { &[300, 1] };
-        gemm(&[37, 300], b, Some(&[37, 1]), 71)
-            .attrs(vec![int("transB", tb), float("alpha", 2.0)])
-            .check(1e-4, 1e-4);
+        gemm(&[37, 300], b, Some(&[37, 1]), 71).attrs(vec![int("transB", tb), float("alpha", 2.0)]).check(1e-4, 1e-4);
     }
     gemm(&[300, 1], &[300, 71], None, 72).attrs(vec![int("transA", 1)]).check(1e-4, 1e-4);
     gemm(&[1, 1], &[1, 1], Some(&[]), 73).check(1e-5, 1e-6);
@@ -201,7 +211,7 @@ fn bench_products() {
     eprintln!("adapter: {:?}", ctx.adapter_info().name);
     let at = onyx_core::Location::default();
     let matmul = MatMul {
-        pipes: Pipelines::new(onyx_core::DataType::Float, Walk::K, Walk::Outer, false),
+        pipes: Pipelines::new(onyx_core::DataType::Float, Walk::K, Walk::Outer, false, super::Activation::Identity),
         alpha: 1.0,
         trans: [false, false],
         at: at.clone(),
@@ -218,7 +228,7 @@ fn bench_products() {
         let inputs = [rand(&[m, k], -1.0, 1.0, 1), rand(&[k, n], -1.0, 1.0, 2)];
         report("MatMul", [m, k, n], time_op(&matmul, &inputs, 20));
     }
-    let pipes = Pipelines::new(onyx_core::DataType::Float, Walk::K, Walk::K, true);
+    let pipes = Pipelines::new(onyx_core::DataType::Float, Walk::K, Walk::K, true, super::Activation::Identity);
     let gemm = Gemm { pipes, alpha: 1.0, beta: 1.0, trans_a: false, trans_b: true, has_c: true, at };
     for (m, k, n) in [(128, 768, 3072), (1, 4096, 4096)] {
         let inputs = [rand(&[m, k], -1.0, 1.0, 1), rand(&[n, k], -1.0, 1.0, 2), rand(&[n], -1.0, 1.0, 3)];
@@ -231,4 +241,31 @@ fn report(what: &str, [m, k, n]: [usize; 3], t: f64) {
     let flops = 2.0 * (m * k * n) as f64;
     let bytes = 4.0 * (m * k + k * n + m * n) as f64;
     eprintln!("{what} {m}x{k}x{n}: {:.1} us, {:.0} GFLOP/s, {:.0} GB/s", t * 1e6, flops / t / 1e9, bytes / t / 1e9);
+}
+
+/// FusedGemm against the CPU EP's (itself checked against Gemm then the activation's own op):
+/// the tiled kernel, split-K (the activation applied once, after the slices are summed) and
+/// the GEMV.
+#[test]
+fn fused_gemm_applies_its_activation_as_it_stores() {
+    use crate::testkit::{floats, string};
+    let acts: [(&str, &[f32]); 4] = [("Gelu", &[]), ("GeluTanh", &[]), ("LeakyRelu", &[0.2]), ("Clip", &[-0.25, 0.5])];
+    let shapes: [(&[usize], &[usize]); 3] =
+        [(&[37, 53], &[53, 71]), (&[37, 1000], &[1000, 71]), (&[1, 300], &[300, 71])];
+    for (i, (name, params)) in acts.into_iter().enumerate() {
+        for (j, (a, b)) in shapes.into_iter().enumerate() {
+            let seed = 200 + 10 * i as u64 + j as u64;
+            let inputs =
+                vec![rand(a, -2.0, 2.0, seed), rand(b, -1.0, 1.0, seed + 1), rand(&[b[1]], -1.0, 1.0, seed + 2)];
+            let mut attrs = vec![string("activation", name), float("alpha", 0.5)];
+            if !params.is_empty() {
+                attrs.push(floats("activation_params", params));
+            }
+            Case::new("FusedGemm", inputs)
+                .domain(onyx_core::ir::ONYX_DOMAIN)
+                .attrs(attrs)
+                .constants(&[1, 2])
+                .check(1e-4, 1e-4);
+        }
+    }
 }

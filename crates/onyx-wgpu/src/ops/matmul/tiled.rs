@@ -585,7 +585,7 @@ mod tests {
         let walks = [Walk::K, Walk::Outer];
         for (dtype, cooperative) in [(DataType::Float, false), (DataType::Float16, false), (DataType::Float16, true)] {
             for (a, b, has_c) in walks.iter().flat_map(|&a| walks.iter().flat_map(move |&b| [(a, b, false), (a, b, true)])) {
-                let source = super::super::gemm_source(dtype, a, b, has_c).unwrap();
+                let source = super::super::gemm_source(dtype, a, b, has_c, super::super::Activation::Identity).unwrap();
                 for mode in [Mode::Whole, Mode::Slice, Mode::Reduce, Mode::Startup] {
                     let wgsl = source.shader(mode, cooperative);
                     let what = format!("{dtype:?} {a:?} {b:?} c={has_c} {mode:?} cooperative={cooperative}");
