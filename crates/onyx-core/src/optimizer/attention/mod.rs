@@ -406,23 +406,79 @@ impl Added {
         y
     }
 
+    /// The rows (`[B,S,W]`) of packed `h`'s value: the value itself, or a Reshape of it.
+    fn rows(&mut self, view: &View<'_>, names: &mut Names<'_>, h: &Heads) -> Option<String> {
+        let (w, _) = h.packed?;
+        let [b, s] = [h.lead[0].fixed()?, h.lead[1].fixed()?];
+        Some(match self.rows.get(&h.x) {
+            Some(r) => r.clone(),
+            None if fixed(view.shape(&h.x)?)? == [b, s, w] => h.x.clone(),
+            None => {
+                let shape = self.constant(names, &format!("{}_rows_shape", h.x), &[b, s, w])?;
+                let ty = TensorType::fixed(view.dtype(&h.x)?, &[b, s, w]);
+                let r = self.node(names, "Reshape", vec![h.x.clone(), shape], &format!("{}_rows", h.x), ty);
+                self.rows.insert(h.x.clone(), r.clone());
+                r
+            }
+        })
+    }
+
+    /// The `[B,S,H]` inputs of the Attention node for q, k and v when one packed value holds
+    /// all three side by side (ViT, Swin): its rows taken apart by one Split (one dispatch,
+    /// where a Slice per input took three). `None` when they do not tile the rows exactly.
+    fn split(&mut self, view: &View<'_>, names: &mut Names<'_>, heads: [&Heads; 3]) -> Option<[String; 3]> {
+        let first = heads[0];
+        let (w, _) = first.packed?;
+        if heads.iter().any(|h| h.x != first.x || h.lead != first.lead || h.packed.map(|p| p.0) != Some(w)) {
+            return None;
+        }
+        let mut order = [0, 1, 2];
+        order.sort_by_key(|&i| heads[i].packed.map_or(0, |p| p.1));
+        let mut end = 0;
+        for &i in &order {
+            if heads[i].packed?.1 != end {
+                return None;
+            }
+            end += heads[i].hidden();
+        }
+        if end != w {
+            return None;
+        }
+        let rows = self.rows(view, names, first)?;
+        let [b, s] = [first.lead[0].fixed()?, first.lead[1].fixed()?];
+        let dtype = view.dtype(&first.x)?;
+        let sizes = order.map(|i| heads[i].hidden());
+        let mut inputs = vec![rows];
+        let mut attributes = vec![Attribute { name: "axis".into(), value: AttrValue::Int(2) }];
+        let split: Vec<i64> = sizes.iter().map(|&n| i64::try_from(n).ok()).collect::<Option<_>>()?;
+        if view.graph_opset() >= 13 {
+            inputs.push(self.constant(names, &format!("{}_split", first.x), &sizes)?);
+        } else {
+            attributes.push(Attribute { name: "split".into(), value: AttrValue::Ints(split) });
+        }
+        let mut parts: [String; 3] = Default::default();
+        for (&i, &n) in order.iter().zip(&sizes) {
+            parts[i] = names.fresh(&format!("{}_part{i}", first.x));
+            self.types.insert(parts[i].clone(), TensorType::fixed(dtype, &[b, s, n]));
+        }
+        self.nodes.push(Node {
+            name: names.fresh(&format!("{}_split", first.x)),
+            op_type: "Split".into(),
+            inputs,
+            outputs: order.iter().map(|&i| parts[i].clone()).collect(),
+            attributes,
+            ..Default::default()
+        });
+        Some(parts)
+    }
+
     /// The `[B,S,H]` input of the Attention node for `h`: its value itself, or its rows
     /// (`[B,S,W]`, a Reshape) and their columns (a Slice) when it is packed.
     fn input(&mut self, view: &View<'_>, names: &mut Names<'_>, h: &Heads) -> Option<String> {
         let Some((w, base)) = h.packed else { return Some(h.x.clone()) };
         let [b, s] = [h.lead[0].fixed()?, h.lead[1].fixed()?];
         let dtype = view.dtype(&h.x)?;
-        let rows = match self.rows.get(&h.x) {
-            Some(r) => r.clone(),
-            None if fixed(view.shape(&h.x)?)? == [b, s, w] => h.x.clone(),
-            None => {
-                let shape = self.constant(names, &format!("{}_rows_shape", h.x), &[b, s, w])?;
-                let ty = TensorType::fixed(dtype, &[b, s, w]);
-                let r = self.node(names, "Reshape", vec![h.x.clone(), shape], &format!("{}_rows", h.x), ty);
-                self.rows.insert(h.x.clone(), r.clone());
-                r
-            }
-        };
+        let rows = self.rows(view, names, h)?;
         if w == h.hidden() {
             return Some(rows);
         }
@@ -559,7 +615,10 @@ fn match_block(view: &View<'_>, s: usize, names: &mut Names<'_>) -> Option<Block
     pattern.extend(q.owned.iter().chain(&k.owned).chain(&v.owned).chain(&[pv, merged, back]));
     let mut added = Added::default();
     added.initializers.extend(mask_constant);
-    let qkv = [added.input(view, names, &q)?, added.input(view, names, &k)?, added.input(view, names, &v)?];
+    let qkv = match added.split(view, names, [&q, &k, &v]) {
+        Some(parts) => parts,
+        None => [added.input(view, names, &q)?, added.input(view, names, &k)?, added.input(view, names, &v)?],
+    };
     let attention_y = if y_direct { y.to_string() } else { names.fresh(&format!("{y}_bsh")) };
     added.nodes.push(attention_node(view, view.node(s).name.clone(), qkv, mask, n, product.scale, attention_y.clone()));
     if let (false, Some(ys)) = (y_direct, y_fixed) {

@@ -1,7 +1,8 @@
 //! Concat and Split.
 
-use onyx_core::ops::layout::split_sizes;
 use super::*;
+use crate::kernel::GpuTensor;
+use onyx_core::ops::layout::split_sizes;
 
 /// Concat's `fetch` for `n` inputs `x0..`: output element `e` is at row `o = e / p[3]`,
 /// position `r` in the row; input `k` holds positions `p[4 + k]..p[5 + k]` of every row.
@@ -13,6 +14,34 @@ fn concat_code(n: usize) -> String {
             s += &format!("    if (r < p[{}u]) {{ return {read}; }}\n", 5 + k);
         } else {
             s += &format!("    return {read};\n");
+        }
+    }
+    s + "}\n"
+}
+
+/// Split in one dispatch: each invocation moves one unit (`u32`, or `vec4<u32>` for `unit` 16)
+/// of X into the piece that holds it. p: units of X, units of one X row along the axis (`p[1]`),
+/// then the first unit of each piece in a row and the row's end (`p[2 + k]`, `p[3 + k]`).
+fn split_shader(unit: u32, n: usize) -> String {
+    let e = if unit == 16 { "vec4<u32>" } else { "u32" };
+    let mut s = format!("{FLAT_INDEX}@group(0) @binding(0) var<storage, read> p: array<u32>;\n");
+    s += &format!("@group(0) @binding(1) var<storage, read> x: array<{e}>;\n");
+    for k in 0..n {
+        s += &format!("@group(0) @binding({}) var<storage, read_write> y{k}: array<{e}>;\n", k + 2);
+    }
+    s += "@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let w = flat_index(gid, nwg);
+    if (w >= p[0]) { return; }
+    let o = w / p[1];
+    let r = w - o * p[1];
+";
+    for k in 0..n {
+        let write = format!("y{k}[o * (p[{b}u] - p[{a}u]) + r - p[{a}u]] = x[w];", a = 2 + k, b = 3 + k);
+        if k + 1 < n {
+            s += &format!("    if (r < p[{}u]) {{ {write} return; }}\n", 3 + k);
+        } else {
+            s += &format!("    {write}\n");
         }
     }
     s + "}\n"
@@ -96,7 +125,8 @@ impl GpuOp for Concat {
     }
 }
 
-/// Split: one strided copy per output.
+/// Split: one dispatch where every piece's block of a row is whole words and the pieces can be
+/// bound at once ([`split_shader`]), else one strided copy per output.
 struct Split {
     axis: i64,
     split_attr: Option<Vec<i64>>,
@@ -106,6 +136,8 @@ struct Split {
     outputs: usize,
     size: u32,
     pipeline: Units,
+    /// The one-dispatch kernels, by unit (4 and 16 bytes), when the outputs can be bound at once.
+    whole: Option<[Arc<Pipeline>; 2]>,
     at: Location,
 }
 
@@ -125,6 +157,13 @@ pub(super) fn build_split(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Resul
         }
     }
     let size = known_size(ctx, 0)?;
+    let n = node.outputs.len();
+    let whole = if n + 2 <= gpu.device().limits().max_storage_buffers_per_shader_stage as usize {
+        let make = |unit: u32| gpu.pipeline(&format!("layout/split/{unit}/{n}"), || split_shader(unit, n));
+        Some([make(4)?, make(16)?])
+    } else {
+        None
+    };
     Ok(Box::new(Split {
         axis: node.int_or("axis", 0)?,
         split_attr: if v < 13 { node.get_ints("split")?.map(<[i64]>::to_vec) } else { None },
@@ -134,6 +173,7 @@ pub(super) fn build_split(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Resul
         outputs: node.outputs.len(),
         size,
         pipeline: strided_units(gpu, size)?,
+        whole,
         at,
     }))
 }
@@ -150,6 +190,50 @@ impl Split {
     }
 }
 
+impl Split {
+    /// The split in one dispatch, when every piece is non-empty and its block of a row is whole
+    /// 4-byte words (`None` otherwise: the caller copies piece by piece).
+    fn record_whole(
+        &self,
+        run: &mut GpuRun,
+        x: &GpuTensor<'_>,
+        axis: usize,
+        sizes: &[usize],
+        inner: usize,
+    ) -> Result<Option<Vec<Value>>> {
+        let Some([words, quads]) = &self.whole else { return Ok(None) };
+        let bytes: Vec<usize> = sizes.iter().map(|&s| s * inner * self.size as usize).collect();
+        if bytes.iter().any(|&b| b == 0 || b % 4 != 0) {
+            return Ok(None);
+        }
+        let (unit, pipeline) = if bytes.iter().all(|b| b % 16 == 0) { (16, quads) } else { (4, words) };
+        let row: usize = bytes.iter().sum::<usize>() / unit;
+        let total = x.len() * self.size as usize / unit;
+        let mut params = vec![u32_of(total, &self.at)?, u32_of(row, &self.at)?, 0];
+        let mut end = 0;
+        for b in &bytes {
+            end += b / unit;
+            params.push(u32_of(end, &self.at)?);
+        }
+        let outs = sizes
+            .iter()
+            .map(|&size| {
+                let mut shape = x.shape().to_vec();
+                shape[axis] = size;
+                run.alloc(x.dtype(), shape)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let mut buffers = vec![x.buffer];
+        for y in &outs {
+            buffers.push(y.gpu()?);
+        }
+        if total > 0 {
+            run.dispatch(pipeline, &params, &buffers, grid(total)).map_err(|e| e.at(&self.at))?;
+        }
+        Ok(Some(outs.into_iter().map(Value::Tensor).collect()))
+    }
+}
+
 impl GpuOp for Split {
     fn record(&self, run: &mut GpuRun, inputs: &[Option<ValueRef<'_>>]) -> Result<Vec<Value>> {
         let x = gpu_input(run, inputs, 0, &self.at)?;
@@ -161,6 +245,9 @@ impl GpuOp for Split {
         let sizes = self.sizes(inputs, dim)?;
         let outer: usize = x.shape()[..axis].iter().product();
         let inner: usize = x.shape()[axis + 1..].iter().product();
+        if let Some(outs) = self.record_whole(run, &x, axis, &sizes, inner)? {
+            return Ok(outs);
+        }
         let mut start = 0;
         let mut outs = Vec::with_capacity(sizes.len());
         for &size in &sizes {
@@ -217,6 +304,16 @@ mod tests {
                     .outputs(3),
             );
             check_exact(&Case::new("Split", vec![x.clone()]).opset(11).outputs(3));
+            // Packed rows taken apart (one dispatch: whole words or whole 16-byte units per piece).
+            let packed = random(dtype, &[2, 5, 24], s + 6);
+            for split in [&[8, 8, 8][..], &[4, 12, 8], &[16, 4, 4]] {
+                check_exact(
+                    &Case::new("Split", vec![packed.clone(), i64s(split)])
+                        .attrs(vec![int("axis", -1)])
+                        .constants(&[1])
+                        .outputs(3),
+                );
+            }
             check_exact(
                 &Case::new("Split", vec![x.clone()])
                     .opset(11)
