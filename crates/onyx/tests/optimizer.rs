@@ -142,7 +142,17 @@ fn as_f64(t: &Tensor) -> Vec<f64> {
 
 /// Runs `model` at `level` on `feeds`; returns the outputs by name and the optimized model.
 fn run(model: &Model, level: OptimizationLevel, feeds: &[(String, Tensor)]) -> (BTreeMap<String, Tensor>, Model) {
-    let session = SessionBuilder::new()
+    run_with(SessionBuilder::new(), model, level, feeds)
+}
+
+/// [`run`] from a builder with its providers chosen.
+fn run_with(
+    builder: SessionBuilder,
+    model: &Model,
+    level: OptimizationLevel,
+    feeds: &[(String, Tensor)],
+) -> (BTreeMap<String, Tensor>, Model) {
+    let session = builder
         .with_optimization_level(level)
         .commit_from_model(model.clone())
         .unwrap_or_else(|e| panic!("session at level {level}: {e}"));
@@ -199,6 +209,27 @@ fn check_levels(g: &G, opset: i64, what: &str) -> (Vec<String>, Vec<String>) {
 /// [`check_levels`]: the ops at level extended.
 fn check(g: &G, opset: i64, what: &str) -> Vec<String> {
     check_levels(g, opset, what).0
+}
+
+/// The ops at level extended for the wgpu provider (CPU fallback), its outputs checked against
+/// the CPU's at level disable; `None` when there is no adapter (outside CI: `CI=true` installs
+/// Mesa's software Vulkan, and there a missing adapter fails).
+fn check_gpu(g: &G, opset: i64, what: &str) -> Option<Vec<String>> {
+    let gpu = match onyx::shared_wgpu(&Default::default()) {
+        Ok(p) => p,
+        Err(e) if std::env::var("CI").is_ok_and(|v| v == "true") => panic!("CI=true and no wgpu adapter: {e}"),
+        Err(e) => {
+            eprintln!("skipping the wgpu half of {what}: {e}");
+            return None;
+        }
+    };
+    let model = g.model(opset);
+    let feeds = feeds(g, 99);
+    let (want, _) = run(&model, OptimizationLevel::Disable, &feeds);
+    let builder = SessionBuilder::new().with_providers([onyx::Provider::Custom(gpu)]);
+    let (got, extended) = run_with(builder, &model, OptimizationLevel::Extended, &feeds);
+    assert_same(&want, &got, 1e-4, &format!("{what} (wgpu, extended)"));
+    Some(ops(&extended))
 }
 
 /// The CPU EP's NCHWc block on this machine (`None`: level all adds no layout change).
@@ -529,6 +560,57 @@ fn gemm_and_activation_become_fused_gemm() {
 }
 
 #[test]
+fn products_of_one_input_are_packed() {
+    // Gemms (with bias, transB), MatMuls of a sequence of rows (no bias, as LLMs' projections):
+    // one product by the weights side by side, then a Split.
+    for (a_shape, trans_b, bias) in [(&[5, 7][..], 1, true), (&[2, 5, 7], 0, true), (&[2, 5, 7], 0, false)] {
+        let mut g = G::new(14);
+        let a = g.input("a", a_shape);
+        let mut outs = vec![];
+        for (i, n) in [3usize, 4, 6].into_iter().enumerate() {
+            let w_shape = if trans_b == 1 { [n, 7] } else { [7, n] };
+            let w = g.random(&format!("w{i}"), &w_shape, -1.0, 1.0);
+            let y = if a_shape.len() == 2 {
+                let c = g.random(&format!("c{i}"), &[n], -1.0, 1.0);
+                g.op("Gemm", &[&a, &w, &c], vec![int("transB", trans_b)])
+            } else {
+                let m = g.op("MatMul", &[&a, &w], vec![]);
+                if bias {
+                    let c = g.random(&format!("c{i}"), &[n], -1.0, 1.0);
+                    g.op("Add", &[&m, &c], vec![])
+                } else {
+                    m
+                }
+            };
+            outs.push(g.op("Relu", &[&y], vec![]));
+        }
+        let sum = g.op("Concat", &[&outs[0], &outs[1], &outs[2]], vec![int("axis", -1)]);
+        g.output(&sum);
+        // The CPU provider keeps them apart (the Split's copy costs it more than it saves).
+        let cpu = check(&g, 17, "sibling products");
+        assert!(!cpu.contains(&"Split".to_string()), "{a_shape:?} {cpu:?}");
+        let Some(ops) = check_gpu(&g, 17, "sibling products") else { continue };
+        let count = |op: &str| ops.iter().filter(|o| o.ends_with(op)).count();
+        assert_eq!((count("Gemm") + count("MatMul"), count("Split")), (1, 1), "{a_shape:?} {ops:?}");
+    }
+    // Other inputs, or weights that are inputs: nothing to pack.
+    let mut g = G::new(15);
+    let a = g.input("a", &[5, 7]);
+    let b = g.input("b", &[5, 7]);
+    let w = g.random("w", &[7, 3], -1.0, 1.0);
+    let v = g.input("v", &[7, 3]);
+    let ya = g.op("MatMul", &[&a, &w], vec![]);
+    let yb = g.op("MatMul", &[&b, &w], vec![]);
+    let yv = g.op("MatMul", &[&a, &v], vec![]);
+    let s = g.op("Sum", &[&ya, &yb, &yv], vec![]);
+    g.output(&s);
+    assert_eq!(check(&g, 17, "no siblings"), ["MatMul", "MatMul", "MatMul", "Sum"]);
+    if let Some(ops) = check_gpu(&g, 17, "no siblings") {
+        assert_eq!(ops, ["MatMul", "MatMul", "MatMul", "Sum"]);
+    }
+}
+
+#[test]
 fn transposes_and_scale_fold_into_fused_matmul() {
     let mut g = G::new(7);
     let a = g.input("a", &[2, 5, 4]);
@@ -853,6 +935,12 @@ fn attention_blocks_become_one_attention_node() {
         assert_eq!(ops.iter().filter(|o| left.contains(&o.as_str())).count(), 0, "{ops:?}");
         // The only Reshapes left view the projections' rows as matrices around their Gemm.
         assert_eq!(attention(&ops, "Reshape"), 2 * attention(&ops, "Gemm"), "{ops:?}");
+        // On a GPU, q, k and v come from one product by their weights side by side and a Split.
+        if let Some(ops) = check_gpu(&attention_graph(form), 17, "attention") {
+            let products = attention(&ops, "Gemm") + attention(&ops, "MatMul");
+            let fused = attention(&ops, "ai.onyx:Attention");
+            assert_eq!((products, attention(&ops, "Split"), fused), (1, 1, 1), "{ops:?}");
+        }
     }
     // Must not fire: the merged heads' shape is read whole (a graph output).
     let mut g = attention_graph(AttentionForm { symbolic: true, ..plain });

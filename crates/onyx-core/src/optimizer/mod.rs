@@ -5,7 +5,8 @@
 //!   values inference already knows replaced by initializers;
 //! - extended ([`conv`], [`matmul`], [`gelu`], [`norm`], [`attention`]): Conv+BatchNormalization folding,
 //!   FusedConv, MatMul+Add → Gemm, Transpose+MatMul → FusedMatMul, Gelu / BiasGelu /
-//!   FastGelu, Gemm+activation → FusedGemm (Onyx's domain), LayerNormalization and SkipLayerNormalization (with its bias) from their
+//!   FastGelu, Gemm+activation → FusedGemm (Onyx's domain), products of one input by several
+//!   constant weights → one product and a Split (GPU providers), LayerNormalization and SkipLayerNormalization (with its bias) from their
 //!   decomposed forms, multi-head attention blocks → Attention;
 //! - all ([`nchwc`]): extended, then convolution chains moved into the blocked NCHWc layout of
 //!   the provider that runs them, when it has one (the CPU EP with AVX2 or AVX-512).
@@ -115,6 +116,7 @@ const PASSES: &[Pass] = &[
     Pass { name: "conv_batchnorm", level: OptimizationLevel::Extended, run: conv::conv_batch_norm },
     Pass { name: "fused_conv", level: OptimizationLevel::Extended, run: conv::fused_conv },
     Pass { name: "matmul_add_gemm", level: OptimizationLevel::Extended, run: matmul::matmul_add_gemm },
+    Pass { name: "sibling_products", level: OptimizationLevel::Extended, run: matmul::sibling_products },
     Pass { name: "fused_matmul", level: OptimizationLevel::Extended, run: matmul::transpose_matmul },
     Pass { name: "gelu", level: OptimizationLevel::Extended, run: gelu::gelu },
     Pass { name: "fast_gelu", level: OptimizationLevel::Extended, run: gelu::fast_gelu },

@@ -293,6 +293,9 @@ impl Kernel for MatMulOp {
     }
 }
 
+/// Elements per parallel chunk of FusedGemm's activation.
+const ACTIVATION_CHUNK: usize = 1 << 13;
+
 /// Gemm: `Y = alpha * op(A) * op(B) + beta * C`.
 struct GemmOp {
     at: Location,
@@ -422,7 +425,8 @@ impl GemmOp {
         let y = y.into_tensor()?;
         let view = y.view()?;
         let mut data = float_slice::<T>(&view)?.into_owned();
-        self.activation.apply(&mut data);
+        let act = self.activation;
+        crate::parallel::for_each_chunk_mut(&mut data, ACTIVATION_CHUNK, &|_, seg| util::simd(|| act.apply(seg)));
         float_output(y.dtype(), y.shape().to_vec(), data)
     }
 
