@@ -12,6 +12,7 @@ mod skip_norm;
 mod tests;
 
 pub(crate) use activation::Activation;
+pub(crate) use gelu::{gelu, Kind as GeluKind};
 
 use crate::Registry;
 

@@ -17,7 +17,7 @@ use onyx_core::{element_count, DataType, Element, Error, Location, Result, Tenso
 use self::gemm::{MatMut, MatRef, PARALLEL_WORK};
 use self::packed::{Isa, PackedB};
 use self::real::{compute_type, filled, float_output, float_slice, overwritten, zeroed, Real};
-use crate::ops::contrib::Activation;
+use crate::ops::contrib::{Activation, GeluKind};
 use crate::ops::util;
 use crate::Registry;
 
@@ -424,6 +424,12 @@ impl GemmOp {
         }
         let y = y.into_tensor()?;
         let view = y.view()?;
+        // Gelu through the Gelu kernel's own loops (erf vectorizes there, not through `apply`).
+        match self.activation {
+            Activation::Gelu => return crate::ops::contrib::gelu(&view, None, GeluKind::Exact),
+            Activation::GeluTanh => return crate::ops::contrib::gelu(&view, None, GeluKind::Tanh),
+            _ => {}
+        }
         let mut data = float_slice::<T>(&view)?.into_owned();
         let act = self.activation;
         crate::parallel::for_each_chunk_mut(&mut data, ACTIVATION_CHUNK, &|_, seg| util::simd(|| act.apply(seg)));

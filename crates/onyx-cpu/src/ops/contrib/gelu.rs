@@ -12,7 +12,7 @@ use crate::ops::util;
 
 /// Which function a node computes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Kind {
+pub(crate) enum Kind {
     /// 0.5 x (1 + erf(x / sqrt 2)).
     Exact,
     /// 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))).
@@ -192,21 +192,24 @@ impl Kernel for GeluOp {
         if let Some((i, b)) = &bias {
             self.check_bias(&x, b, *i)?;
         }
-        let kind = self.kind;
-        let shape = x.shape().to_vec();
-        let y = if x.dtype() == DataType::Double {
-            let b = bias.map(|(_, b)| float_slice::<f64>(&b)).transpose()?;
-            float_output(x.dtype(), shape, apply(&float_slice::<f64>(&x)?, b.as_deref(), F64(kind)))?
-        } else {
-            let b = bias.map(|(_, b)| float_slice::<f32>(&b)).transpose()?;
-            let (xs, b) = (float_slice::<f32>(&x)?, b.as_deref());
-            // One monomorphic, branch-free function per kind, so the loops vectorize.
-            let y = match kind {
-                Kind::Exact => apply(&xs, b, ExactF32),
-                Kind::Tanh => apply(&xs, b, TanhF32),
-            };
-            float_output(x.dtype(), shape, y)?
-        };
-        Ok(vec![y])
+        Ok(vec![gelu(&x, bias.map(|(_, b)| b).as_ref(), self.kind)?])
     }
+}
+
+/// Gelu of `x` (plus `bias` along the last axis), in x's float dtype: parallel chunks, each
+/// compiled for the CPU's SIMD level. FusedGemm's Gelu activations run it too.
+pub(crate) fn gelu(x: &TensorView<'_>, bias: Option<&TensorView<'_>>, kind: Kind) -> Result<Value> {
+    let shape = x.shape().to_vec();
+    if x.dtype() == DataType::Double {
+        let b = bias.map(float_slice::<f64>).transpose()?;
+        return float_output(x.dtype(), shape, apply(&float_slice::<f64>(x)?, b.as_deref(), F64(kind)));
+    }
+    let b = bias.map(float_slice::<f32>).transpose()?;
+    let (xs, b) = (float_slice::<f32>(x)?, b.as_deref());
+    // One monomorphic, branch-free function per kind, so the loops vectorize.
+    let y = match kind {
+        Kind::Exact => apply(&xs, b, ExactF32),
+        Kind::Tanh => apply(&xs, b, TanhF32),
+    };
+    float_output(x.dtype(), shape, y)
 }
