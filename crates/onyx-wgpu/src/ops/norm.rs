@@ -242,27 +242,11 @@ impl RowNorm {
         Ok(RowNorm { pipelines: LanePipelines::rows(gpu, key, shader, known)?, bias, stats, skip })
     }
 
-    /// Normalizes `x` as rows of `n` elements; returns Y and, with `stats`, the means and
-    /// inverse standard deviations (f32, of `stat_shape`).
+    /// Normalizes `x` (or, for a [`SkipSum`] variant, the sum `skip` says) as rows of `n`
+    /// elements; returns Y, with `stats` the means and inverse standard deviations (f32, of
+    /// `stat_shape`), then for a [`SkipSum`] variant the sum (X's shape).
     #[allow(clippy::too_many_arguments)]
     fn record(
-        &self,
-        run: &mut GpuRun,
-        x: GpuTensor<'_>,
-        n: usize,
-        scale: (GpuTensor<'_>, ParamMap),
-        bias: Option<(GpuTensor<'_>, ParamMap)>,
-        epsilon: f32,
-        stat_shape: &[usize],
-        at: &Location,
-    ) -> Result<Vec<Value>> {
-        self.record_sum(run, x, None, n, scale, bias, epsilon, stat_shape, at)
-    }
-
-    /// [`RowNorm::record`] of a [`SkipSum`] variant: the sum (X's shape) follows Y (and the
-    /// statistics) in the outputs.
-    #[allow(clippy::too_many_arguments)]
-    fn record_sum(
         &self,
         run: &mut GpuRun,
         x: GpuTensor<'_>,
@@ -274,7 +258,7 @@ impl RowNorm {
         stat_shape: &[usize],
         at: &Location,
     ) -> Result<Vec<Value>> {
-        if skip.is_some() != self.skip.is_some() || self.skip.is_some_and(|s| s.bias != skip.as_ref().is_some_and(|s| s.bias.is_some())) {
+        if self.skip.map(|s| s.bias) != skip.as_ref().map(|s| s.bias.is_some()) {
             return Err(Error::node(at, "skip inputs differ from those the node was built for"));
         }
         let rows = x.len().checked_div(n).unwrap_or_else(|| stat_shape.iter().product());
@@ -545,7 +529,7 @@ impl GpuOp for LayerNorm {
         };
         let mut stat_shape = x.shape()[..axis].to_vec();
         stat_shape.resize(x.shape().len(), 1);
-        self.kernel.record(run, x, norm.iter().product(), scale, bias, self.epsilon, &stat_shape, &self.at)
+        self.kernel.record(run, x, None, norm.iter().product(), scale, bias, self.epsilon, &stat_shape, &self.at)
     }
 }
 
@@ -636,7 +620,7 @@ impl GpuOp for GroupNorm {
         let map =
             if scale.len() == c { ParamMap { div: inner, modulo: c } } else { ParamMap { div: n, modulo: groups } };
         let stat_shape = [x.shape()[0], groups];
-        self.kernel.record(run, x, n, (scale, map), Some((bias, map)), self.epsilon, &stat_shape, at)
+        self.kernel.record(run, x, None, n, (scale, map), Some((bias, map)), self.epsilon, &stat_shape, at)
     }
 }
 

@@ -48,10 +48,21 @@ pub(super) fn build(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<
 
 impl SkipLayerNorm {
     /// Input `i`, which must be a vector of the last dim `n`.
-    fn vector<'r>(&self, run: &GpuRun, inputs: &[Option<ValueRef<'r>>], i: usize, n: usize) -> Result<Option<GpuTensor<'r>>> {
+    fn vector<'r>(
+        &self,
+        run: &GpuRun,
+        inputs: &[Option<ValueRef<'r>>],
+        i: usize,
+        n: usize,
+    ) -> Result<Option<GpuTensor<'r>>> {
         let Some(v) = opt_gpu_input(run, inputs, i, &self.at)? else { return Ok(None) };
         if v.shape() != [n] {
-            return Err(Error::input(&self.at, i, format!("a 1-D vector of the input's last dim [{n}]"), format!("shape {:?}", v.shape())));
+            return Err(Error::input(
+                &self.at,
+                i,
+                format!("a 1-D vector of the input's last dim [{n}]"),
+                format!("shape {:?}", v.shape()),
+            ));
         }
         Ok(Some(v))
     }
@@ -86,7 +97,8 @@ impl GpuOp for SkipLayerNorm {
         }
         let beta = beta.map(|b| (b, map));
         let skip = SkipInputs { skip, bias };
-        let mut out = self.norm.record_sum(run, x, Some(skip), n, (gamma, map), beta, self.epsilon, &stat_shape, &self.at)?;
+        let mut out =
+            self.norm.record(run, x, Some(skip), n, (gamma, map), beta, self.epsilon, &stat_shape, &self.at)?;
         // Outputs are positional: 1 and 2 are never named (see `supports`), so the values in
         // their places are dropped unread; output 3 is the sum, which follows Y.
         let sum = out.pop().ok_or_else(|| Error::node(&self.at, "the row kernel returned no sum"))?;
@@ -132,7 +144,8 @@ mod tests {
         model.opsets.insert("com.microsoft".into(), 1);
         let options = SessionOptions { providers: vec![provider], ..Default::default() };
         let session = Session::new(model, options).unwrap();
-        let feeds: Vec<(String, InputValue<'_>)> = names.iter().zip(inputs).map(|(n, t)| (n.clone(), InputValue::Value(Value::Tensor(t.clone())))).collect();
+        let feeds: Vec<(String, InputValue<'_>)> =
+            names.iter().zip(inputs).map(|(n, t)| (n.clone(), InputValue::Value(Value::Tensor(t.clone())))).collect();
         session.run(feeds).unwrap().into_vec().into_iter().map(|(_, v)| v.as_tensor().unwrap().clone()).collect()
     }
 
@@ -149,17 +162,21 @@ mod tests {
 
     #[test]
     fn skip_layer_norm_matches_the_cpu_contrib_kernel() {
-        for (k, (shape, skip)) in [(&[2, 3, 67][..], &[2, 3, 67][..]), (&[3, 5, 257], &[5, 257]), (&[4, 1000], &[1, 1000])]
-            .into_iter()
-            .enumerate()
+        for (k, (shape, skip)) in
+            [(&[2, 3, 67][..], &[2, 3, 67][..]), (&[3, 5, 257], &[5, 257]), (&[4, 1000], &[1, 1000])]
+                .into_iter()
+                .enumerate()
         {
             let n = *shape.last().unwrap();
             let s = k as u64 * 10;
             let (x, sk) = (rand(shape, -3.0, 3.0, s), rand(skip, -1.0, 1.0, s + 1));
-            let (gamma, beta, bias) = (rand(&[n], 0.5, 2.0, s + 2), rand(&[n], -1.0, 1.0, s + 3), rand(&[n], -1.0, 1.0, s + 4));
+            let (gamma, beta, bias) =
+                (rand(&[n], 0.5, 2.0, s + 2), rand(&[n], -1.0, 1.0, s + 3), rand(&[n], -1.0, 1.0, s + 4));
             let eps = vec![float("epsilon", 1e-5)];
             let ms = "com.microsoft";
-            Case::new("SkipLayerNormalization", vec![x.clone(), sk.clone(), gamma.clone()]).domain(ms).check(1e-4, 1e-4);
+            Case::new("SkipLayerNormalization", vec![x.clone(), sk.clone(), gamma.clone()])
+                .domain(ms)
+                .check(1e-4, 1e-4);
             let all = vec![x.clone(), sk.clone(), gamma.clone(), beta.clone(), bias.clone()];
             Case::new("SkipLayerNormalization", all.clone()).domain(ms).attrs(eps.clone()).check(1e-4, 1e-4);
             check_sum_output(&all);
