@@ -133,6 +133,8 @@ fn as_f64(t: &Tensor) -> Vec<f64> {
     match t.dtype() {
         DataType::Float => t.as_slice::<f32>().unwrap().iter().map(|&x| x as f64).collect(),
         DataType::Double => t.as_slice::<f64>().unwrap().to_vec(),
+        DataType::Float16 => t.as_slice::<half::f16>().unwrap().iter().map(|x| x.to_f64()).collect(),
+        DataType::BFloat16 => t.as_slice::<half::bf16>().unwrap().iter().map(|x| x.to_f64()).collect(),
         DataType::Int64 => t.as_slice::<i64>().unwrap().iter().map(|&x| x as f64).collect(),
         DataType::Int32 => t.as_slice::<i32>().unwrap().iter().map(|&x| x as f64).collect(),
         DataType::Bool | DataType::Uint8 => t.view().unwrap().bytes().unwrap().iter().map(|&x| x as f64).collect(),
@@ -212,17 +214,9 @@ fn check(g: &G, opset: i64, what: &str) -> Vec<String> {
 }
 
 /// The ops at level extended for the wgpu provider (CPU fallback), its outputs checked against
-/// the CPU's at level disable; `None` when there is no adapter (outside CI: `CI=true` installs
-/// Mesa's software Vulkan, and there a missing adapter fails).
+/// the CPU's at level disable; `None` when there is no adapter ([`wgpu_provider`]).
 fn check_gpu(g: &G, opset: i64, what: &str) -> Option<Vec<String>> {
-    let gpu = match onyx::shared_wgpu(&Default::default()) {
-        Ok(p) => p,
-        Err(e) if std::env::var("CI").is_ok_and(|v| v == "true") => panic!("CI=true and no wgpu adapter: {e}"),
-        Err(e) => {
-            eprintln!("skipping the wgpu half of {what}: {e}");
-            return None;
-        }
-    };
+    let gpu = wgpu_provider(what)?;
     let model = g.model(opset);
     let feeds = feeds(g, 99);
     let (want, _) = run(&model, OptimizationLevel::Disable, &feeds);
@@ -230,6 +224,19 @@ fn check_gpu(g: &G, opset: i64, what: &str) -> Option<Vec<String>> {
     let (got, extended) = run_with(builder, &model, OptimizationLevel::Extended, &feeds);
     assert_same(&want, &got, 1e-4, &format!("{what} (wgpu, extended)"));
     Some(ops(&extended))
+}
+
+/// The shared wgpu provider; `None` when there is no adapter (outside CI: `CI=true` installs
+/// Mesa's software Vulkan, and there a missing adapter fails).
+fn wgpu_provider(what: &str) -> Option<std::sync::Arc<dyn ExecutionProvider>> {
+    match onyx::shared_wgpu(&Default::default()) {
+        Ok(p) => Some(p),
+        Err(e) if std::env::var("CI").is_ok_and(|v| v == "true") => panic!("CI=true and no wgpu adapter: {e}"),
+        Err(e) => {
+            eprintln!("skipping the wgpu half of {what}: {e}");
+            None
+        }
+    }
 }
 
 /// The CPU EP's NCHWc block on this machine (`None`: level all adds no layout change).
@@ -494,6 +501,106 @@ fn optimized_blocked_model_saves_and_runs_the_same() {
     assert!(ops(&reloaded).iter().any(|o| o == "ai.onyx:NchwcConv"));
     let (got, _) = run(&reloaded, OptimizationLevel::Disable, &feeds);
     assert_same(&want, &got, 1e-6, "saved blocked model");
+}
+
+// ------------------------------------------------------------------------------------------
+// Half precision on the CPU
+
+/// `t` (f32) in `dtype` (f16 or bf16); other tensors as they are.
+fn to_half(t: &Tensor, dtype: DataType) -> Tensor {
+    let Ok(v) = t.as_slice::<f32>() else { return t.clone() };
+    let shape = t.shape().to_vec();
+    match dtype {
+        DataType::Float16 => Tensor::from_vec(shape, v.iter().map(|&x| half::f16::from_f32(x)).collect()).unwrap(),
+        _ => Tensor::from_vec(shape, v.iter().map(|&x| half::bf16::from_f32(x)).collect()).unwrap(),
+    }
+}
+
+/// `feeds` in `dtype`.
+fn half_feeds(feeds: &[(String, Tensor)], dtype: DataType) -> Vec<(String, Tensor)> {
+    feeds.iter().map(|(n, t)| (n.clone(), to_half(t, dtype))).collect()
+}
+
+/// `g`'s model with its float inputs and initializers in `dtype`.
+fn half_model(g: &G, dtype: DataType) -> Model {
+    let mut model = g.model(17);
+    for input in &mut model.graph.inputs {
+        if let ValueType::Tensor(t) = &mut input.ty {
+            t.dtype = dtype;
+        }
+    }
+    for t in model.graph.initializers.values_mut() {
+        *t = to_half(t, dtype);
+    }
+    model
+}
+
+/// A convolution into a product in half precision; a CumSum (an op the pass leaves alone)
+/// reads the Relu, a Sigmoid (a group without a product) the CumSum, and the Conv's output
+/// is also a graph output.
+fn half_graph() -> G {
+    let mut g = G::new(31);
+    let x = g.input("x", &[2, 5, 9, 11]);
+    let w = g.random("w", &[8, 5, 3, 3], -0.5, 0.5);
+    let b = g.random("b", &[8], -0.5, 0.5);
+    let c = g.op("Conv", &[&x, &w, &b], vec![ints("pads", &[1, 1, 1, 1])]);
+    let r = g.op("Relu", &[&c], vec![]);
+    let shape = g.int64s("shape", &[2, 8, 99]);
+    let rows = g.op("Reshape", &[&r, &shape], vec![]);
+    let wm = g.random("wm", &[99, 7], -0.3, 0.3);
+    let y = g.op("MatMul", &[&rows, &wm], vec![]);
+    let axis = g.int64s("axis", &[3]);
+    let sums = g.op("CumSum", &[&r, &axis], vec![]);
+    let s = g.op("Sigmoid", &[&sums], vec![]);
+    g.output(&y);
+    g.output(&c);
+    g.output(&s);
+    g
+}
+
+#[test]
+fn half_precision_groups_on_the_cpu_compute_in_float() {
+    let g = half_graph();
+    let feeds32 = feeds(&g, 8);
+    let (exact, _) = run(&g.model(17), OptimizationLevel::Disable, &feeds32);
+    // (type, its relative rounding): bf16 keeps 8 bits of mantissa, f16 11.
+    for (dtype, eps) in [(DataType::Float16, 1e-3), (DataType::BFloat16, 8e-3)] {
+        let model = half_model(&g, dtype);
+        let feeds = half_feeds(&feeds32, dtype);
+        let (plain, _) = run(&model, OptimizationLevel::Disable, &feeds);
+        let (got, optimized) = run(&model, OptimizationLevel::Extended, &feeds);
+        let nodes = ops(&optimized);
+        // In: x. Back: the Conv output (a graph output), the Relu (for the CumSum), the product.
+        assert_eq!(nodes.iter().filter(|o| *o == "Cast").count(), 4, "{dtype}: {nodes:?}");
+        let weights: Vec<DataType> =
+            ["w_f32", "wm_f32"].iter().map(|w| optimized.graph.initializers[*w].dtype()).collect();
+        assert_eq!(weights, [DataType::Float; 2], "{dtype}: the weights are f32 once");
+        assert!(!optimized.graph.initializers.contains_key("w"), "{dtype}: the half weights go");
+        // Each output, rounded to the half type once, is within a few roundings of the exact
+        // one; the half-precision graph itself is no closer.
+        let exact_in_half: BTreeMap<String, Tensor> =
+            exact.iter().map(|(n, t)| (n.clone(), to_half(t, dtype))).collect();
+        assert_same(&exact_in_half, &got, 4.0 * eps, &format!("{dtype} in f32 against f32"));
+        assert_same(&plain, &got, 16.0 * eps, &format!("{dtype} in f32 against {dtype}"));
+        // Level all: the f32 convolution runs blocked.
+        let (got, all) = run(&model, OptimizationLevel::All, &feeds);
+        assert_same(&exact_in_half, &got, 4.0 * eps, &format!("{dtype} at level all"));
+        let blocked = ops(&all).iter().any(|o| o == "ai.onyx:NchwcConv");
+        assert_eq!(blocked, nchwc_block().is_some(), "{dtype}: {:?}", ops(&all));
+    }
+}
+
+#[test]
+fn half_precision_stays_half_on_the_gpu() {
+    let Some(gpu) = wgpu_provider("half precision") else { return };
+    let g = half_graph();
+    let model = half_model(&g, DataType::Float16);
+    let feeds = half_feeds(&feeds(&g, 8), DataType::Float16);
+    let builder = SessionBuilder::new().with_providers([onyx::Provider::Custom(gpu)]);
+    let (_, optimized) = run_with(builder, &model, OptimizationLevel::Extended, &feeds);
+    let ops = ops(&optimized);
+    assert!(!ops.iter().any(|o| o == "Cast"), "{ops:?}");
+    assert_eq!(optimized.graph.initializers["w"].dtype(), DataType::Float16);
 }
 
 // ------------------------------------------------------------------------------------------

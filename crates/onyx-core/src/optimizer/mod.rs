@@ -3,25 +3,29 @@
 //! - basic ([`cleanup`], [`fold`]): dead nodes and unread initializers removed, Identity and
 //!   inference-mode Dropout removed, constant folding (evaluated by the CPU provider), and
 //!   values inference already knows replaced by initializers;
-//! - extended ([`conv`], [`matmul`], [`gelu`], [`norm`], [`attention`]): Conv+BatchNormalization folding,
-//!   FusedConv, MatMul+Add → Gemm, Transpose+MatMul → FusedMatMul, Gelu / BiasGelu /
-//!   FastGelu, Gemm+activation → FusedGemm (Onyx's domain), products of one input by several
-//!   constant weights → one product and a Split (GPU providers), LayerNormalization and SkipLayerNormalization (with its bias) from their
+//! - extended ([`half`], [`conv`], [`matmul`], [`gelu`], [`norm`], [`attention`]): f16 and
+//!   bf16 groups of nodes the CPU runs computed in f32 (first, so the fusions see f32),
+//!   Conv+BatchNormalization folding, FusedConv, MatMul+Add → Gemm, Transpose+MatMul →
+//!   FusedMatMul, Gelu / BiasGelu / FastGelu, Gemm+activation → FusedGemm (Onyx's domain),
+//!   products of one input by several constant weights → one product and a Split (GPU
+//!   providers), LayerNormalization and SkipLayerNormalization (with its bias) from their
 //!   decomposed forms, multi-head attention blocks → Attention;
 //! - all ([`nchwc`]): extended, then convolution chains moved into the blocked NCHWc layout of
 //!   the provider that runs them, when it has one (the CPU EP with AVX2 or AVX-512).
 //!
-//! No rewrite changes results or what a caller can see: an intermediate value that is a graph
-//! output or has other readers stops a fusion, and so do non-constant parameters, other axes or
-//! broadcasts. A fusion never moves work to a provider of lower priority: it fires only when
-//! the provider that takes the pattern's anchor node also takes the fused node (see
-//! [`Fusion::allowed`]). Subgraphs (If, Loop, Scan bodies) are left as they are.
+//! No rewrite changes what a caller can see, nor results beyond rounding (half-precision
+//! groups round less, folded weights once where the graph rounded twice): an intermediate
+//! value that is a graph output or has other readers stops a fusion, and so do non-constant
+//! parameters, other axes or broadcasts. A fusion never moves work to a provider of lower
+//! priority: it fires only when the provider that takes the pattern's anchor node also takes
+//! the fused node (see [`Fusion::allowed`]). Subgraphs (If, Loop, Scan bodies) are left as they are.
 
 mod attention;
 mod cleanup;
 mod conv;
 mod fold;
 mod gelu;
+mod half;
 mod matmul;
 mod nchwc;
 mod norm;
@@ -155,6 +159,12 @@ pub fn optimize(
     providers: &[Arc<dyn ExecutionProvider>],
 ) -> Result<OptimizeReport> {
     let mut report = OptimizeReport { level, before: op_counts(&model.graph), ..Default::default() };
+    if level >= OptimizationLevel::Extended {
+        let converted = half::half_in_float(model, providers)?;
+        if converted > 0 {
+            report.passes.insert("half_in_float".to_string(), converted);
+        }
+    }
     if level > OptimizationLevel::Disable {
         let fusion = Fusion { providers };
         let passes: Vec<&Pass> = PASSES.iter().filter(|p| p.level <= level).collect();

@@ -189,3 +189,52 @@ fn an_input_with_a_default_is_not_a_constant() {
     optimize(&mut m, OptimizationLevel::All, &[cpu()]).unwrap();
     assert_eq!(op_list(&m), ["Add"]);
 }
+
+/// x (f16) → MatMul(w) → Relu → Sigmoid → y, with one Sigmoid of x beside: the product's group
+/// computes in f32 only where the CPU runs it.
+fn half_matmul() -> Model {
+    let w = Tensor::from_vec(vec![4, 3], vec![::half::f16::from_f32(0.5); 12]).unwrap();
+    let half_input = ValueInfo::new("x", ValueType::Tensor(TensorType::fixed(DataType::Float16, &[2, 4])));
+    let mut m = Model {
+        opsets: BTreeMap::from([(String::new(), 17)]),
+        graph: Graph {
+            nodes: vec![
+                node("MatMul", &["x", "w"], "p"),
+                node("Relu", &["p"], "r"),
+                node("Sigmoid", &["r"], "y"),
+                node("Sigmoid", &["x"], "z"),
+            ],
+            inputs: vec![half_input],
+            outputs: vec![ValueInfo::new("y", ValueType::Unknown), ValueInfo::new("z", ValueType::Unknown)],
+            initializers: BTreeMap::from([("w".to_string(), w)]),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    check_model(&mut m).unwrap();
+    m
+}
+
+#[test]
+fn half_precision_computes_in_float_where_the_cpu_runs_products() {
+    let cases: Vec<(Vec<Arc<dyn ExecutionProvider>>, Vec<&str>)> = vec![
+        // x in once; y back once; the Sigmoid of x has no product in its group: it stays f16.
+        (vec![cpu()], vec!["Cast", "MatMul", "Relu", "Sigmoid", "Cast", "Sigmoid"]),
+        (vec![gpu(&[]), cpu()], vec!["MatMul", "Relu", "Sigmoid", "Sigmoid"]),
+        // The GPU's Relu splits the product from the Sigmoid: back to f16 after the product.
+        (vec![gpu(&["Relu"]), cpu()], vec!["Cast", "MatMul", "Cast", "Relu", "Sigmoid", "Sigmoid"]),
+    ];
+    for (providers, want) in cases {
+        let names: Vec<String> = providers.iter().map(|p| p.name().to_string()).collect();
+        let mut m = half_matmul();
+        let report = optimize(&mut m, OptimizationLevel::Extended, &providers).unwrap();
+        assert_eq!(op_list(&m), want, "providers {names:?}");
+        let converted = want.contains(&"Cast");
+        assert_eq!(m.graph.initializers.contains_key("w_f32"), converted, "providers {names:?}");
+        assert_eq!(m.graph.initializers.contains_key("w"), !converted, "providers {names:?}: the f16 weights go");
+        assert_eq!(report.fired("half_in_float") > 0, converted, "providers {names:?}");
+    }
+    let mut m = half_matmul();
+    optimize(&mut m, OptimizationLevel::Basic, &[cpu()]).unwrap();
+    assert!(!op_list(&m).contains(&"Cast"), "level basic keeps f16");
+}
