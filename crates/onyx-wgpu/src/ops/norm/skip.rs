@@ -4,6 +4,7 @@
 //! over the last axis as it reads it, and writes `s` (output 3). The statistics outputs (1 and
 //! 2) are declined.
 
+use super::rows::{SkipInputs, SkipSum};
 use super::*;
 
 /// f32 (or f16) inputs of one type; the statistics outputs unread.
