@@ -535,9 +535,9 @@ fn half_model(g: &G, dtype: DataType) -> Model {
     model
 }
 
-/// A convolution into a product in half precision; a CumSum (an op the pass leaves alone)
-/// reads the Relu, a Sigmoid (a group without a product) the CumSum, and the Conv's output
-/// is also a graph output.
+/// A convolution into a product and a guarded Softmax in half precision; a CumSum (an op the
+/// pass leaves alone) reads the Relu, a Sigmoid (a group without a product) the CumSum, and the
+/// Conv's output is also a graph output.
 fn half_graph() -> G {
     let mut g = G::new(31);
     let x = g.input("x", &[2, 5, 9, 11]);
@@ -549,6 +549,11 @@ fn half_graph() -> G {
     let rows = g.op("Reshape", &[&r, &shape], vec![]);
     let wm = g.random("wm", &[99, 7], -0.3, 0.3);
     let y = g.op("MatMul", &[&rows, &wm], vec![]);
+    // Softmax's NaN guard as torch exports it for f16 attention.
+    let p = g.op("Softmax", &[&y], vec![int("axis", -1)]);
+    let nan = g.op("IsNaN", &[&p], vec![]);
+    let zero = g.scalar("zero", 0.0);
+    let y = g.op("Where", &[&nan, &zero, &p], vec![]);
     let axis = g.int64s("axis", &[3]);
     let sums = g.op("CumSum", &[&r, &axis], vec![]);
     let s = g.op("Sigmoid", &[&sums], vec![]);
@@ -570,7 +575,8 @@ fn half_precision_groups_on_the_cpu_compute_in_float() {
         let (plain, _) = run(&model, OptimizationLevel::Disable, &feeds);
         let (got, optimized) = run(&model, OptimizationLevel::Extended, &feeds);
         let nodes = ops(&optimized);
-        // In: x. Back: the Conv output (a graph output), the Relu (for the CumSum), the product.
+        // In: x. Back: the Conv output (a graph output), the Relu (for the CumSum), the guarded
+        // Softmax (a graph output).
         assert_eq!(nodes.iter().filter(|o| *o == "Cast").count(), 4, "{dtype}: {nodes:?}");
         let weights: Vec<DataType> =
             ["w_f32", "wm_f32"].iter().map(|w| optimized.graph.initializers[*w].dtype()).collect();

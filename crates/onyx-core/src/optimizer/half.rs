@@ -13,6 +13,9 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use ::half::slice::HalfFloatSliceExt;
+use rayon::prelude::*;
+
 use super::fresh_name;
 use super::view::View;
 use crate::ep::ExecutionProvider;
@@ -88,6 +91,8 @@ const ELEMENTWISE: &[&str] = &[
     "Greater",
     "LessOrEqual",
     "GreaterOrEqual",
+    "IsNaN",
+    "IsInf",
 ];
 
 /// Layout: moves values, whatever their type.
@@ -342,12 +347,46 @@ impl<'v, 'g> Rewrite<'v, 'g> {
     }
 }
 
-/// A half-precision constant in f32.
+/// Elements each thread converts at a time.
+const CONVERT_CHUNK: usize = 1 << 16;
+
+/// A half-precision constant in f32 (in parallel, with the CPU's conversion instructions where
+/// it has them: a model's weights are hundreds of MB).
 fn to_f32(t: &Tensor) -> Option<Tensor> {
-    let values: Vec<f32> = match t.dtype() {
-        DataType::Float16 => t.as_slice::<half::f16>().ok()?.iter().map(|x| x.to_f32()).collect(),
-        DataType::BFloat16 => t.as_slice::<half::bf16>().ok()?.iter().map(|x| x.to_f32()).collect(),
+    let mut values = vec![0f32; t.len()];
+    let chunks = values.par_chunks_mut(CONVERT_CHUNK);
+    match t.dtype() {
+        DataType::Float16 => {
+            let src = t.as_slice::<::half::f16>().ok()?.par_chunks(CONVERT_CHUNK);
+            chunks.zip(src).for_each(|(d, s)| s.convert_to_f32_slice(d));
+        }
+        DataType::BFloat16 => {
+            let src = t.as_slice::<::half::bf16>().ok()?.par_chunks(CONVERT_CHUNK);
+            chunks.zip(src).for_each(|(d, s)| s.convert_to_f32_slice(d));
+        }
         _ => return None,
-    };
+    }
     Tensor::from_vec(t.shape().to_vec(), values).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn constants_convert_exactly_across_chunks() {
+        let n = 2 * CONVERT_CHUNK + 5;
+        let bits = |i: usize| (i.wrapping_mul(40503) % 0x7c00) as u16 ^ if i % 3 == 0 { 0x8000 } else { 0 };
+        let f16s: Vec<::half::f16> = (0..n).map(|i| ::half::f16::from_bits(bits(i))).collect();
+        let bf16s: Vec<::half::bf16> = (0..n).map(|i| ::half::bf16::from_bits(bits(i))).collect();
+        let want16: Vec<f32> = f16s.iter().map(|x| x.to_f32()).collect();
+        let want_bf: Vec<f32> = bf16s.iter().map(|x| x.to_f32()).collect();
+        for (t, want) in [(Tensor::from_vec(vec![n], f16s), want16), (Tensor::from_vec(vec![n], bf16s), want_bf)] {
+            let t = t.unwrap();
+            let got = to_f32(&t).unwrap();
+            assert_eq!(got.shape(), [n]);
+            assert_eq!(got.as_slice::<f32>().unwrap(), want, "{}", t.dtype());
+        }
+        assert!(to_f32(&Tensor::from_vec(vec![1], vec![1.0f32]).unwrap()).is_none());
+    }
 }
