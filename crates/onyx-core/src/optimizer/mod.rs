@@ -18,7 +18,8 @@
 //! value that is a graph output or has other readers stops a fusion, and so do non-constant
 //! parameters, other axes or broadcasts. A fusion never moves work to a provider of lower
 //! priority: it fires only when the provider that takes the pattern's anchor node also takes
-//! the fused node (see [`Fusion::allowed`]). Subgraphs (If, Loop, Scan bodies) are left as they are.
+//! the fused node (see [`Fusion::allowed`]). Subgraphs (If, Loop, Scan bodies) are left as
+//! they are.
 
 mod attention;
 mod cleanup;
