@@ -131,20 +131,10 @@ const MS_OPS: &[&str] = &[
     "BiasAdd",
 ];
 
-/// Ops (any domain) that make a group worth its Casts: most of a model's time, and the CPU EP's
-/// f32 kernels for them are several times faster than its half-precision ones.
-const HEAVY: &[&str] = &[
-    "Conv",
-    "ConvTranspose",
-    "MatMul",
-    "Gemm",
-    "Einsum",
-    "FusedConv",
-    "FusedMatMul",
-    "FusedGemm",
-    "Attention",
-    "MultiHeadAttention",
-];
+/// Products of the other domains (fused forms, attention): with [`PRODUCTS`], the ops that make
+/// a group worth its Casts, being most of a model's time, and the CPU EP's f32 kernels for them
+/// several times faster than its half-precision ones.
+const FUSED_PRODUCTS: &[&str] = &["FusedConv", "FusedMatMul", "FusedGemm", "Attention", "MultiHeadAttention"];
 
 /// Converts the groups; returns the number of nodes converted.
 pub(super) fn half_in_float(model: &mut Model, providers: &[Arc<dyn ExecutionProvider>]) -> Result<usize> {
@@ -213,7 +203,7 @@ fn rename(node: &Node, mut f32_name: impl FnMut(&str) -> Option<String>) -> Node
 }
 
 /// The nodes to convert: the groups (nodes of one half type joined by the values of that type
-/// they share) that hold a [`HEAVY`] op.
+/// they share) that hold a product ([`PRODUCTS`], [`FUSED_PRODUCTS`]).
 fn groups(view: &View<'_>, providers: &[Arc<dyn ExecutionProvider>]) -> HashSet<usize> {
     let n = view.graph.nodes.len();
     let types: Vec<Option<DataType>> = (0..n).map(|i| half_type(view, i, providers)).collect();
@@ -236,7 +226,10 @@ fn groups(view: &View<'_>, providers: &[Arc<dyn ExecutionProvider>]) -> HashSet<
         }
     }
     let heavy: HashSet<usize> = (0..n)
-        .filter(|&i| types[i].is_some() && HEAVY.contains(&view.node(i).op_type.as_str()))
+        .filter(|&i| {
+            let op = view.node(i).op_type.as_str();
+            types[i].is_some() && (PRODUCTS.contains(&op) || FUSED_PRODUCTS.contains(&op))
+        })
         .map(|i| root(&mut parent, i))
         .collect();
     (0..n).filter(|&i| types[i].is_some() && heavy.contains(&root(&mut parent, i))).collect()
