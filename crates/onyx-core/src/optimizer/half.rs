@@ -369,7 +369,7 @@ mod tests {
     #[test]
     fn constants_convert_exactly_across_chunks() {
         let n = 2 * CONVERT_CHUNK + 5;
-        let bits = |i: usize| (i.wrapping_mul(40503) % 0x7c00) as u16 ^ if i % 3 == 0 { 0x8000 } else { 0 };
+        let bits = |i: usize| (i.wrapping_mul(40503) % 0x7c00) as u16 ^ if i.is_multiple_of(3) { 0x8000 } else { 0 };
         let f16s: Vec<::half::f16> = (0..n).map(|i| ::half::f16::from_bits(bits(i))).collect();
         let bf16s: Vec<::half::bf16> = (0..n).map(|i| ::half::bf16::from_bits(bits(i))).collect();
         let want16: Vec<f32> = f16s.iter().map(|x| x.to_f32()).collect();
