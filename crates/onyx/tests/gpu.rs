@@ -251,7 +251,7 @@ fn a_lost_device_gives_errors_not_panics_or_hangs() {
 }
 
 /// bert4 (4 encoder layers, `scripts/make_test_models.py`) with its batch and sequence fixed,
-/// so the optimizer fuses each attention block: the fused Attention nodes run on the GPU and
+/// so the optimizer fuses each attention block: the fused attention nodes run on the GPU and
 /// the outputs match ONNX Runtime's.
 #[test]
 fn bert_with_fused_attention_on_the_gpu_matches_onnx_runtime() {
@@ -273,7 +273,9 @@ fn bert_with_fused_attention_on_the_gpu_matches_onnx_runtime() {
         .with_free_dimension_override_by_name("sequence", dims[1])
         .commit_from_file(dir.join("model.onnx"))
         .unwrap();
-    let on_gpu = session.assignments().iter().filter(|a| a.op == "Attention" && a.provider == "wgpu").count();
+    // PackedAttention: q, k and v read in place from their projections, packed into one product.
+    let attention = |a: &onyx::NodeAssignment| a.op == "Attention" || a.op == "PackedAttention";
+    let on_gpu = session.assignments().iter().filter(|a| attention(a) && a.provider == "wgpu").count();
     assert_eq!(on_gpu, 4, "{:?}", session.assignments());
     let outputs = session.run([("input_ids", ids), ("attention_mask", read("inputs/attention_mask.npy"))]).unwrap();
     for entry in std::fs::read_dir(dir.join("outputs")).unwrap() {

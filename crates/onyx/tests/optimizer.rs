@@ -931,6 +931,8 @@ struct AttentionForm {
     mask: bool,
     /// The attention probabilities are also a graph output (the block must not fuse).
     probs_visible: bool,
+    /// Biases added to the q, k and v projections.
+    bias: bool,
     /// As torch's SDPA export writes it: q and kᵀ each scaled by √scale before the product,
     /// kᵀ made by Reshape/Transpose/Reshape/Transpose/Reshape, NaN → 0 after the Softmax.
     sdpa: bool,
@@ -974,7 +976,7 @@ fn attention_graph(form: AttentionForm) -> G {
         let w = g.random(&format!("w{name}"), &[h, h], -0.5, 0.5);
         let bias = g.random(&format!("b{name}"), &[h], -0.5, 0.5);
         let m = g.op("MatMul", &[&x, &w], vec![]);
-        let p = g.op("Add", &[&m, &bias], vec![]);
+        let p = if form.bias { g.op("Add", &[&m, &bias], vec![]) } else { m };
         let split = if form.symbolic { leading_dims_then(&mut g, &p, &[n as i64, d as i64]) } else { split.clone() };
         let r = g.op("Reshape", &[&p, &split], vec![]);
         if form.sdpa && name == "k" {
@@ -1032,7 +1034,7 @@ fn attention_graph(form: AttentionForm) -> G {
 
 #[test]
 fn attention_blocks_become_one_attention_node() {
-    let plain = AttentionForm { div: true, mask: true, probs_visible: false, sdpa: false, symbolic: false };
+    let plain = AttentionForm { div: true, mask: true, probs_visible: false, bias: true, sdpa: false, symbolic: false };
     let attention = |ops: &[String], name: &str| ops.iter().filter(|o| *o == name).count();
     let forms = [
         plain,
@@ -1040,6 +1042,7 @@ fn attention_blocks_become_one_attention_node() {
         AttentionForm { mask: false, ..plain },
         AttentionForm { sdpa: true, ..plain },
         AttentionForm { symbolic: true, ..plain },
+        AttentionForm { bias: false, ..plain },
     ];
     for form in forms {
         let ops = check(&attention_graph(form), 17, "attention");
@@ -1048,11 +1051,14 @@ fn attention_blocks_become_one_attention_node() {
         assert_eq!(ops.iter().filter(|o| left.contains(&o.as_str())).count(), 0, "{ops:?}");
         // The only Reshapes left view the projections' rows as matrices around their Gemm.
         assert_eq!(attention(&ops, "Reshape"), 2 * attention(&ops, "Gemm"), "{ops:?}");
-        // On a GPU, q, k and v come from one product by their weights side by side and a Split.
+        // On a GPU, q, k and v come from one product by their weights side by side and a
+        // Split. Where nothing sits between the Split and the heads (no bias Adds, or biases
+        // the product took), a PackedAttention reads the product in place and the Split goes.
         if let Some(ops) = check_gpu(&attention_graph(form), 17, "attention") {
             let products = attention(&ops, "Gemm") + attention(&ops, "MatMul");
-            let fused = attention(&ops, "ai.onyx:Attention");
-            assert_eq!((products, attention(&ops, "Split"), fused), (1, 1, 1), "{ops:?}");
+            let (fused, packed) = (attention(&ops, "ai.onyx:Attention"), attention(&ops, "ai.onyx:PackedAttention"));
+            assert_eq!((products, fused + packed, attention(&ops, "Split")), (1, 1, fused), "{ops:?}");
+            assert!(form.bias || packed == 1, "{ops:?}");
         }
     }
     // Must not fire: the merged heads' shape is read whole (a graph output).
@@ -1171,6 +1177,11 @@ fn attention_on_packed_projections_becomes_one_attention_node() {
         assert_eq!((count("Split"), count("Slice")), (1, 0), "{ops:?}");
         for gone in ["Softmax", "Gather", "Squeeze", "Unsqueeze", "MatMul", "com.microsoft:FusedMatMul", "Mul", "Add"] {
             assert_eq!(count(gone), 0, "{gone}: {ops:?}");
+        }
+        // On a GPU, a PackedAttention reads them in place.
+        if let Some(ops) = check_gpu(&packed_attention_graph(seq_first, shifted), 17, "packed attention") {
+            let count = |op: &str| ops.iter().filter(|o| *o == op).count();
+            assert_eq!((count("ai.onyx:PackedAttention"), count("Split"), count("Slice")), (1, 0, 0), "{ops:?}");
         }
     }
 }

@@ -82,7 +82,7 @@ pub fn infer_node(node: &Node, since_version: i64, inputs: &[Option<&Inferred>])
         // Onyx's NCHWc ops have their own rules; its fused ops have the contract of the
         // default-domain op of the same name (FusedGemm: Gemm's, an activation applied).
         let op = if node.op_type == "FusedGemm" { "Gemm" } else { node.op_type.as_str() };
-        nn::nchwc::rule(op).or_else(|| rule_for(op))
+        nn::nchwc::rule(op).or_else(|| nn::onyx_rule(op)).or_else(|| rule_for(op))
     } else {
         None
     };

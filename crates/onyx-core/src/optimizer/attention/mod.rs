@@ -12,7 +12,10 @@
 //! N`, the scale explicit, the additive mask as `attn_mask`; a fully masked row gives zeros as
 //! the NaN → 0 step does): the default-domain op when the model imports opset 23 or later, else
 //! the same op in Onyx's domain ([`ONYX_DOMAIN`]). The Shape / Gather / Concat nodes that
-//! computed the Reshape shapes die with it (dead-node pass).
+//! computed the Reshape shapes die with it (dead-node pass). Where q, k and v are one value's
+//! columns side by side (a packed projection, or the Split of projections packed into one
+//! product) and the provider takes it, the node is Onyx's PackedAttention instead, which reads
+//! them in place: no Split.
 
 use std::collections::{HashMap, HashSet};
 
@@ -38,6 +41,7 @@ fn out<'g>(view: &View<'g>, n: usize) -> &'g str {
 /// Kᵀ), made by a chain of layout nodes. The value may be a column range of a wider one:
 /// `[B,S,W]` rows (or any shape with those rows in order, as seq-first `[S,1,W]`) holding the
 /// packed projections of q, k and v side by side, which the chain takes apart with Gather.
+#[derive(Clone)]
 struct Heads {
     /// The chain's nodes that nothing else reads (the fusion removes them).
     owned: Vec<usize>,
@@ -330,16 +334,20 @@ pub(super) fn attention(view: &View<'_>, fusion: &Fusion<'_>) -> Result<Changes>
         if !is_last_axis_softmax(view, s) {
             continue;
         }
-        if let Some(block) = match_block(view, s, &mut names) {
+        // The packed form first (q, k and v read in place from their projection) where the
+        // provider takes it, else Attention on separate inputs.
+        for packed in [true, false] {
+            let Some(block) = match_block(view, s, &mut names, packed) else { continue };
             let Block { pattern, nodes, initializers, types, shapes } = block;
             let free = pattern.iter().chain(shapes.iter().map(|(n, _)| n)).all(|&n| !changes.claimed(n));
-            let fused = nodes.iter().find(|n| n.op_type == "Attention");
+            let fused = nodes.iter().find(|n| n.op_type == "Attention" || n.op_type == "PackedAttention");
             let constants: HashMap<String, Tensor> = initializers.iter().cloned().collect();
             if free && fused.is_some_and(|f| fusion.allowed_typed(view, s, &pattern, f, &constants, &types)) {
                 changes.add(Rewrite { remove: pattern, nodes, initializers });
                 for (n, shape) in shapes {
                     changes.add(Rewrite { remove: vec![n], nodes: vec![shape], initializers: vec![] });
                 }
+                break;
             }
         }
     }
@@ -472,6 +480,37 @@ impl Added {
         Some(parts)
     }
 
+    /// The rows (`[B,S,3H]`) of the value holding q, k and v side by side in that order, for a
+    /// PackedAttention node: one packed value whose columns the heads take (ViT, Swin), or the
+    /// input of the Split whose three outputs they are (bert's projections packed into one
+    /// product on a GPU; the Split is left unread). `None` when they are not.
+    fn packed(&mut self, view: &View<'_>, names: &mut Names<'_>, heads: [&Heads; 3]) -> Option<String> {
+        let first = heads[0];
+        let hidden = first.hidden();
+        if heads.iter().any(|h| h.hidden() != hidden || h.lead != first.lead) {
+            return None;
+        }
+        if let Some((w, _)) = first.packed.filter(|_| heads.iter().all(|h| h.x == first.x)) {
+            let in_order = heads.iter().enumerate().all(|(i, h)| h.packed == Some((w, i * hidden)));
+            return if in_order && w == 3 * hidden { self.rows(view, names, first) } else { None };
+        }
+        let split = view.node(view.produced_by(&first.x, "Split")?);
+        let x = split.input(0)?;
+        let x_shape = fixed(view.shape(x)?)?;
+        let (&width, lead) = x_shape.split_last()?;
+        let part = |i: usize, h: &Heads| {
+            let shape = view.shape(&h.x).and_then(fixed);
+            split.outputs.get(i) == Some(&h.x)
+                && h.packed.is_none_or(|p| p == (hidden, 0))
+                && shape.is_some_and(|s| s.split_last() == Some((&hidden, lead)))
+        };
+        if split.outputs.len() != 3 || width != 3 * hidden || !heads.iter().enumerate().all(|(i, h)| part(i, h)) {
+            return None;
+        }
+        let whole = Heads { owned: vec![], x: x.to_string(), packed: Some((width, 0)), ..first.clone() };
+        self.rows(view, names, &whole)
+    }
+
     /// The `[B,S,H]` input of the Attention node for `h`: its value itself, or its rows
     /// (`[B,S,W]`, a Reshape) and their columns (a Slice) when it is packed.
     fn input(&mut self, view: &View<'_>, names: &mut Names<'_>, h: &Heads) -> Option<String> {
@@ -543,7 +582,7 @@ fn merges_heads(view: &View<'_>, t: usize) -> bool {
 }
 
 /// The block around Softmax `s` and its rewrite.
-fn match_block(view: &View<'_>, s: usize, names: &mut Names<'_>) -> Option<Block> {
+fn match_block(view: &View<'_>, s: usize, names: &mut Names<'_>, packed: bool) -> Option<Block> {
     let mut pattern = vec![s];
     let logits = view.node(s).input(0)?;
     view.sole_reader(logits)?;
@@ -615,12 +654,19 @@ fn match_block(view: &View<'_>, s: usize, names: &mut Names<'_>) -> Option<Block
     pattern.extend(q.owned.iter().chain(&k.owned).chain(&v.owned).chain(&[pv, merged, back]));
     let mut added = Added::default();
     added.initializers.extend(mask_constant);
-    let qkv = match added.split(view, names, [&q, &k, &v]) {
-        Some(parts) => parts,
-        None => [added.input(view, names, &q)?, added.input(view, names, &k)?, added.input(view, names, &v)?],
-    };
     let attention_y = if y_direct { y.to_string() } else { names.fresh(&format!("{y}_bsh")) };
-    added.nodes.push(attention_node(view, view.node(s).name.clone(), qkv, mask, n, product.scale, attention_y.clone()));
+    let name = view.node(s).name.clone();
+    let attention = if packed {
+        let rows = added.packed(view, names, [&q, &k, &v])?;
+        packed_attention_node(name, rows, mask, n, product.scale, attention_y.clone())
+    } else {
+        let qkv = match added.split(view, names, [&q, &k, &v]) {
+            Some(parts) => parts,
+            None => [added.input(view, names, &q)?, added.input(view, names, &k)?, added.input(view, names, &v)?],
+        };
+        attention_node(view, name, qkv, mask, n, product.scale, attention_y.clone())
+    };
+    added.nodes.push(attention);
     if let (false, Some(ys)) = (y_direct, y_fixed) {
         let shape = added.constant(names, &format!("{y}_shape"), &ys)?;
         added.nodes.push(Node {
@@ -632,6 +678,26 @@ fn match_block(view: &View<'_>, s: usize, names: &mut Names<'_>) -> Option<Block
         });
     }
     Some(Block { pattern, nodes: added.nodes, initializers: added.initializers, types: added.types, shapes })
+}
+
+/// The fused `ai.onyx` PackedAttention node, reading q, k and v from the rows of `qkv`.
+fn packed_attention_node(name: String, qkv: String, mask: Option<String>, heads: usize, scale: f64, y: String) -> Node {
+    let attr = |name: &str, value| Attribute { name: name.into(), value };
+    let mut inputs = vec![qkv];
+    inputs.extend(mask);
+    Node {
+        name,
+        op_type: "PackedAttention".into(),
+        domain: ONYX_DOMAIN.into(),
+        inputs,
+        outputs: vec![y],
+        attributes: vec![
+            attr("q_num_heads", AttrValue::Int(heads as i64)),
+            attr("kv_num_heads", AttrValue::Int(heads as i64)),
+            attr("scale", AttrValue::Float(scale as f32)),
+        ],
+        ..Default::default()
+    }
 }
 
 /// The fused Attention node.

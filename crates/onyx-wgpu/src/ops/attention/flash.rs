@@ -14,7 +14,8 @@
 //! of workgroups.
 
 use super::{
-    mask_code, P_3D, P_CAUSAL, P_DH, P_DV, P_KV3D, P_KVH, P_PAST, P_QH, P_QS, P_ROWS, P_SCALE, P_SOFTCAP, P_TOTAL,
+    mask_code, P_3D, P_CAUSAL, P_DH, P_DV, P_KOFF, P_KROW, P_KV3D, P_KVH, P_PAST, P_QH, P_QOFF, P_QROW, P_QS, P_ROWS,
+    P_SCALE, P_SOFTCAP, P_TOTAL, P_VOFF, P_VROW,
 };
 
 /// Largest head size (of Q/K and of V) the tiled kernel handles.
@@ -171,7 +172,7 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
         var x = 0.0;
         if (live && ii < qs && c < dh) {{
             var qo = ((b * qh + h) * qs + ii) * dh;
-            if (three_d) {{ qo = ((b * qs + ii) * qh + h) * dh; }}
+            if (three_d) {{ qo = (b * qs + ii) * p[{P_QROW}] + p[{P_QOFF}] + h * dh; }}
             x = f32(q[qo + c]);
         }}
         qt[rr * D4 + c / 4u][c % 4u] = x;
@@ -189,12 +190,13 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
     }}
     {nonpad_code}
     if (!live) {{ end = 0u; }}
-    // K and V rows: the 4-D layout [b, kv_heads, total, d], or the 3-D [b, total, kv_heads * d].
+    // K and V rows: the 4-D layout [b, kv_heads, total, d], or 3-D rows (of their own, or of a
+    // packed tensor, at an offset).
     var kbase = (b * kvh + kh) * total * dh; var kstride = dh;
     var vbase = (b * kvh + kh) * total * dv; var vstride = dv;
     if (p[{P_KV3D}] == 1u) {{
-        kbase = (b * total * kvh + kh) * dh; kstride = kvh * dh;
-        vbase = (b * total * kvh + kh) * dv; vstride = kvh * dv;
+        kstride = p[{P_KROW}]; kbase = b * total * kstride + p[{P_KOFF}] + kh * dh;
+        vstride = p[{P_VROW}]; vbase = b * total * vstride + p[{P_VOFF}] + kh * dv;
     }}
     let scale = bitcast<f32>(p[{P_SCALE}]);
     let cap = bitcast<f32>(p[{P_SOFTCAP}]);

@@ -37,6 +37,7 @@ pub(crate) fn register(r: &mut Registry) {
     r.add("Attention", supports, build);
     // The optimizer's fused attention in models below opset 23: the same contract.
     r.add_in(onyx_core::ir::ONYX_DOMAIN, "Attention", supports, build);
+    r.add_in(onyx_core::ir::ONYX_DOMAIN, "PackedAttention", supports_packed, build_packed);
 }
 
 /// Whether input `i` is present.
@@ -58,6 +59,23 @@ fn supports(ctx: &NodeContext<'_>, gpu: &Capabilities) -> bool {
         && n.int_or("is_causal", 0).is_ok_and(|c| c == 0 || c == 1)
         && ["q_num_heads", "kv_num_heads"].iter().all(|a| n.get_int(a).is_ok_and(|h| h.is_none_or(|h| h > 0)));
     is_float_input(ctx, gpu, 0) && same && mask_ok && nonpad_ok && attrs_ok && has_input(ctx, 4) == has_input(ctx, 5)
+}
+
+/// `ai.onyx` PackedAttention(QKV, attn_mask?): q, k and v side by side in the rows of one
+/// float tensor (the optimizer's fusion of a packed projection, read in place where Attention
+/// would need a Split first), both head counts given, a bool or same-type mask.
+fn supports_packed(ctx: &NodeContext<'_>, gpu: &Capabilities) -> bool {
+    let n = ctx.node;
+    let qkv = input_dtype(ctx, 0);
+    let heads = ["q_num_heads", "kv_num_heads"].iter().all(|a| n.get_int(a).is_ok_and(|h| h.is_some_and(|h| h > 0)));
+    let mask_ok =
+        !has_input(ctx, 1) || matches!(input_dtype(ctx, 1), Some(DataType::Bool)) || input_dtype(ctx, 1) == qkv;
+    is_float_input(ctx, gpu, 0)
+        && heads
+        && mask_ok
+        && n.inputs.len() <= 2
+        && n.outputs.len() == 1
+        && n.get_float("scale").is_ok_and(|s| s.is_none_or(f32::is_finite))
 }
 
 /// An Attention node with its attributes decoded and pipelines built.
@@ -82,21 +100,32 @@ struct AttentionOp {
     mask: u32,
     nonpad: bool,
     outputs: usize,
+    /// A PackedAttention: Q, K and V are the rows of input 0, the mask is input 1.
+    packed: bool,
     at: Location,
 }
 
 fn build(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<dyn GpuOp>> {
+    build_op(ctx, gpu, false)
+}
+
+fn build_packed(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<dyn GpuOp>> {
+    build_op(ctx, gpu, true)
+}
+
+fn build_op(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>, packed: bool) -> Result<Box<dyn GpuOp>> {
     let node = ctx.node;
     let at = node.location();
     let dtype = input_dtype(ctx, 0).ok_or_else(|| Error::input(&at, 0, "a float tensor", "an unknown type"))?;
     let ty = float_type(dtype)?;
     let en = enables(dtype);
-    let mask = match (has_input(ctx, 3), input_dtype(ctx, 3)) {
+    let mask_input = if packed { 1 } else { 3 };
+    let mask = match (has_input(ctx, mask_input), input_dtype(ctx, mask_input)) {
         (false, _) => 0,
         (true, Some(DataType::Bool)) => 1,
         _ => 2,
     };
-    let nonpad = has_input(ctx, 6);
+    let nonpad = !packed && has_input(ctx, 6);
     let outputs = node.outputs.len().max(1);
     let qk = outputs > 3 && !node.outputs[3].is_empty();
     let present = gpu.pipeline(&format!("attention/present/{ty}/false"), || present_shader(ty, en, false))?;
@@ -108,7 +137,7 @@ fn build(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<dyn GpuOp>>
     let priority = if row_stands_in { Priority::Background } else { Priority::Urgent };
     let mut flash = Vec::new();
     if !qk {
-        for t in tilings(ctx, heads("q_num_heads")?, heads("kv_num_heads")?, storage_limit) {
+        for t in tilings(ctx, heads("q_num_heads")?, heads("kv_num_heads")?, packed, storage_limit) {
             let key = format!("attention/flash/{ty}/{mask}/{nonpad}/{}", t.name());
             flash.push((t, gpu.pipeline_with(&key, || flash_shader(ty, en, mask, nonpad, t), priority)?));
         }
@@ -130,6 +159,7 @@ fn build(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<dyn GpuOp>>
         mask,
         nonpad,
         outputs,
+        packed,
         at,
     }))
 }
@@ -149,15 +179,28 @@ fn head_size(ctx: &NodeContext<'_>, i: usize, heads: Option<usize>) -> Option<us
 
 /// The tilings of the tiled kernel the node may need: the one for its head sizes when the
 /// input shapes give them, else every one the device can run.
-fn tilings(ctx: &NodeContext<'_>, q_heads: Option<usize>, kv_heads: Option<usize>, limit: u32) -> Vec<Tiling> {
-    match (head_size(ctx, 0, q_heads), head_size(ctx, 2, kv_heads)) {
+fn tilings(
+    ctx: &NodeContext<'_>,
+    q_heads: Option<usize>,
+    kv_heads: Option<usize>,
+    packed: bool,
+    limit: u32,
+) -> Vec<Tiling> {
+    let sizes = if packed {
+        let head = q_heads.zip(kv_heads).and_then(|(q, kv)| head_size(ctx, 0, Some(q + 2 * kv)));
+        (head, head)
+    } else {
+        (head_size(ctx, 0, q_heads), head_size(ctx, 2, kv_heads))
+    };
+    match sizes {
         (Some(dh), Some(dv)) => Tiling::choose(dh, dv, limit).into_iter().collect(),
         _ => [1, flash::MAX_HEAD].iter().filter_map(|&d| Tiling::choose(d, d, limit)).collect(),
     }
 }
 
-/// Present key or value `[b, heads, total, d]`: the past's rows, then the new ones (3-D
-/// `[b, seq, heads * d]` or 4-D). `p`: count, heads, total, d, past, new seq, 3-D flag.
+/// Present key or value `[b, heads, total, d]`: the past's rows, then the new ones (3-D rows,
+/// of their own or of a packed tensor, or 4-D). `p`: count, heads, total, d, past, new seq,
+/// 3-D flag, then the 3-D rows' length and the offset of their first head.
 fn present_shader(ty: &str, enable: &str, past: bool) -> String {
     let (bind, read_past) = if past {
         (
@@ -185,7 +228,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let s = j - past;
     let h = bh % heads;
     let b = bh / heads;
-    if (p[6] == 1u) {{ y[e] = x[((b * seq + s) * heads + h) * d + c]; }} else {{ y[e] = x[(bh * seq + s) * d + c]; }}
+    if (p[6] == 1u) {{ y[e] = x[(b * seq + s) * p[7] + p[8] + h * d + c]; }} else {{ y[e] = x[(bh * seq + s) * d + c]; }}
 }}
 "
     )
@@ -208,7 +251,15 @@ const P_MASK: usize = 12; // strides b, h, q, k, then the mask's key count
 const P_MODE: usize = 17;
 /// Tiled kernel only: K and V are read in the 3-D layout (no present copies were made).
 const P_KV3D: usize = 18;
-const P_LEN: usize = 19;
+/// 3-D layouts: the elements between two sequence rows of Q, K and V, and where their first
+/// head starts in a row (`heads * size` and 0, except in a packed QKV tensor).
+const P_QROW: usize = 19;
+const P_QOFF: usize = 20;
+const P_KROW: usize = 21;
+const P_KOFF: usize = 22;
+const P_VROW: usize = 23;
+const P_VOFF: usize = 24;
+const P_LEN: usize = 25;
 
 /// WGSL applying the mask (0 none, 1 bool, 2 additive) to score `s` of query row `i`, key
 /// `j`, batch `b`, head `h`: keys past the mask's last are masked out.
@@ -302,7 +353,7 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
     let kh = h / (qh / kvh);
     var qo = ((b * qh + h) * qs + i) * dh;
     var yo = ((b * qh + h) * qs + i) * dv;
-    if (p[{P_3D}] == 1u) {{ qo = ((b * qs + i) * qh + h) * dh; yo = ((b * qs + i) * qh + h) * dv; }}
+    if (p[{P_3D}] == 1u) {{ qo = (b * qs + i) * p[{P_QROW}] + p[{P_QOFF}] + h * dh; yo = ((b * qs + i) * qh + h) * dv; }}
     let kb = (b * kvh + kh) * total;
     let base = r * total;
     let scale = bitcast<f32>(p[{P_SCALE}]);
@@ -372,6 +423,26 @@ struct Dims {
     three_d: bool,
 }
 
+/// Where the heads of 3-D Q, K and V sit in their rows: (elements per sequence row, offset of
+/// the first head).
+struct Rows3d {
+    q: (usize, usize),
+    k: (usize, usize),
+    v: (usize, usize),
+}
+
+impl Rows3d {
+    /// Rows of their own (`heads * size` long), or the rows of one packed QKV tensor.
+    fn new(d: &Dims, packed: bool) -> Rows3d {
+        if packed {
+            let row = (d.q_heads + 2 * d.kv_heads) * d.head;
+            Rows3d { q: (row, 0), k: (row, d.q_heads * d.head), v: (row, (d.q_heads + d.kv_heads) * d.head) }
+        } else {
+            Rows3d { q: (d.q_heads * d.head, 0), k: (d.kv_heads * d.head, 0), v: (d.kv_heads * d.v_head, 0) }
+        }
+    }
+}
+
 impl AttentionOp {
     /// Whether a run may take tiled pipeline `p`: once compiled, where the row kernel stands in
     /// until then.
@@ -388,6 +459,24 @@ impl AttentionOp {
                 &self.at,
                 i,
                 "a 4-D tensor, or a 3-D one whose last dim divides into q_num_heads/kv_num_heads",
+                format!("{shape:?}"),
+            )),
+        }
+    }
+
+    /// The sizes of a packed QKV `[batch, seq, (q_heads + 2 * kv_heads) * head]`.
+    fn packed_dims(&self, shape: &[usize]) -> Result<Dims> {
+        let (qh, kvh) = (self.q_heads.unwrap_or(0), self.kv_heads.unwrap_or(0));
+        match *shape {
+            [batch, seq, w] if qh > 0 && kvh > 0 && qh % kvh == 0 && w % (qh + 2 * kvh) == 0 => {
+                let head = w / (qh + 2 * kvh);
+                let (q_heads, kv_heads, q_seq, kv_seq) = (qh, kvh, seq, seq);
+                Ok(Dims { batch, q_heads, kv_heads, q_seq, kv_seq, past: 0, head, v_head: head, three_d: true })
+            }
+            _ => Err(Error::input(
+                &self.at,
+                0,
+                format!("[batch, seq, (q_num_heads + 2 * kv_num_heads) * head size] with {qh} and {kvh} heads"),
                 format!("{shape:?}"),
             )),
         }
@@ -423,12 +512,21 @@ impl AttentionOp {
         Ok(Dims { batch, q_heads, kv_heads, q_seq, kv_seq, past: p, head, v_head, three_d: q.len() == 3 })
     }
 
+    /// The index of the mask input.
+    fn mask_input(&self) -> usize {
+        if self.packed {
+            1
+        } else {
+            3
+        }
+    }
+
     /// The mask's strides over `[batch, q_heads, q_seq, keys]` and its key count.
     fn mask_params(&self, m: &GpuTensor<'_>, d: &Dims) -> Result<[u32; 5]> {
         let shape = m.shape();
         let total = d.past + d.kv_seq;
         let bad = || {
-            Error::input(&self.at, 3, format!("attn_mask broadcastable to [{}, {}, {}, <= {total}]", d.batch, d.q_heads, d.q_seq), format!("{shape:?}"))
+            Error::input(&self.at, self.mask_input(), format!("attn_mask broadcastable to [{}, {}, {}, <= {total}]", d.batch, d.q_heads, d.q_seq), format!("{shape:?}"))
         };
         if shape.is_empty() || shape.len() > 4 || shape[shape.len() - 1] > total {
             return Err(bad());
@@ -449,8 +547,17 @@ impl AttentionOp {
         Ok(out)
     }
 
-    /// Records a present key or value: `[b, kv_heads, total, size]`.
-    fn present(&self, run: &mut GpuRun, new: &GpuTensor<'_>, past: Option<&GpuTensor<'_>>, d: &Dims, size: usize) -> Result<Tensor> {
+    /// Records a present key or value: `[b, kv_heads, total, size]`; `rows`: where 3-D new
+    /// rows hold the heads (see [`Rows3d`]).
+    fn present(
+        &self,
+        run: &mut GpuRun,
+        new: &GpuTensor<'_>,
+        past: Option<&GpuTensor<'_>>,
+        d: &Dims,
+        size: usize,
+        rows: (usize, usize),
+    ) -> Result<Tensor> {
         let total = d.past + d.kv_seq;
         let out = run.alloc(self.dtype, vec![d.batch, d.kv_heads, total, size])?;
         let n = out.len();
@@ -463,6 +570,8 @@ impl AttentionOp {
             u32_of(d.past, at)?,
             u32_of(d.kv_seq, at)?,
             u32::from(d.three_d),
+            u32_of(rows.0, at)?,
+            u32_of(rows.1, at)?,
         ];
         if n > 0 {
             match past {
@@ -477,20 +586,30 @@ impl AttentionOp {
 impl GpuOp for AttentionOp {
     fn record(&self, run: &mut GpuRun, inputs: &[Option<ValueRef<'_>>]) -> Result<Vec<Value>> {
         let at = &self.at;
-        let q = gpu_input(run, inputs, 0, at)?;
-        let k = gpu_input(run, inputs, 1, at)?;
-        let v = gpu_input(run, inputs, 2, at)?;
-        let mask = opt_gpu_input(run, inputs, 3, at)?;
-        let past = match (opt_gpu_input(run, inputs, 4, at)?, opt_gpu_input(run, inputs, 5, at)?) {
-            (Some(a), Some(b)) => Some((a, b)),
-            (None, None) => None,
-            _ => return Err(Error::node(at, "past_key and past_value must be given together")),
+        let [qi, ki, vi] = if self.packed { [0; 3] } else { [0, 1, 2] };
+        let q = gpu_input(run, inputs, qi, at)?;
+        let k = gpu_input(run, inputs, ki, at)?;
+        let v = gpu_input(run, inputs, vi, at)?;
+        let mask = opt_gpu_input(run, inputs, self.mask_input(), at)?;
+        let (past, nonpad) = if self.packed {
+            (None, None)
+        } else {
+            let past = match (opt_gpu_input(run, inputs, 4, at)?, opt_gpu_input(run, inputs, 5, at)?) {
+                (Some(a), Some(b)) => Some((a, b)),
+                (None, None) => None,
+                _ => return Err(Error::node(at, "past_key and past_value must be given together")),
+            };
+            (past, opt_gpu_input(run, inputs, 6, at)?)
         };
-        let nonpad = opt_gpu_input(run, inputs, 6, at)?;
         if (mask.is_some() as u32) != (self.mask != 0) as u32 || nonpad.is_some() != self.nonpad {
             return Err(Error::node(at, "inputs differ from those the node was built for"));
         }
-        let d = self.dims(q.shape(), k.shape(), v.shape(), past.as_ref().map(|(a, b)| (a.shape(), b.shape())))?;
+        let d = if self.packed {
+            self.packed_dims(q.shape())?
+        } else {
+            self.dims(q.shape(), k.shape(), v.shape(), past.as_ref().map(|(a, b)| (a.shape(), b.shape())))?
+        };
+        let rows3 = Rows3d::new(&d, self.packed);
         let total = d.past + d.kv_seq;
         if let Some(np) = &nonpad {
             if np.shape() != [d.batch] {
@@ -505,8 +624,8 @@ impl GpuOp for AttentionOp {
         let presents = if direct {
             None
         } else {
-            let pk = self.present(run, &k, past.as_ref().map(|p| &p.0), &d, d.head)?;
-            let pv = self.present(run, &v, past.as_ref().map(|p| &p.1), &d, d.v_head)?;
+            let pk = self.present(run, &k, past.as_ref().map(|p| &p.0), &d, d.head, rows3.k)?;
+            let pv = self.present(run, &v, past.as_ref().map(|p| &p.1), &d, d.v_head, rows3.v)?;
             Some((pk, pv))
         };
         let y_shape = if d.three_d {
@@ -532,6 +651,10 @@ impl GpuOp for AttentionOp {
         p[P_MODE] = self.mode;
         u32_of(rows * total.max(d.head).max(d.v_head), at)?;
         p[P_KV3D] = u32::from(direct && d.three_d);
+        for (i, (row, offset)) in [(P_QROW, rows3.q), (P_KROW, rows3.k), (P_VROW, rows3.v)] {
+            p[i] = u32_of(row, at)?;
+            p[i + 1] = u32_of(offset, at)?;
+        }
         let mut buffers = match &presents {
             Some((pk, pv)) => vec![q.buffer, pk.gpu()?, pv.gpu()?],
             None => vec![q.buffer, k.buffer, v.buffer],
@@ -579,7 +702,51 @@ impl GpuOp for AttentionOp {
 mod tests {
     use onyx_core::Tensor;
 
-    use crate::testkit::{float, int, rand, Case};
+    use crate::testkit::{assert_close, float, int, rand, startup_provider, Case};
+
+    /// The rows of 3-D `parts` side by side: `[B, S, sum of widths]`.
+    fn side_by_side(parts: &[&Tensor]) -> Tensor {
+        let rows = parts[0].shape()[0] * parts[0].shape()[1];
+        let widths: Vec<usize> = parts.iter().map(|p| p.shape()[2]).collect();
+        let mut data = Vec::with_capacity(rows * widths.iter().sum::<usize>());
+        for r in 0..rows {
+            for (p, &w) in parts.iter().zip(&widths) {
+                data.extend_from_slice(&p.as_slice::<f32>().unwrap()[r * w..(r + 1) * w]);
+            }
+        }
+        let [b, s, _] = parts[0].shape() else { unreachable!() };
+        Tensor::from_vec(vec![*b, *s, widths.iter().sum()], data).unwrap()
+    }
+
+    /// PackedAttention reads q, k and v in place from one tensor: the same output as the CPU's
+    /// Attention on the parts, through the tiled kernel and through the row kernel (startup),
+    /// with GQA, masks and sizes that cut the kernels' tiles.
+    #[test]
+    fn packed_attention_matches_attention_on_its_parts() {
+        let cases = [(1, 2, 2, 5, 8), (2, 4, 2, 33, 64), (1, 3, 1, 17, 20), (1, 2, 2, 3, 130)];
+        for (n, &(b, qh, kvh, s, d)) in cases.iter().enumerate() {
+            let seed = 300 + 10 * n as u64;
+            let q = rand(&[b, s, qh * d], -1.0, 1.0, seed);
+            let k = rand(&[b, s, kvh * d], -1.0, 1.0, seed + 1);
+            let v = rand(&[b, s, kvh * d], -1.0, 1.0, seed + 2);
+            let qkv = side_by_side(&[&q, &k, &v]);
+            let attrs = vec![int("q_num_heads", qh as i64), int("kv_num_heads", kvh as i64), float("scale", 0.3)];
+            for mask in [None, Some(rand(&[s, s], -2.0, 0.0, seed + 3))] {
+                let mut parts = vec![q.clone(), k.clone(), v.clone()];
+                let mut packed = vec![qkv.clone()];
+                parts.extend(mask.clone());
+                packed.extend(mask.clone());
+                let want = Case::new("Attention", parts).attrs(attrs.clone()).opset(23).run_cpu();
+                let case = Case::new("PackedAttention", packed).attrs(attrs.clone()).domain(onyx_core::ir::ONYX_DOMAIN);
+                for (gpu, kernels) in [(crate::testkit::provider(), "tuned"), (startup_provider(), "startup")] {
+                    let Some(gpu) = gpu else { return };
+                    let got = case.try_run_gpu(&gpu).unwrap();
+                    let what = format!("{:?} mask {} ({kernels})", cases[n], mask.is_some());
+                    assert_close(&got[0], &want[0], 1e-4, 1e-5, &what);
+                }
+            }
+        }
+    }
 
     fn bools(shape: &[usize], seed: u64) -> Tensor {
         let mut rng = fastrand::Rng::with_seed(seed);

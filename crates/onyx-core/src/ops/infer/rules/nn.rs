@@ -28,6 +28,11 @@ pub fn rule(op: &str) -> Option<Rule> {
     })
 }
 
+/// The rule for an `ai.onyx` op of this family without a default-domain twin.
+pub fn onyx_rule(op: &str) -> Option<Rule> {
+    (op == "PackedAttention").then_some(attention::packed_attention as Rule)
+}
+
 fn same_as_input(cx: &Ctx<'_>) -> Result<Vec<Inferred>> {
     Ok(vec![cx.input(0).map(same_type).unwrap_or_else(unknown)])
 }

@@ -1,6 +1,7 @@
 //! Attention (opset 23/24, and Onyx's fused `ai.onyx` Attention with the same contract): the
 //! output `Y` takes Q's batch, query length and heads and V's head size; the KV cache outputs
-//! append the new keys and values to the past ones along the sequence axis.
+//! append the new keys and values to the past ones along the sequence axis. Onyx's
+//! `ai.onyx` PackedAttention reads q, k and v side by side from one `[B, S, W]` tensor.
 
 use super::super::super::Inferred;
 use super::super::ctx::{tensor_out, unknown, Ctx};
@@ -68,4 +69,24 @@ pub fn attention(cx: &Ctx<'_>) -> Result<Vec<Inferred>> {
         tensor_out(dtype, shape)
     };
     Ok(vec![tensor_out(dtype, y), present(&k4, 4), present(&v4, 5), tensor_out(dtype, None)])
+}
+
+/// `ai.onyx` PackedAttention(QKV, attn_mask?) with `q_num_heads` and `kv_num_heads`: QKV is
+/// `[B, S, (q_heads + 2 kv_heads) * head]` (q, k, v side by side); Y is `[B, S, q_heads * head]`.
+pub fn packed_attention(cx: &Ctx<'_>) -> Result<Vec<Inferred>> {
+    let Some(dtype) = cx.dtype(0) else { return Ok(vec![unknown()]) };
+    let q_heads = cx.attr_int("q_num_heads", 0)?;
+    let kv_heads = cx.attr_int("kv_num_heads", 0)?;
+    if q_heads <= 0 || kv_heads <= 0 {
+        return Err(cx.input_error(0, "q_num_heads and kv_num_heads above 0", format!("{q_heads} and {kv_heads}")));
+    }
+    let y = match cx.shape(0) {
+        Some([b, s, w]) => {
+            let head = div(w, Some(q_heads + 2 * kv_heads));
+            Some(vec![b.clone(), s.clone(), head.fixed().map_or(Dim::Unknown, |d| Dim::Fixed(d * q_heads as usize))])
+        }
+        Some(other) => return Err(cx.input_error(0, "a 3-D tensor", format!("rank {}", other.len()))),
+        None => None,
+    };
+    Ok(vec![tensor_out(dtype, y)])
 }
