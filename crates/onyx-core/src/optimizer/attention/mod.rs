@@ -656,17 +656,16 @@ fn match_block(view: &View<'_>, s: usize, names: &mut Names<'_>, packed: bool) -
     added.initializers.extend(mask_constant);
     let attention_y = if y_direct { y.to_string() } else { names.fresh(&format!("{y}_bsh")) };
     let name = view.node(s).name.clone();
-    let attention = if packed {
-        let rows = added.packed(view, names, [&q, &k, &v])?;
-        packed_attention_node(name, rows, mask, n, product.scale, attention_y.clone())
+    let mut inputs = if packed {
+        vec![added.packed(view, names, [&q, &k, &v])?]
     } else {
-        let qkv = match added.split(view, names, [&q, &k, &v]) {
-            Some(parts) => parts,
-            None => [added.input(view, names, &q)?, added.input(view, names, &k)?, added.input(view, names, &v)?],
-        };
-        attention_node(view, name, qkv, mask, n, product.scale, attention_y.clone())
+        match added.split(view, names, [&q, &k, &v]) {
+            Some(parts) => parts.to_vec(),
+            None => vec![added.input(view, names, &q)?, added.input(view, names, &k)?, added.input(view, names, &v)?],
+        }
     };
-    added.nodes.push(attention);
+    inputs.extend(mask);
+    added.nodes.push(attention_node(view, packed, name, inputs, n, product.scale, attention_y.clone()));
     if let (false, Some(ys)) = (y_direct, y_fixed) {
         let shape = added.constant(names, &format!("{y}_shape"), &ys)?;
         added.nodes.push(Node {
@@ -680,43 +679,23 @@ fn match_block(view: &View<'_>, s: usize, names: &mut Names<'_>, packed: bool) -
     Some(Block { pattern, nodes: added.nodes, initializers: added.initializers, types: added.types, shapes })
 }
 
-/// The fused `ai.onyx` PackedAttention node, reading q, k and v from the rows of `qkv`.
-fn packed_attention_node(name: String, qkv: String, mask: Option<String>, heads: usize, scale: f64, y: String) -> Node {
-    let attr = |name: &str, value| Attribute { name: name.into(), value };
-    let mut inputs = vec![qkv];
-    inputs.extend(mask);
-    Node {
-        name,
-        op_type: "PackedAttention".into(),
-        domain: ONYX_DOMAIN.into(),
-        inputs,
-        outputs: vec![y],
-        attributes: vec![
-            attr("q_num_heads", AttrValue::Int(heads as i64)),
-            attr("kv_num_heads", AttrValue::Int(heads as i64)),
-            attr("scale", AttrValue::Float(scale as f32)),
-        ],
-        ..Default::default()
-    }
-}
-
-/// The fused Attention node.
+/// The fused node: Attention (`inputs` q, k, v and the mask if any; in the default domain from
+/// opset 23, else in Onyx's) or `ai.onyx` PackedAttention (the packed rows and the mask).
 fn attention_node(
     view: &View<'_>,
+    packed: bool,
     name: String,
-    qkv: [String; 3],
-    mask: Option<String>,
+    inputs: Vec<String>,
     heads: usize,
     scale: f64,
     y: String,
 ) -> Node {
     let attr = |name: &str, value| Attribute { name: name.into(), value };
-    let mut inputs = qkv.to_vec();
-    inputs.extend(mask);
+    let default_domain = !packed && view.graph_opset() >= 23;
     Node {
         name,
-        op_type: "Attention".into(),
-        domain: if view.graph_opset() >= 23 { String::new() } else { ONYX_DOMAIN.into() },
+        op_type: if packed { "PackedAttention" } else { "Attention" }.into(),
+        domain: if default_domain { String::new() } else { ONYX_DOMAIN.into() },
         inputs,
         outputs: vec![y],
         attributes: vec![

@@ -382,3 +382,22 @@ fn conv_transpose_matches_onnxruntime() {
         assert_eq!(show(&out[0]), shape(want), "{x:?} {w:?} s{s:?} d{d:?} p{p:?} op{op:?} g{g}");
     }
 }
+
+#[test]
+fn packed_attention_takes_the_head_size_from_the_packed_rows() {
+    let onyx = |attrs: Vec<crate::ir::Attribute>| {
+        let mut n = node("PackedAttention", 2, 1, attrs);
+        n.domain = crate::ir::ONYX_DOMAIN.into();
+        n
+    };
+    let heads = onyx(vec![int("q_num_heads", 4), int("kv_num_heads", 2)]);
+    // (4 + 2 * 2) heads of 8 side by side; Y holds the 4 query heads.
+    let out = run(&heads, 1, &[Some(ty("float[b,7,64]")), Some(ty("float[7,7]"))]).unwrap();
+    assert_eq!(show(&out[0]), "float[b,7,32]");
+    let out = run(&heads, 1, &[Some(ty("float16[2,3,16]")), None]).unwrap();
+    assert_eq!(show(&out[0]), "float16[2,3,8]");
+    let e = run(&heads, 1, &[Some(ty("float[3,64]")), None]).unwrap_err().to_string();
+    assert!(e.contains("3-D"), "{e}");
+    let e = run(&onyx(vec![int("q_num_heads", 4)]), 1, &[Some(ty("float[1,3,64]")), None]).unwrap_err().to_string();
+    assert!(e.contains("kv_num_heads"), "{e}");
+}
