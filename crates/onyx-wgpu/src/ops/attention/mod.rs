@@ -78,6 +78,15 @@ fn supports_packed(ctx: &NodeContext<'_>, gpu: &Capabilities) -> bool {
         && n.get_float("scale").is_ok_and(|s| s.is_none_or(f32::is_finite))
 }
 
+/// The index of the mask input: 1 in PackedAttention, 3 in Attention.
+fn mask_input(packed: bool) -> usize {
+    if packed {
+        1
+    } else {
+        3
+    }
+}
+
 /// An Attention node with its attributes decoded and pipelines built.
 struct AttentionOp {
     present: Arc<Pipeline>,
@@ -119,8 +128,7 @@ fn build_op(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>, packed: bool) -> Resul
     let dtype = input_dtype(ctx, 0).ok_or_else(|| Error::input(&at, 0, "a float tensor", "an unknown type"))?;
     let ty = float_type(dtype)?;
     let en = enables(dtype);
-    let mask_input = if packed { 1 } else { 3 };
-    let mask = match (has_input(ctx, mask_input), input_dtype(ctx, mask_input)) {
+    let mask = match (has_input(ctx, mask_input(packed)), input_dtype(ctx, mask_input(packed))) {
         (false, _) => 0,
         (true, Some(DataType::Bool)) => 1,
         _ => 2,
@@ -512,21 +520,12 @@ impl AttentionOp {
         Ok(Dims { batch, q_heads, kv_heads, q_seq, kv_seq, past: p, head, v_head, three_d: q.len() == 3 })
     }
 
-    /// The index of the mask input.
-    fn mask_input(&self) -> usize {
-        if self.packed {
-            1
-        } else {
-            3
-        }
-    }
-
     /// The mask's strides over `[batch, q_heads, q_seq, keys]` and its key count.
     fn mask_params(&self, m: &GpuTensor<'_>, d: &Dims) -> Result<[u32; 5]> {
         let shape = m.shape();
         let total = d.past + d.kv_seq;
         let bad = || {
-            Error::input(&self.at, self.mask_input(), format!("attn_mask broadcastable to [{}, {}, {}, <= {total}]", d.batch, d.q_heads, d.q_seq), format!("{shape:?}"))
+            Error::input(&self.at, mask_input(self.packed), format!("attn_mask broadcastable to [{}, {}, {}, <= {total}]", d.batch, d.q_heads, d.q_seq), format!("{shape:?}"))
         };
         if shape.is_empty() || shape.len() > 4 || shape[shape.len() - 1] > total {
             return Err(bad());
@@ -590,7 +589,7 @@ impl GpuOp for AttentionOp {
         let q = gpu_input(run, inputs, qi, at)?;
         let k = gpu_input(run, inputs, ki, at)?;
         let v = gpu_input(run, inputs, vi, at)?;
-        let mask = opt_gpu_input(run, inputs, self.mask_input(), at)?;
+        let mask = opt_gpu_input(run, inputs, mask_input(self.packed), at)?;
         let (past, nonpad) = if self.packed {
             (None, None)
         } else {
