@@ -277,6 +277,10 @@ fn bert_with_fused_attention_on_the_gpu_matches_onnx_runtime() {
     let attention = |a: &onyx::NodeAssignment| a.op == "Attention" || a.op == "PackedAttention";
     let on_gpu = session.assignments().iter().filter(|a| attention(a) && a.provider == "wgpu").count();
     assert_eq!(on_gpu, 4, "{:?}", session.assignments());
+    // Each block's output projection and second MLP product feed a SkipLayerNormalization:
+    // GemmSkipLayerNormalization, which sums the product's split-K slices as it normalizes.
+    let fused_norms = session.assignments().iter().filter(|a| a.op == "GemmSkipLayerNormalization").count();
+    assert_eq!(fused_norms, 8, "{:?}", session.assignments());
     let outputs = session.run([("input_ids", ids), ("attention_mask", read("inputs/attention_mask.npy"))]).unwrap();
     for entry in std::fs::read_dir(dir.join("outputs")).unwrap() {
         let path = entry.unwrap().path();

@@ -130,6 +130,7 @@ const PASSES: &[Pass] = &[
     Pass { name: "layer_norm", level: OptimizationLevel::Extended, run: norm::layer_norm },
     Pass { name: "skip_layer_norm", level: OptimizationLevel::Extended, run: norm::skip_layer_norm },
     Pass { name: "skip_layer_norm_bias", level: OptimizationLevel::Extended, run: norm::skip_layer_norm_bias },
+    Pass { name: "gemm_skip_layer_norm", level: OptimizationLevel::Extended, run: norm::gemm_skip_layer_norm },
     Pass { name: "attention", level: OptimizationLevel::Extended, run: attention::attention },
 ];
 

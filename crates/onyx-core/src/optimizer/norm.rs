@@ -1,14 +1,15 @@
 //! Normalization fusions: the decomposed ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div/Mul/Add
 //! pattern → LayerNormalization (opset 17 and later), Add + LayerNormalization →
 //! SkipLayerNormalization, and a bias Add before a SkipLayerNormalization folded into its `bias`
-//! input (the Add after a MatMul in every transformer block).
+//! input (the Add after a MatMul in every transformer block), and Gemm → SkipLayerNormalization
+//! → Onyx's GemmSkipLayerNormalization where a provider takes it.
 
 use std::collections::{BTreeSet, HashMap};
 
 use super::conv::only_first_output_used;
 use super::view::View;
 use super::{Changes, Fusion, Rewrite};
-use crate::ir::{AttrValue, Attribute, Node, MS_DOMAIN};
+use crate::ir::{AttrValue, Attribute, Node, MS_DOMAIN, ONYX_DOMAIN};
 use crate::types::Dim;
 use crate::Result;
 
@@ -257,4 +258,113 @@ pub(super) fn skip_layer_norm(view: &View<'_>, fusion: &Fusion<'_>) -> Result<Ch
         }
     }
     Ok(changes)
+}
+
+/// The fixed dims of `value`, when all are known.
+fn fixed_shape(view: &View<'_>, value: &str) -> Option<Vec<usize>> {
+    view.shape(value)?.iter().map(Dim::fixed).collect()
+}
+
+/// True when node `t` is a Transpose that moves only dims of size 1 (a reshape).
+fn is_view_transpose(view: &View<'_>, t: usize) -> bool {
+    let node = view.node(t);
+    let (Some(x), Ok(Some(perm))) = (node.input(0).and_then(|x| fixed_shape(view, x)), node.get_ints("perm")) else {
+        return false;
+    };
+    let moved: Vec<i64> = perm.iter().copied().filter(|&d| x.get(d as usize).is_some_and(|&n| n != 1)).collect();
+    perm.len() == x.len() && moved.windows(2).all(|w| w[0] < w[1])
+}
+
+/// The Gemm whose output `value` is, read through Reshapes and Transposes of size-1 dims that
+/// only the next node reads: (Gemm, the view nodes).
+fn gemm_through_views(view: &View<'_>, value: &str) -> Option<(usize, Vec<usize>)> {
+    let mut views = vec![];
+    let mut v = value;
+    loop {
+        let p = view.producer(v).filter(|_| view.sole_reader(v).is_some())?;
+        match view.op(p) {
+            "Gemm" => return Some((p, views)),
+            "Reshape" => {}
+            "Transpose" if is_view_transpose(view, p) => {}
+            _ => return None,
+        }
+        views.push(p);
+        v = view.node(p).input(0)?;
+    }
+}
+
+/// Gemm(A, B, C?) with alpha and beta 1, A not transposed and C absent or a `[N]` vector,
+/// read (through views, see [`gemm_through_views`]) by a SkipLayerNormalization as its input or
+/// skip, the other of the product's shape, the statistics outputs unread, at most one of C and
+/// the node's bias: Onyx's GemmSkipLayerNormalization(A, B, bias, skip, gamma, beta), which
+/// normalizes the product's split-K partial sums as it reads them (no separate sum pass).
+pub(super) fn gemm_skip_layer_norm(view: &View<'_>, fusion: &Fusion<'_>) -> Result<Changes> {
+    let mut changes = Changes::default();
+    for l in 0..view.graph.nodes.len() {
+        let sln = view.node(l);
+        if sln.op_type != "SkipLayerNormalization" || sln.domain != MS_DOMAIN {
+            continue;
+        }
+        let unread =
+            |o: Option<&String>| o.is_none_or(|o| o.is_empty() || (view.readers(o).is_empty() && !view.is_output(o)));
+        if !unread(sln.outputs.get(1)) || !unread(sln.outputs.get(2)) || sln.input(2).is_none() {
+            continue;
+        }
+        for slot in 0..2 {
+            let (Some(v), Some(skip)) = (sln.input(slot), sln.input(1 - slot)) else { continue };
+            let Some((g, views)) = gemm_through_views(view, v) else { continue };
+            let Some(fused) = gemm_skip_node(view, g, sln, v, skip) else { continue };
+            let mut pattern = views;
+            pattern.extend([g, l]);
+            if !pattern.iter().any(|&n| changes.claimed(n))
+                && fusion.allowed(view, l, &pattern, &fused, &HashMap::new())
+            {
+                changes.add(Rewrite { remove: pattern, nodes: vec![fused], initializers: vec![] });
+                break;
+            }
+        }
+    }
+    Ok(changes)
+}
+
+/// The GemmSkipLayerNormalization node for Gemm `g` read as `value` by `sln`, with `skip`.
+fn gemm_skip_node(view: &View<'_>, g: usize, sln: &Node, value: &str, skip: &str) -> Option<Node> {
+    let gemm = view.node(g);
+    let plain = gemm.float_or("alpha", 1.0).ok()? == 1.0 && gemm.int_or("transA", 0).ok()? == 0;
+    let (a, b) = (gemm.input(0)?, gemm.input(1)?);
+    let product = fixed_shape(view, gemm.outputs.first()?)?;
+    let n = *product.last()?;
+    let shape = fixed_shape(view, value)?;
+    let fits = plain
+        && product.len() == 2
+        && shape.last() == Some(&n)
+        && view.same_type(value, skip)
+        && view.dtype(a) == view.dtype(value)
+        && fixed_shape(view, skip) == Some(shape);
+    let c = gemm.input(2).filter(|c| !c.is_empty());
+    let c_ok = c.is_none_or(|c| gemm.float_or("beta", 1.0).ok() == Some(1.0) && fixed_shape(view, c) == Some(vec![n]));
+    let bias = match (c, sln.input(4).filter(|b| !b.is_empty())) {
+        (Some(_), Some(_)) => return None,
+        (c, b) => c.or(b).unwrap_or(""),
+    };
+    if !fits || !c_ok {
+        return None;
+    }
+    let mut inputs = vec![a.to_string(), b.to_string(), bias.to_string(), skip.to_string(), sln.input(2)?.to_string()];
+    inputs.extend(sln.input(3).filter(|b| !b.is_empty()).map(str::to_string));
+    let mut outputs = vec![sln.outputs.first()?.clone()];
+    outputs.extend(sln.outputs.get(3).filter(|o| !o.is_empty()).cloned());
+    let attributes = vec![
+        Attribute { name: "transB".into(), value: AttrValue::Int(gemm.int_or("transB", 0).ok()?) },
+        Attribute { name: "epsilon".into(), value: AttrValue::Float(sln.float_or("epsilon", 1e-12).ok()?) },
+    ];
+    Some(Node {
+        name: sln.name.clone(),
+        op_type: "GemmSkipLayerNormalization".into(),
+        domain: ONYX_DOMAIN.into(),
+        inputs,
+        outputs,
+        attributes,
+        ..Default::default()
+    })
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use super::*;
 use crate::ep::{DeviceDescription, Kernel, NodeContext};
-use crate::ir::check_model;
+use crate::ir::{check_model, AttrValue, Attribute};
 use crate::types::{TensorType, ValueInfo, ValueType};
 use crate::{DataType, Device, Error, TensorView};
 
@@ -240,4 +240,65 @@ fn half_precision_computes_in_float_where_the_cpu_runs_products() {
     let mut m = half_matmul();
     optimize(&mut m, OptimizationLevel::Basic, &[cpu()]).unwrap();
     assert!(!op_list(&m).contains(&"Cast"), "level basic keeps f16");
+}
+
+/// Gemm(a, w, c?) → Reshape → Transpose of a size-1 dim → SkipLayerNormalization(skip, input,
+/// gamma, beta, bias?) with the sum output named.
+fn gemm_skip(gemm_bias: bool, norm_bias: bool) -> Model {
+    let t = |shape: &[usize], v: f32| Tensor::from_vec(shape.to_vec(), vec![v; shape.iter().product()]).unwrap();
+    let mut gemm = node("Gemm", &["a", "w"], "g");
+    gemm.attributes.push(Attribute { name: "transB".into(), value: AttrValue::Int(1) });
+    if gemm_bias {
+        gemm.inputs.push("c".into());
+    }
+    let mut transpose = node("Transpose", &["r"], "v");
+    transpose.attributes.push(Attribute { name: "perm".into(), value: AttrValue::Ints(vec![1, 0, 2]) });
+    let mut sln = node("SkipLayerNormalization", &["s", "v", "gamma", "beta"], "y");
+    sln.domain = crate::ir::MS_DOMAIN.into();
+    sln.outputs = vec!["y".into(), String::new(), String::new(), "sum".into()];
+    if norm_bias {
+        sln.inputs.push("nb".into());
+    }
+    let shape = Tensor::from_vec(vec![3], vec![6i64, 1, 5]).unwrap();
+    Model {
+        opsets: BTreeMap::from([(String::new(), 17), (crate::ir::MS_DOMAIN.to_string(), 1)]),
+        graph: Graph {
+            nodes: vec![gemm, node("Reshape", &["g", "shape"], "r"), transpose, sln],
+            inputs: vec![float_input("a", &[6, 8]), float_input("s", &[1, 6, 5])],
+            outputs: ["y", "sum"].iter().map(|o| ValueInfo::new(*o, ValueType::Unknown)).collect(),
+            initializers: BTreeMap::from([
+                ("w".to_string(), t(&[5, 8], 0.1)),
+                ("c".to_string(), t(&[5], 0.2)),
+                ("nb".to_string(), t(&[5], 0.3)),
+                ("gamma".to_string(), t(&[5], 1.0)),
+                ("beta".to_string(), t(&[5], 0.0)),
+                ("shape".to_string(), shape),
+            ]),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+#[test]
+fn gemm_into_skip_layer_norm_fuses_where_the_provider_takes_it() {
+    let all = ["Gemm", "Reshape", "Transpose", "SkipLayerNormalization", "GemmSkipLayerNormalization"];
+    let mut m = gemm_skip(true, false);
+    optimize(&mut m, OptimizationLevel::Extended, &[gpu(&all), cpu()]).unwrap();
+    assert_eq!(op_list(&m), ["GemmSkipLayerNormalization"]);
+    let fused = &m.graph.nodes[0];
+    assert_eq!(fused.inputs, ["a", "w", "c", "s", "gamma", "beta"]);
+    assert_eq!(fused.outputs, ["y", "sum"]);
+    assert_eq!(fused.int_or("transB", 0).unwrap(), 1);
+    // The norm's own bias stands in for the Gemm's missing C.
+    let mut m = gemm_skip(false, true);
+    optimize(&mut m, OptimizationLevel::Extended, &[gpu(&all), cpu()]).unwrap();
+    assert_eq!(m.graph.nodes[0].inputs, ["a", "w", "nb", "s", "gamma", "beta"]);
+    // Two biases, or a provider without the fused op: nothing fuses.
+    let mut m = gemm_skip(true, true);
+    optimize(&mut m, OptimizationLevel::Extended, &[gpu(&all), cpu()]).unwrap();
+    assert_eq!(op_list(&m), ["Gemm", "Reshape", "Transpose", "SkipLayerNormalization"]);
+    let mut m = gemm_skip(true, false);
+    optimize(&mut m, OptimizationLevel::Extended, &[gpu(&all[..4]), cpu()]).unwrap();
+    assert_eq!(op_list(&m), ["Gemm", "Reshape", "Transpose", "SkipLayerNormalization"]);
 }

@@ -22,6 +22,7 @@ use crate::kernel::{
 };
 use crate::run::GpuRun;
 
+mod gemm_skip;
 mod rows;
 mod skip;
 
@@ -35,6 +36,7 @@ pub(crate) fn register(r: &mut Registry) {
     r.add("InstanceNormalization", supports_instance_norm, build_instance_norm);
     r.add("GroupNormalization", supports_group_norm, build_group_norm);
     r.add_in("com.microsoft", "SkipLayerNormalization", skip::supports, skip::build);
+    r.add_in(onyx_core::ir::ONYX_DOMAIN, "GemmSkipLayerNormalization", gemm_skip::supports, gemm_skip::build);
 }
 
 /// The `enable` lines for shaders reading any of `dtypes`.

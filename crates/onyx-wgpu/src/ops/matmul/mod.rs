@@ -16,6 +16,7 @@ use onyx_core::{DataType, Error, Location, Result, Value};
 
 pub(crate) mod epilogue;
 mod fused;
+pub(crate) mod plain;
 pub(crate) mod tiled;
 
 pub(crate) use epilogue::Activation;
@@ -25,7 +26,9 @@ use super::{float_inputs, input_dtype, Registry};
 use crate::buffer::GpuBuffer;
 use crate::capabilities::Capabilities;
 use crate::context::{GpuContext, Pipeline};
-use crate::kernel::{enables, gpu_input, opt_gpu_input, static_shape, strides, u32_of, wgsl_type, GpuOp, OnGpu};
+use crate::kernel::{
+    enables, gpu_input, opt_gpu_input, static_shape, strides, u32_of, wgsl_type, GpuOp, GpuTensor, OnGpu,
+};
 use crate::run::GpuRun;
 
 pub(crate) fn register(r: &mut Registry) {
@@ -312,6 +315,16 @@ struct Operands<'a> {
     y: &'a GpuBuffer,
 }
 
+impl Operands<'_> {
+    /// The bindings of the tiled kernel's hooks: A, B, C when present, Y.
+    fn buffers(&self) -> Vec<&GpuBuffer> {
+        let mut buffers = vec![self.a, self.b];
+        buffers.extend(self.c);
+        buffers.push(self.y);
+        buffers
+    }
+}
+
 /// Pushes `values` as u32 params, or an error when one does not fit.
 fn push_all(p: &mut Vec<u32>, values: &[usize], at: &Location) -> Result<()> {
     for &v in values {
@@ -386,16 +399,24 @@ impl Product {
     }
 
     fn record_tiled(&self, run: &mut GpuRun, tiled: &Tiled, ops: &Operands<'_>, at: &Location) -> Result<()> {
+        let mut p = self.tiled_params(at)?;
+        tiled.record(run, &mut p, &ops.buffers(), self.sizes(), at)
+    }
+
+    /// The tiled kernel's params: [`RESERVED`] zeros, then the hooks' (see `GEMM_HOOKS`).
+    fn tiled_params(&self, at: &Location) -> Result<Vec<u32>> {
         let mut p = vec![0; RESERVED];
         push_all(&mut p, &[self.a.0, self.a.1, self.b.0, self.b.1], at)?;
         let (c_m, c_n) = self.c.unwrap_or((0, 0));
         push_all(&mut p, &[c_m, c_n], at)?;
         p.extend([self.alpha.to_bits(), self.beta.to_bits()]);
         self.batch_params(&mut p, &self.a_batch, &self.b_batch, at)?;
-        let mut buffers = vec![ops.a, ops.b];
-        buffers.extend(ops.c);
-        buffers.push(ops.y);
-        tiled.record(run, &mut p, &buffers, [self.m, self.n, self.k, self.batches()], at)
+        Ok(p)
+    }
+
+    /// M, N, K and the batches, as the tiled kernel takes them.
+    fn sizes(&self) -> [usize; 4] {
+        [self.m, self.n, self.k, self.batches()]
     }
 
     /// A GEMV: `outputs` results per batch from vector `x` (stride `x_k`) and matrix `w`

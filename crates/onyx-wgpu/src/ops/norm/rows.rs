@@ -30,12 +30,17 @@ pub(super) struct RowNorm {
 pub(super) struct SkipSum {
     /// Whether a bias is added.
     pub bias: bool,
+    /// Whether the input comes as the f32 K slices of a split-K product, which the shader sums
+    /// (rounded to X's type) in place of the product's own sum pass.
+    pub partials: bool,
 }
 
 /// The skip, and bias, buffers of a [`SkipSum`] row normalization.
 pub(super) struct SkipInputs<'a> {
     pub skip: GpuTensor<'a>,
     pub bias: Option<GpuTensor<'a>>,
+    /// For a `partials` variant, how many K slices X's buffer holds (each of X's length).
+    pub slices: usize,
 }
 
 /// How a row-normalization shader writes Y, each the form the CPU kernel uses (so that both
@@ -104,7 +109,8 @@ impl RowNorm {
         stat_shape: &[usize],
         at: &Location,
     ) -> Result<Vec<Value>> {
-        if self.skip.map(|s| s.bias) != skip.as_ref().map(|s| s.bias.is_some()) {
+        let given = skip.as_ref().map(|s| SkipSum { bias: s.bias.is_some(), partials: s.slices > 0 });
+        if self.skip != given {
             return Err(Error::node(at, "skip inputs differ from those the node was built for"));
         }
         let rows = x.len().checked_div(n).unwrap_or_else(|| stat_shape.iter().product());
@@ -132,8 +138,8 @@ impl RowNorm {
             buffers.push(s.gpu()?);
         }
         let sum = if skip.is_some() { Some(run.alloc(x.dtype(), x.shape().to_vec())?) } else { None };
-        if let (Some(SkipInputs { skip, bias }), Some(sum)) = (&skip, &sum) {
-            p.push(u32_of(skip.len().max(1), at)?);
+        if let (Some(SkipInputs { skip, bias, slices }), Some(sum)) = (&skip, &sum) {
+            p.extend([u32_of(skip.len().max(1), at)?, u32_of(*slices, at)?]);
             buffers.push(skip.buffer);
             if let Some(b) = bias {
                 buffers.push(b.buffer);
@@ -155,6 +161,15 @@ impl RowNorm {
     }
 }
 
+/// The sum of X's K slices (`p[8]` of them, `rows * n` apart) at `at`, in slice order as
+/// split-K's sum pass adds them. (Four loads in flight instead measured the same on an H200.)
+const SUM_SLICES: &str = "fn sum_slices(at: u32) -> f32 {
+    let stride = p[0] * p[1];
+    var v = 0.0;
+    for (var s = 0u; s < p[8]; s++) { v += x[s * stride + at]; }
+    return v;
+}";
+
 /// The row-normalization shader. `types`: WGSL types of X, scale and (with `bias`) bias.
 /// `p`: rows, n, epsilon, scale div and modulo, bias div and modulo, then (with `skip`) the
 /// skip's element count.
@@ -168,9 +183,11 @@ fn row_norm_shader(
     lanes: Lanes,
 ) -> String {
     let (tx, ts) = (types[0], types[1]);
+    let partials = skip.is_some_and(|s| s.partials);
+    let x_type = if partials { "f32" } else { tx };
     let mut bindings = format!(
         "@group(0) @binding(0) var<storage, read> p: array<u32>;
-@group(0) @binding(1) var<storage, read> x: array<{tx}>;
+@group(0) @binding(1) var<storage, read> x: array<{x_type}>;
 @group(0) @binding(2) var<storage, read> scale: array<{ts}>;
 "
     );
@@ -206,10 +223,12 @@ fn row_norm_shader(
     }
     let (x_value, write_sum) = match skip {
         None => ("return f32(x[at]);".to_string(), ""),
-        Some(SkipSum { bias }) => {
+        Some(SkipSum { bias, partials }) => {
             bindings += &format!("@group(0) @binding({}) var<storage, read> skip: array<{tx}>;\n", next + 1);
             next += 1;
-            let mut sum = "var v = f32(x[at]) + f32(skip[at % p[7]]);".to_string();
+            // The product's K slices, `n * rows` apart, summed and rounded as its store would.
+            let input = if partials { format!("{tx}(sum_slices(at))") } else { "x[at]".to_string() };
+            let mut sum = format!("var v = f32({input}) + f32(skip[at % p[7]]);");
             if bias {
                 bindings += &format!("@group(0) @binding({}) var<storage, read> skip_bias: array<{tx}>;\n", next + 1);
                 next += 1;
@@ -220,10 +239,18 @@ fn row_norm_shader(
         }
     };
     let write_sum = write_sum.replace("{tx}", tx);
+    // Summing the slices is the costly read: the first pass keeps X in Y, the second reads it
+    // back (each thread its own elements).
+    let (keep_x, read_x, slices_fn) = if partials {
+        (format!("y[base + k] = {tx}(xk);"), "f32(y[at])", SUM_SLICES)
+    } else {
+        (String::new(), "xv(at)", "")
+    };
     format!(
         "{enable}{bindings}
 alias Acc = vec2<f32>;
 fn comb(a: Acc, b: Acc) -> Acc {{ return a + b; }}
+{slices_fn}
 fn xv(at: u32) -> f32 {{ {x_value} }}
 {lanes}
 @compute @workgroup_size(256)
@@ -238,7 +265,9 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
     var a = vec2<f32>(0.0, 0.0);
     if (live) {{
         for (var k = lane_slice(t); k < n; k += LS) {{
-            let d = xv(base + k) - x0;
+            let xk = xv(base + k);
+            {keep_x}
+            let d = xk - x0;
             a += vec2<f32>(d, d * d);
         }}
     }}
@@ -252,7 +281,7 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
         for (var k = lane_slice(t); k < n; k += LS) {{
             let at = base + k;
             let s = f32(scale[(at / p[3]) % p[4]]);
-            let xa = xv(at);
+            let xa = {read_x};
             {write_sum}
             y[at] = {tx}({value});
         }}

@@ -39,7 +39,7 @@ pub(super) fn build(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<
     if beta {
         types.push((dtype, ty));
     }
-    let skip = SkipSum { bias: node.input(4).is_some() };
+    let skip = SkipSum { bias: node.input(4).is_some(), partials: false };
     Ok(Box::new(SkipLayerNorm {
         norm: RowNorm::with_skip(gpu, &types, Form::Centered, beta, false, Some(skip), last_dim(ctx))?,
         epsilon: node.float_or("epsilon", 1e-12)?,
@@ -47,26 +47,24 @@ pub(super) fn build(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<
     }))
 }
 
-impl SkipLayerNorm {
-    /// Input `i`, which must be a vector of the last dim `n`.
-    fn vector<'r>(
-        &self,
-        run: &GpuRun,
-        inputs: &[Option<ValueRef<'r>>],
-        i: usize,
-        n: usize,
-    ) -> Result<Option<GpuTensor<'r>>> {
-        let Some(v) = opt_gpu_input(run, inputs, i, &self.at)? else { return Ok(None) };
-        if v.shape() != [n] {
-            return Err(Error::input(
-                &self.at,
-                i,
-                format!("a 1-D vector of the input's last dim [{n}]"),
-                format!("shape {:?}", v.shape()),
-            ));
-        }
-        Ok(Some(v))
+/// Input `i`, which must be a vector of the last dim `n` when present.
+pub(super) fn vector<'r>(
+    run: &GpuRun,
+    inputs: &[Option<ValueRef<'r>>],
+    i: usize,
+    n: usize,
+    at: &Location,
+) -> Result<Option<GpuTensor<'r>>> {
+    let Some(v) = opt_gpu_input(run, inputs, i, at)? else { return Ok(None) };
+    if v.shape() != [n] {
+        return Err(Error::input(
+            at,
+            i,
+            format!("a 1-D vector of the input's last dim [{n}]"),
+            format!("shape {:?}", v.shape()),
+        ));
     }
+    Ok(Some(v))
 }
 
 /// Whether `skip` has `input`'s shape or broadcasts to it over leading dims only.
@@ -88,16 +86,17 @@ impl GpuOp for SkipLayerNorm {
                 format!("shape {:?}", skip.shape()),
             ));
         }
-        let gamma = self.vector(run, inputs, 2, n)?.ok_or_else(|| Error::input(&self.at, 2, "gamma", "nothing"))?;
-        let beta = self.vector(run, inputs, 3, n)?;
-        let bias = self.vector(run, inputs, 4, n)?;
+        let gamma =
+            vector(run, inputs, 2, n, &self.at)?.ok_or_else(|| Error::input(&self.at, 2, "gamma", "nothing"))?;
+        let beta = vector(run, inputs, 3, n, &self.at)?;
+        let bias = vector(run, inputs, 4, n, &self.at)?;
         let map = ParamMap { div: 1, modulo: n };
         let mut stat_shape = x.shape().to_vec();
         if let Some(last) = stat_shape.last_mut() {
             *last = 1;
         }
         let beta = beta.map(|b| (b, map));
-        let skip = SkipInputs { skip, bias };
+        let skip = SkipInputs { skip, bias, slices: 0 };
         let mut out =
             self.norm.record(run, x, Some(skip), n, (gamma, map), beta, self.epsilon, &stat_shape, &self.at)?;
         // Outputs are positional: 1 and 2 are never named (see `supports`), so the values in

@@ -30,7 +30,11 @@ pub fn rule(op: &str) -> Option<Rule> {
 
 /// The rule for an `ai.onyx` op of this family without a default-domain twin.
 pub fn onyx_rule(op: &str) -> Option<Rule> {
-    (op == "PackedAttention").then_some(attention::packed_attention as Rule)
+    Some(match op {
+        "PackedAttention" => attention::packed_attention,
+        "GemmSkipLayerNormalization" => gemm_skip_layer_norm,
+        _ => return None,
+    })
 }
 
 fn same_as_input(cx: &Ctx<'_>) -> Result<Vec<Inferred>> {
@@ -373,6 +377,33 @@ fn gemm(cx: &Ctx<'_>) -> Result<Vec<Inferred>> {
             .ok_or_else(|| cx.input_error(2, format!("a shape broadcastable to {}", fmt_dims(&out)), describe(c)))?;
     }
     Ok(vec![cx.dtype(0).or(cx.dtype(1)).map(|d| tensor_out(d, Some(out))).unwrap_or_else(unknown)])
+}
+
+/// `ai.onyx` GemmSkipLayerNormalization(A, B, bias?, skip, gamma, beta?) with `transB` and
+/// `epsilon`: SkipLayerNormalization of the product `A @ op(B)` (`[M, N]`, read in the skip's
+/// shape, whose last dim is N and whose elements are M * N), the skip and the bias. Y and the
+/// sum (output 1) have the skip's shape.
+fn gemm_skip_layer_norm(cx: &Ctx<'_>) -> Result<Vec<Inferred>> {
+    for i in [1, 2, 3, 4, 5] {
+        if cx.input(i).is_some() {
+            cx.same_dtype(0, i)?;
+        }
+    }
+    let product = gemm(&Ctx::new(cx.node, cx.since, &[cx.input(0), cx.input(1), cx.input(2)]))?;
+    let Some(skip) = cx.input(3) else { return Ok(vec![unknown(), unknown()]) };
+    let fixed = |dims: &[Dim]| dims.iter().map(Dim::fixed).collect::<Option<Vec<usize>>>();
+    let (mn, s) =
+        (product[0].tensor_type().and_then(|t| t.shape.as_deref()).and_then(fixed), cx.shape(3).and_then(fixed));
+    if let (Some(mn), Some(s)) = (mn, s) {
+        if s.last() != mn.last() || s.iter().product::<usize>() != mn.iter().product::<usize>() {
+            return Err(cx.input_error(
+                3,
+                format!("the product's {} elements, rows of {}", mn[0] * mn[1], mn[1]),
+                format!("{s:?}"),
+            ));
+        }
+    }
+    Ok(vec![same_type(skip), same_type(skip)])
 }
 
 fn inner_mismatch(cx: &Ctx<'_>, ka: &Dim, kb: &Dim) -> crate::Error {

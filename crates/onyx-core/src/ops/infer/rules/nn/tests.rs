@@ -401,3 +401,19 @@ fn packed_attention_takes_the_head_size_from_the_packed_rows() {
     let e = run(&onyx(vec![int("q_num_heads", 4)]), 1, &[Some(ty("float[1,3,64]")), None]).unwrap_err().to_string();
     assert!(e.contains("kv_num_heads"), "{e}");
 }
+
+#[test]
+fn gemm_skip_layer_norm_takes_the_skip_shape() {
+    let mut n = node("GemmSkipLayerNormalization", 6, 2, vec![int("transB", 1)]);
+    n.domain = crate::ir::ONYX_DOMAIN.into();
+    // A [6, 8] times B^T ([5, 8] read transposed): 6 rows of 5, in the skip's [2, 3, 5].
+    let inputs = ["float[6,8]", "float[5,8]", "float[5]", "float[2,3,5]", "float[5]", "float[5]"].map(|t| Some(ty(t)));
+    let out = run(&n, 1, &inputs).unwrap();
+    assert_eq!((show(&out[0]), show(&out[1])), ("float[2,3,5]".into(), "float[2,3,5]".into()));
+    let mut wrong = inputs.clone();
+    wrong[3] = Some(ty("float[3,3,5]"));
+    let e = run(&n, 1, &wrong).unwrap_err().to_string();
+    assert!(e.contains("30 elements"), "{e}");
+    wrong[3] = Some(ty("float16[2,3,5]"));
+    assert!(run(&n, 1, &wrong).is_err(), "the skip's element type must be A's");
+}
