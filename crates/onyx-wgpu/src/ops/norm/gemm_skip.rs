@@ -109,6 +109,7 @@ mod tests {
     use onyx_core::types::{Dim, TensorType, ValueInfo, ValueType};
     use onyx_core::{InputValue, Session, SessionOptions, Tensor, Value};
 
+    use crate::ops::matmul::tests::{half, has_f16};
     use crate::testkit::{assert_close, float, i64s, int, provider, rand, startup_provider};
 
     /// One product's sizes and what surrounds it.
@@ -221,14 +222,23 @@ mod tests {
         ];
         for (i, shape) in shapes.iter().enumerate() {
             let inputs = shape.inputs(10 * i as u64);
-            let want = run(shape.model(&inputs, false), Arc::new(onyx_cpu::CpuProvider::new()), &inputs).unwrap();
-            for (gpu, kernels) in [(provider(), "tuned"), (startup_provider(), "startup")] {
-                let Some(gpu) = gpu else { return };
-                let got = run(shape.model(&inputs, true), gpu, &inputs).unwrap();
-                assert_eq!(got.len(), want.len());
-                for (o, (g, w)) in got.iter().zip(&want).enumerate() {
-                    assert_close(g, w, 1e-4, 1e-4, &format!("case {i} output {o} ({kernels} kernels)"));
-                }
+            check(shape, &inputs, 1e-4, &format!("case {i}"));
+            if has_f16() {
+                let halves: Vec<_> = inputs.iter().map(|(n, t)| (*n, half(t))).collect();
+                check(shape, &halves, 1e-2, &format!("case {i} in f16"));
+            }
+        }
+    }
+
+    /// The fused node on wgpu (tuned and startup kernels) against its parts on the CPU.
+    fn check(shape: &Shape, inputs: &[(&'static str, Tensor)], tolerance: f32, what: &str) {
+        let want = run(shape.model(inputs, false), Arc::new(onyx_cpu::CpuProvider::new()), inputs).unwrap();
+        for (gpu, kernels) in [(provider(), "tuned"), (startup_provider(), "startup")] {
+            let Some(gpu) = gpu else { return };
+            let got = run(shape.model(inputs, true), gpu, inputs).unwrap();
+            assert_eq!(got.len(), want.len());
+            for (o, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert_close(g, w, tolerance, tolerance, &format!("{what} output {o} ({kernels} kernels)"));
             }
         }
     }
