@@ -139,6 +139,8 @@ impl RowNorm {
         }
         let sum = if skip.is_some() { Some(run.alloc(x.dtype(), x.shape().to_vec())?) } else { None };
         if let (Some(SkipInputs { skip, bias, slices }), Some(sum)) = (&skip, &sum) {
+            // The slices' last element must be addressable too.
+            u32_of(slices * x.len(), at)?;
             p.extend([u32_of(skip.len().max(1), at)?, u32_of(*slices, at)?]);
             buffers.push(skip.buffer);
             if let Some(b) = bias {
@@ -172,7 +174,7 @@ const SUM_SLICES: &str = "fn sum_slices(at: u32) -> f32 {
 
 /// The row-normalization shader. `types`: WGSL types of X, scale and (with `bias`) bias.
 /// `p`: rows, n, epsilon, scale div and modulo, bias div and modulo, then (with `skip`) the
-/// skip's element count.
+/// skip's element count and the K slices X's buffer holds (a `partials` variant).
 fn row_norm_shader(
     types: &[&str],
     enable: &str,
