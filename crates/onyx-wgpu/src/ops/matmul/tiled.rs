@@ -510,7 +510,7 @@ impl Tiled {
         Ok(())
     }
 
-    /// Records the product's K slices when it splits K and their pipelines are ready: returns
+    /// Records the product's K slices when it splits K and no startup kernel stands in: returns
     /// the f32 partial products (`slices` blocks of `z * m * n`, slice-major for one batch)
     /// and the slice count, for the caller to sum (the hooks' store is not applied); `None`
     /// when the product is recorded whole instead (see [`Tiled::record_whole`]).
