@@ -260,19 +260,20 @@ pub(super) fn skip_layer_norm(view: &View<'_>, fusion: &Fusion<'_>) -> Result<Ch
     Ok(changes)
 }
 
-/// The fixed dims of `value`, when all are known.
-fn fixed_shape(view: &View<'_>, value: &str) -> Option<Vec<usize>> {
-    view.shape(value)?.iter().map(Dim::fixed).collect()
-}
-
 /// True when node `t` is a Transpose that moves only dims of size 1 (a reshape).
 fn is_view_transpose(view: &View<'_>, t: usize) -> bool {
     let node = view.node(t);
-    let (Some(x), Ok(Some(perm))) = (node.input(0).and_then(|x| fixed_shape(view, x)), node.get_ints("perm")) else {
+    let (Some(x), Ok(Some(perm))) = (node.input(0).and_then(|x| view.fixed_shape(x)), node.get_ints("perm")) else {
         return false;
     };
-    let moved: Vec<i64> = perm.iter().copied().filter(|&d| x.get(d as usize).is_some_and(|&n| n != 1)).collect();
-    perm.len() == x.len() && moved.windows(2).all(|w| w[0] < w[1])
+    let Some(perm) = perm.iter().map(|&d| usize::try_from(d).ok().filter(|&d| d < x.len())).collect::<Option<Vec<_>>>()
+    else {
+        return false;
+    };
+    let mut seen = vec![false; x.len()];
+    let permutation = perm.len() == x.len() && perm.iter().all(|&d| !std::mem::replace(&mut seen[d], true));
+    let moved: Vec<usize> = perm.into_iter().filter(|&d| x[d] != 1).collect();
+    permutation && moved.windows(2).all(|w| w[0] < w[1])
 }
 
 /// The Gemm whose output `value` is, read through Reshapes and Transposes of size-1 dims that
@@ -295,9 +296,12 @@ fn gemm_through_views(view: &View<'_>, value: &str) -> Option<(usize, Vec<usize>
 
 /// Gemm(A, B, C?) with alpha and beta 1, A not transposed and C absent or a `[N]` vector,
 /// read (through views, see [`gemm_through_views`]) by a SkipLayerNormalization as its input or
-/// skip, the other of the product's shape, the statistics outputs unread, at most one of C and
-/// the node's bias: Onyx's GemmSkipLayerNormalization(A, B, bias, skip, gamma, beta), which
-/// normalizes the product's split-K partial sums as it reads them (no separate sum pass).
+/// skip, the other of the viewed product's shape, the statistics outputs unread, at most one of
+/// C and the node's bias: Onyx's GemmSkipLayerNormalization(A, B, bias, skip, gamma, beta),
+/// which normalizes the product's split-K partial sums as it reads them (no separate sum pass).
+/// C becomes the node's bias, added with the skip after the product is rounded to its type
+/// rather than inside the product: in f16 that rounding falls at another point of the sum, in
+/// f32 only the order of the additions changes.
 pub(super) fn gemm_skip_layer_norm(view: &View<'_>, fusion: &Fusion<'_>) -> Result<Changes> {
     let mut changes = Changes::default();
     for l in 0..view.graph.nodes.len() {
@@ -327,22 +331,27 @@ pub(super) fn gemm_skip_layer_norm(view: &View<'_>, fusion: &Fusion<'_>) -> Resu
     Ok(changes)
 }
 
+/// The number of elements of `dims`, if it fits.
+fn element_count(dims: &[usize]) -> Option<usize> {
+    dims.iter().try_fold(1usize, |c, &d| c.checked_mul(d))
+}
+
 /// The GemmSkipLayerNormalization node for Gemm `g` read as `value` by `sln`, with `skip`.
 fn gemm_skip_node(view: &View<'_>, g: usize, sln: &Node, value: &str, skip: &str) -> Option<Node> {
     let gemm = view.node(g);
     let plain = gemm.float_or("alpha", 1.0).ok()? == 1.0 && gemm.int_or("transA", 0).ok()? == 0;
     let (a, b) = (gemm.input(0)?, gemm.input(1)?);
-    let product = fixed_shape(view, gemm.outputs.first()?)?;
+    let product = view.fixed_shape(gemm.outputs.first()?)?;
     let n = *product.last()?;
-    let shape = fixed_shape(view, value)?;
+    let shape = view.fixed_shape(value)?;
     let fits = plain
         && product.len() == 2
         && shape.last() == Some(&n)
         && view.same_type(value, skip)
         && view.dtype(a) == view.dtype(value)
-        && fixed_shape(view, skip) == Some(shape);
+        && element_count(&shape).is_some_and(|c| Some(c) == element_count(&product));
     let c = gemm.input(2).filter(|c| !c.is_empty());
-    let c_ok = c.is_none_or(|c| gemm.float_or("beta", 1.0).ok() == Some(1.0) && fixed_shape(view, c) == Some(vec![n]));
+    let c_ok = c.is_none_or(|c| gemm.float_or("beta", 1.0).ok() == Some(1.0) && view.fixed_shape(c) == Some(vec![n]));
     let bias = match (c, sln.input(4).filter(|b| !b.is_empty())) {
         (Some(_), Some(_)) => return None,
         (c, b) => c.or(b).unwrap_or(""),

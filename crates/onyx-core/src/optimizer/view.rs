@@ -173,6 +173,11 @@ impl<'g> View<'g> {
         self.tensor_type(value)?.shape.as_deref()
     }
 
+    /// The dims of `value`, when every one is known and fixed.
+    pub fn fixed_shape(&self, value: &str) -> Option<Vec<usize>> {
+        self.shape(value)?.iter().map(Dim::fixed).collect()
+    }
+
     /// True when `a` and `b` certainly have the same type and shape: known rank, and every
     /// dimension equal and fixed or the same symbol.
     pub fn same_type(&self, a: &str, b: &str) -> bool {

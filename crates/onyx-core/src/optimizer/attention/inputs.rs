@@ -49,7 +49,7 @@ impl Added {
         let [b, s] = [h.lead[0].fixed()?, h.lead[1].fixed()?];
         Some(match self.rows.get(&h.x) {
             Some(r) => r.clone(),
-            None if fixed(view.shape(&h.x)?)? == [b, s, w] => h.x.clone(),
+            None if view.fixed_shape(&h.x)? == [b, s, w] => h.x.clone(),
             None => {
                 let shape = self.constant(names, &format!("{}_rows_shape", h.x), &[b, s, w])?;
                 let ty = TensorType::fixed(view.dtype(&h.x)?, &[b, s, w]);
@@ -125,7 +125,7 @@ impl Added {
         }
         let split = view.node(view.produced_by(&first.x, "Split")?);
         let x = split.input(0)?;
-        let x_shape = fixed(view.shape(x)?)?;
+        let x_shape = view.fixed_shape(x)?;
         let (&width, lead) = x_shape.split_last()?;
         let part = |i: usize, h: &Heads| {
             let shape = view.shape(&h.x).and_then(fixed);

@@ -118,7 +118,7 @@ fn evaluate_chain(view: &View<'_>, nodes: &[usize], input: &[usize]) -> Option<V
     let mut data: Vec<u32> = (0..count as u32).collect();
     let mut shape = input.to_vec();
     for &n in nodes.iter().rev() {
-        let next = fixed(view.shape(out(view, n))?)?;
+        let next = view.fixed_shape(out(view, n))?;
         let node = view.node(n);
         match view.op(n) {
             "Transpose" => {
@@ -258,7 +258,7 @@ const MAX_MASK: usize = 1 << 22;
 /// chain is read only by the next node; Reshapes move no element, so every value's elements
 /// are the logits' in the same order.
 fn constant_mask_chain(view: &View<'_>, logits: &str) -> Option<(String, Vec<usize>, Tensor)> {
-    let shape = fixed(view.shape(logits)?)?;
+    let shape = view.fixed_shape(logits)?;
     let count: usize = shape.iter().product();
     if count > MAX_MASK {
         return None;
@@ -275,10 +275,10 @@ fn constant_mask_chain(view: &View<'_>, logits: &str) -> Option<(String, Vec<usi
         cur = match view.op(p) {
             "Reshape" => node.input(0)?.to_string(),
             "Add" => {
-                let out_shape = fixed(view.shape(out(view, p))?)?;
+                let out_shape = view.fixed_shape(out(view, p))?;
                 let [x, y] = node.inputs.as_slice() else { return None };
                 let (x, c) = if view.constant(y).is_some() { (x, view.constant(y)?) } else { (y, view.constant(x)?) };
-                if fixed(view.shape(x)?)? != out_shape {
+                if view.fixed_shape(x)? != out_shape {
                     return None;
                 }
                 let values = broadcast(&super::view::to_f64s(c)?, c.shape(), &out_shape)?;
@@ -290,7 +290,7 @@ fn constant_mask_chain(view: &View<'_>, logits: &str) -> Option<(String, Vec<usi
         nodes.push(p);
     }
     let adds = nodes.iter().filter(|&&n| view.op(n) == "Add").count();
-    if adds == 0 || fixed(view.shape(&cur)?)? != shape {
+    if adds == 0 || view.fixed_shape(&cur)? != shape {
         return None;
     }
     Some((cur, nodes, super::view::from_f64s(view.dtype(logits)?, shape, sum)?))

@@ -49,12 +49,11 @@ impl PlainProduct {
         if product.gemv_walk().is_none() && product.m * product.n > 0 {
             let tiled = self.gemm.pipes.tiled(run.context())?;
             let mut p = product.tiled_params(at)?;
-            if let Some((part, slices)) = tiled.record_partials(run, &mut p, &ops.buffers(), product.sizes(), at)? {
+            if let Some((part, slices)) = tiled.record_unsummed(run, &mut p, &ops.buffers(), product.sizes(), at)? {
                 drop(ops);
                 run.release_tensor(y);
                 return Ok(Recorded::Partials { part, slices });
             }
-            tiled.record_whole(run, &mut p, &ops.buffers(), product.sizes(), at)?;
         } else {
             product.record(run, &self.gemm.pipes, &ops, at)?;
         }

@@ -497,9 +497,7 @@ impl Tiled {
         sizes: [usize; 4],
         at: &Location,
     ) -> Result<()> {
-        let Some((part, _)) = self.record_partials(run, params, buffers, sizes, at)? else {
-            return self.record_whole(run, params, buffers, sizes, at);
-        };
+        let Some((part, _)) = self.record_unsummed(run, params, buffers, sizes, at)? else { return Ok(()) };
         let [_, reduce] = self.split_pipelines(run.context())?;
         let [m, n, _, z] = sizes;
         let mut all: Vec<&GpuBuffer> = buffers.to_vec();
@@ -510,11 +508,12 @@ impl Tiled {
         Ok(())
     }
 
-    /// Records the product's K slices when it splits K and no startup kernel stands in: returns
-    /// the f32 partial products (`slices` blocks of `z * m * n`, slice-major for one batch)
-    /// and the slice count, for the caller to sum (the hooks' store is not applied); `None`
-    /// when the product is recorded whole instead (see [`Tiled::record_whole`]).
-    pub fn record_partials(
+    /// Records the product as [`Tiled::record`] does, except that where it splits K the K
+    /// slices are left unsummed: returns them then (f32 partial products: for each batch,
+    /// `slices` consecutive blocks of `m * n`) with their count, for the caller to sum, the
+    /// hooks' store not applied. Otherwise (one slice, or the startup kernel standing in) the
+    /// product is stored through the hooks and `None` returned.
+    pub fn record_unsummed(
         &self,
         run: &mut GpuRun,
         params: &mut [u32],
@@ -522,9 +521,18 @@ impl Tiled {
         [m, n, k, z]: [usize; 4],
         at: &Location,
     ) -> Result<Option<(onyx_core::Tensor, usize)>> {
+        params[0..3].copy_from_slice(&[u32_of(m, at)?, u32_of(n, at)?, u32_of(k, at)?]);
         let slices = split_k(run.context(), [m, n, k, z]);
-        if slices == 1 || self.startup_for(run.context(), slices, [m, n])?.is_some() {
-            return Ok(None);
+        if let Some(startup) = self.startup_for(run.context(), slices, [m, n])? {
+            params[4] = 1;
+            let groups = [u32_of(n.div_ceil(STARTUP_COLUMNS), at)?, u32_of(m, at)?, u32_of(z, at)?];
+            return dispatch_z(run, startup, params, 3, buffers, groups, at).map(|()| None);
+        }
+        let tiles = [u32_of(n.div_ceil(TILE), at)?, u32_of(m.div_ceil(TILE), at)?];
+        if slices == 1 {
+            params[4] = 1;
+            let groups = [tiles[0], tiles[1], u32_of(z, at)?];
+            return dispatch_z(run, &self.whole, params, 3, buffers, groups, at).map(|()| None);
         }
         let slice_len = k.div_ceil(slices).next_multiple_of(16);
         let slices = k.div_ceil(slice_len);
@@ -532,42 +540,15 @@ impl Tiled {
         let len =
             slices.checked_mul(z * m * n).ok_or_else(|| onyx_core::Error::node(at, "split-K partials too large"))?;
         let part = run.alloc(DataType::Float, vec![len])?;
-        params[0..7].copy_from_slice(&[
-            u32_of(m, at)?,
-            u32_of(n, at)?,
-            u32_of(k, at)?,
-            0,
-            u32_of(slices, at)?,
-            u32_of(slice_len, at)?,
-            u32_of(z, at)?,
-        ]);
+        params[3] = 0;
+        params[4] = u32_of(slices, at)?;
+        params[5] = u32_of(slice_len, at)?;
+        params[6] = u32_of(z, at)?;
         let mut all: Vec<&GpuBuffer> = buffers.to_vec();
         all.push(part.gpu()?);
-        let groups = [u32_of(n.div_ceil(TILE), at)?, u32_of(m.div_ceil(TILE), at)?, u32_of(z * slices, at)?];
-        run.dispatch(slice, params, &all, groups).map_err(|e| e.at(at))?;
+        run.dispatch(slice, params, &all, [tiles[0], tiles[1], u32_of(z * slices, at)?]).map_err(|e| e.at(at))?;
         drop(all);
         Ok(Some((part, slices)))
-    }
-
-    /// Records the product in one dispatch (per batch slice), through the hooks' store: the
-    /// tiled kernel over the whole K, or the startup kernel while the tuned one compiles.
-    pub fn record_whole(
-        &self,
-        run: &mut GpuRun,
-        params: &mut [u32],
-        buffers: &[&GpuBuffer],
-        [m, n, k, z]: [usize; 4],
-        at: &Location,
-    ) -> Result<()> {
-        params[0..3].copy_from_slice(&[u32_of(m, at)?, u32_of(n, at)?, u32_of(k, at)?]);
-        params[4] = 1;
-        let slices = split_k(run.context(), [m, n, k, z]);
-        if let Some(startup) = self.startup_for(run.context(), slices, [m, n])? {
-            let groups = [u32_of(n.div_ceil(STARTUP_COLUMNS), at)?, u32_of(m, at)?, u32_of(z, at)?];
-            return dispatch_z(run, startup, params, 3, buffers, groups, at);
-        }
-        let groups = [u32_of(n.div_ceil(TILE), at)?, u32_of(m.div_ceil(TILE), at)?, u32_of(z, at)?];
-        dispatch_z(run, &self.whole, params, 3, buffers, groups, at)
     }
 }
 

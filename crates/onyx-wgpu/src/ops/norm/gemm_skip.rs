@@ -5,7 +5,7 @@
 //! that feeds a transformer block's residual.
 
 use super::rows::{SkipInputs, SkipSum};
-use super::skip::vector;
+use super::skip::{stats_shape, vector};
 use super::*;
 use crate::ops::matmul::plain::{PlainProduct, Recorded};
 
@@ -61,11 +61,11 @@ impl GpuOp for GemmSkipLayerNorm {
         let (a, b) = (gpu_input(run, inputs, 0, at)?, gpu_input(run, inputs, 1, at)?);
         let skip = gpu_input(run, inputs, 3, at)?;
         let [m, n] = self.product.dims(a.shape(), b.shape())?;
-        if skip.shape().last() != Some(&n) || skip.len() != m * n {
+        if skip.shape().last() != Some(&n) || m.checked_mul(n) != Some(skip.len()) {
             return Err(Error::input(
                 at,
                 3,
-                format!("{} elements in rows of {n} (the product's [{m}, {n}])", m * n),
+                format!("the product's {m} x {n} elements in rows of {n}"),
                 format!("shape {:?}", skip.shape()),
             ));
         }
@@ -73,17 +73,18 @@ impl GpuOp for GemmSkipLayerNorm {
         let map = ParamMap { div: 1, modulo: n };
         let beta = vector(run, inputs, 5, n, at)?.map(|b| (b, map));
         let bias = vector(run, inputs, 2, n, at)?;
-        let mut stat_shape = skip.shape().to_vec();
-        if let Some(last) = stat_shape.last_mut() {
-            *last = 1;
-        }
+        let stat_shape = stats_shape(skip.shape());
         let skip_tensor = skip.tensor;
         let mut out = match self.product.record(run, a, b)? {
             Recorded::Whole(y) => {
                 let x = y.reshaped(skip_tensor.shape().to_vec()).map_err(|e| e.at(at))?;
-                let x = GpuTensor { tensor: &x, buffer: x.gpu()? };
                 let skip = SkipInputs { skip, bias, slices: 0 };
-                self.whole.record(run, x, Some(skip), n, (gamma, map), beta, self.epsilon, &stat_shape, at)?
+                let x_gpu = GpuTensor { tensor: &x, buffer: x.gpu()? };
+                let out =
+                    self.whole.record(run, x_gpu, Some(skip), n, (gamma, map), beta, self.epsilon, &stat_shape, at)?;
+                drop(x);
+                run.release_tensor(y);
+                out
             }
             Recorded::Partials { part, slices } => {
                 // X is the skip's shape and type, its buffer the product's f32 slices.
@@ -250,6 +251,6 @@ mod tests {
         let mut inputs = shape.inputs(1);
         inputs[2].1 = rand(&[7, 5], -1.0, 1.0, 3);
         let e = run(shape.model(&inputs, true), gpu, &inputs).unwrap_err().to_string();
-        assert!(e.contains("input 3") && e.contains("30 elements"), "{e}");
+        assert!(e.contains("input 3") && e.contains("6 x 5 elements"), "{e}");
     }
 }

@@ -19,6 +19,16 @@ pub(super) fn supports(ctx: &NodeContext<'_>, gpu: &Capabilities) -> bool {
         && float_inputs(ctx, gpu, 0..n)
 }
 
+/// The shape of the row statistics of rows along the last dim of `shape` (the kernel's
+/// `stat_shape`; SkipLayerNormalization never writes them).
+pub(super) fn stats_shape(shape: &[usize]) -> Vec<usize> {
+    let mut s = shape.to_vec();
+    if let Some(last) = s.last_mut() {
+        *last = 1;
+    }
+    s
+}
+
 /// The input's last dim (the rows' length) when the session knows it.
 fn last_dim(ctx: &NodeContext<'_>) -> Option<usize> {
     known_dims(ctx, 0)?.last().copied().flatten()
@@ -91,10 +101,7 @@ impl GpuOp for SkipLayerNorm {
         let beta = vector(run, inputs, 3, n, &self.at)?;
         let bias = vector(run, inputs, 4, n, &self.at)?;
         let map = ParamMap { div: 1, modulo: n };
-        let mut stat_shape = x.shape().to_vec();
-        if let Some(last) = stat_shape.last_mut() {
-            *last = 1;
-        }
+        let stat_shape = stats_shape(x.shape());
         let beta = beta.map(|b| (b, map));
         let skip = SkipInputs { skip, bias, slices: 0 };
         let mut out =

@@ -389,18 +389,23 @@ fn gemm_skip_layer_norm(cx: &Ctx<'_>) -> Result<Vec<Inferred>> {
             cx.same_dtype(0, i)?;
         }
     }
-    let product = gemm(&Ctx::new(cx.node, cx.since, &[cx.input(0), cx.input(1), cx.input(2)]))?;
+    let product = gemm(&Ctx::new(cx.node, cx.since, &[cx.input(0), cx.input(1), None]))?;
     let Some(skip) = cx.input(3) else { return Ok(vec![unknown(), unknown()]) };
     let fixed = |dims: &[Dim]| dims.iter().map(Dim::fixed).collect::<Option<Vec<usize>>>();
-    let (mn, s) =
-        (product[0].tensor_type().and_then(|t| t.shape.as_deref()).and_then(fixed), cx.shape(3).and_then(fixed));
-    if let (Some(mn), Some(s)) = (mn, s) {
-        if s.last() != mn.last() || s.iter().product::<usize>() != mn.iter().product::<usize>() {
-            return Err(cx.input_error(
-                3,
-                format!("the product's {} elements, rows of {}", mn[0] * mn[1], mn[1]),
-                format!("{s:?}"),
-            ));
+    let count = |dims: &[usize]| dims.iter().try_fold(1usize, |c, &d| c.checked_mul(d));
+    let mn = product[0].tensor_type().and_then(|t| t.shape.as_deref()).and_then(fixed);
+    if let (Some(mn), Some(s)) = (mn, cx.shape(3).and_then(fixed)) {
+        if s.last() != mn.last() || count(&s) != count(&mn) {
+            let (m, n) = (mn[0], mn[1]);
+            return Err(cx.input_error(3, format!("the product's {m} x {n} elements, rows of {n}"), format!("{s:?}")));
+        }
+    }
+    let n = product[0].tensor_type().and_then(|t| t.shape.as_deref()).and_then(|s| s.last().cloned());
+    for i in [2, 4, 5] {
+        if let (Some(v), Some(n)) = (cx.shape(i), &n) {
+            if v.len() != 1 || merge_dim(&v[0], n).is_none() {
+                return Err(cx.input_error(i, format!("a vector [{n}] (the product's columns)"), describe(v)));
+            }
         }
     }
     Ok(vec![same_type(skip), same_type(skip)])

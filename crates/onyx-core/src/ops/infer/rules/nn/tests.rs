@@ -413,7 +413,11 @@ fn gemm_skip_layer_norm_takes_the_skip_shape() {
     let mut wrong = inputs.clone();
     wrong[3] = Some(ty("float[3,3,5]"));
     let e = run(&n, 1, &wrong).unwrap_err().to_string();
-    assert!(e.contains("30 elements"), "{e}");
+    assert!(e.contains("6 x 5 elements"), "{e}");
+    wrong[3] = Some(ty("float[2,3,5]"));
+    wrong[2] = Some(ty("float[6,5]"));
+    let e = run(&n, 1, &wrong).unwrap_err().to_string();
+    assert!(e.contains("vector [5]"), "the bias is a row vector: {e}");
     wrong[3] = Some(ty("float16[2,3,5]"));
     assert!(run(&n, 1, &wrong).is_err(), "the skip's element type must be A's");
 }
