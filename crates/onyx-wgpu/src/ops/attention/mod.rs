@@ -8,8 +8,8 @@
 //! softmax, no scratch), reading K and V in place when there is no cache and no present
 //! output: one dispatch. Otherwise three: the present key and value (the past followed by the
 //! new keys, in the 4-D layout; outputs 1 and 2), then the tiled kernel or, for the cases it
-//! does not cover, the row kernel (one workgroup per query row that computes the row's scores
-//! into an f32 scratch row, its softmax, and the weighted sum of values).
+//! does not cover, the row kernel of `row.rs` (one workgroup per query row that computes the
+//! row's scores into an f32 scratch row, its softmax, and the weighted sum of values).
 //!
 //! The row kernel also stands in for the tiled one while the tiled one compiles (startup
 //! kernels, see `compile.rs`): on a cold NVIDIA driver the tiled kernel takes 90-120 ms to
@@ -29,8 +29,10 @@ use crate::kernel::{enables, gpu_input, grid, opt_gpu_input, strides, u32_of, Gp
 use crate::run::GpuRun;
 
 mod flash;
+mod row;
 
 use flash::{flash_shader, Tiling};
+use row::row_shader;
 
 /// Registers Attention.
 pub(crate) fn register(r: &mut Registry) {
@@ -286,128 +288,6 @@ fn mask_code(mask: u32) -> String {
         P_MASK + 2,
         P_MASK + 3,
         len = P_MASK + 4
-    )
-}
-
-/// The per-row shader (64 threads a query row).
-fn row_shader(ty: &str, enable: &str, mask: u32, nonpad: bool, qk: bool) -> String {
-    let mut binds = String::new();
-    let mut next = 4;
-    let mut bind = |decl: String| {
-        binds += &format!("@group(0) @binding({next}) {decl}\n");
-        next += 1;
-    };
-    match mask {
-        1 => bind("var<storage, read> m: array<u32>;".into()),
-        2 => bind(format!("var<storage, read> m: array<{ty}>;")),
-        _ => {}
-    }
-    if nonpad {
-        bind("var<storage, read> valid: array<u32>;".into());
-    }
-    bind("var<storage, read_write> sc: array<f32>;".into());
-    bind(format!("var<storage, read_write> y: array<{ty}>;"));
-    if qk {
-        bind(format!("var<storage, read_write> qk: array<{ty}>;"));
-    }
-    let mask_code = mask_code(mask);
-    let valid = if nonpad { "min(last, valid[2u * b])" } else { "last" };
-    let keep = |mode: u32, v: &str| if qk { format!("if (p[{P_MODE}] == {mode}u) {{ qk[base + j] = {ty}({v}); }}") } else { String::new() };
-    let (k0, k1, k2, k3) = (keep(0, "s"), keep(1, "s"), keep(2, "s"), keep(3, "w"));
-    format!(
-        "{enable}
-@group(0) @binding(0) var<storage, read> p: array<u32>;
-@group(0) @binding(1) var<storage, read> q: array<{ty}>;
-@group(0) @binding(2) var<storage, read> k: array<{ty}>;
-@group(0) @binding(3) var<storage, read> v: array<{ty}>;
-{binds}
-fn neg_inf() -> f32 {{ return bitcast<f32>(0xff800000u); }}
-var<workgroup> red: array<f32, 64>;
-fn reduce_max(t: u32, x: f32) -> f32 {{
-    red[t] = x;
-    workgroupBarrier();
-    for (var s = 32u; s > 0u; s >>= 1u) {{
-        if (t < s) {{ red[t] = max(red[t], red[t + s]); }}
-        workgroupBarrier();
-    }}
-    let r = red[0];
-    workgroupBarrier();
-    return r;
-}}
-fn reduce_sum(t: u32, x: f32) -> f32 {{
-    red[t] = x;
-    workgroupBarrier();
-    for (var s = 32u; s > 0u; s >>= 1u) {{
-        if (t < s) {{ red[t] = red[t] + red[t + s]; }}
-        workgroupBarrier();
-    }}
-    let r = red[0];
-    workgroupBarrier();
-    return r;
-}}
-@compute @workgroup_size(64)
-fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
-        @builtin(num_workgroups) nwg: vec3<u32>) {{
-    let NEG_INF = neg_inf();
-    let r = wid.x + wid.y * nwg.x;
-    // Workgroups past the last row run with empty loops (barriers stay in uniform flow).
-    let live = r < p[{P_ROWS}];
-    let qh = p[{P_QH}]; let qs = p[{P_QS}]; let total = select(0u, p[{P_TOTAL}], live);
-    let dh = p[{P_DH}]; let dv = select(0u, p[{P_DV}], live);
-    let i = r % qs;
-    let h = (r / qs) % qh;
-    let b = r / (qs * qh);
-    let kvh = p[{P_KVH}];
-    let kh = h / (qh / kvh);
-    var qo = ((b * qh + h) * qs + i) * dh;
-    var yo = ((b * qh + h) * qs + i) * dv;
-    if (p[{P_3D}] == 1u) {{ qo = (b * qs + i) * p[{P_QROW}] + p[{P_QOFF}] + h * dh; yo = ((b * qs + i) * qh + h) * dv; }}
-    let kb = (b * kvh + kh) * total;
-    let base = r * total;
-    let scale = bitcast<f32>(p[{P_SCALE}]);
-    let cap = bitcast<f32>(p[{P_SOFTCAP}]);
-    var last = total;
-    if (p[{P_CAUSAL}] == 1u) {{ last = min(p[{P_PAST}] + i + 1u, total); }}
-    last = {valid};
-    var mx = NEG_INF;
-    for (var j = t; j < total; j += 64u) {{
-        var dot = 0.0;
-        for (var c = 0u; c < dh; c++) {{ dot += f32(q[qo + c]) * f32(k[(kb + j) * dh + c]); }}
-        var s = dot * scale;
-        {k0}
-        if (cap > 0.0) {{ s = cap * tanh(s / cap); }}
-        {k1}
-        {mask_code}
-        if (j >= last) {{ s = NEG_INF; }}
-        {k2}
-        sc[base + j] = s;
-        mx = max(mx, s);
-    }}
-    mx = reduce_max(t, mx);
-    var sum = 0.0;
-    for (var j = t; j < total; j += 64u) {{
-        var e = 0.0;
-        if (mx > NEG_INF) {{ e = exp(sc[base + j] - mx); }}
-        sc[base + j] = e;
-        sum += e;
-    }}
-    sum = reduce_sum(t, sum);
-    var inv = 0.0;
-    if (sum > 0.0) {{ inv = 1.0 / sum; }}
-    for (var j = t; j < total; j += 64u) {{
-        let w = sc[base + j] * inv;
-        sc[base + j] = w;
-        {k3}
-    }}
-    storageBarrier();
-    workgroupBarrier();
-    for (var c = t; c < dv; c += 64u) {{
-        var acc = 0.0;
-        for (var j = 0u; j < total; j++) {{ acc += sc[base + j] * f32(v[(kb + j) * dv + c]); }}
-        y[yo + c] = {ty}(acc);
-    }}
-}}
-"
     )
 }
 
