@@ -14,8 +14,8 @@
 //! of workgroups.
 
 use super::{
-    mask_code, P_3D, P_CAUSAL, P_DH, P_DV, P_KOFF, P_KROW, P_KV3D, P_KVH, P_PAST, P_QH, P_QOFF, P_QROW, P_QS, P_ROWS,
-    P_SCALE, P_SOFTCAP, P_TOTAL, P_VOFF, P_VROW,
+    bindings, mask_code, P_3D, P_CAUSAL, P_DH, P_DV, P_KOFF, P_KROW, P_KV3D, P_KVH, P_PAST, P_QH, P_QOFF, P_QROW, P_QS,
+    P_ROWS, P_SCALE, P_SOFTCAP, P_TOTAL, P_VOFF, P_VROW,
 };
 
 /// Largest head size (of Q/K and of V) the tiled kernel handles.
@@ -100,21 +100,7 @@ fn staging(t: Tiling) -> (String, String, String, String) {
 /// The tiled shader for element type `ty`, mask kind (0 none, 1 bool, 2 additive) and
 /// whether `nonpad_kv_seqlen` is bound.
 pub(super) fn flash_shader(ty: &str, enable: &str, mask: u32, nonpad: bool, t: Tiling) -> String {
-    let mut binds = String::new();
-    let mut next = 4;
-    let mut bind = |decl: String| {
-        binds += &format!("@group(0) @binding({next}) {decl}\n");
-        next += 1;
-    };
-    match mask {
-        1 => bind("var<storage, read> m: array<u32>;".into()),
-        2 => bind(format!("var<storage, read> m: array<{ty}>;")),
-        _ => {}
-    }
-    if nonpad {
-        bind("var<storage, read> valid: array<u32>;".into());
-    }
-    bind(format!("var<storage, read_write> y: array<{ty}>;"));
+    let binds = bindings(ty, mask, nonpad, &[format!("var<storage, read_write> y: array<{ty}>;")]);
     let masking = mask_code(mask);
     let nonpad_code = if nonpad { "end = min(end, valid[2u * b]); last = min(last, valid[2u * b]);" } else { "" };
     let [qn, kn, vn, sn] = t.arrays();

@@ -4,31 +4,20 @@
 //! largest) and stands in for it while it compiles (see `mod.rs`).
 
 use super::{
-    mask_code, P_3D, P_CAUSAL, P_DH, P_DV, P_KVH, P_MODE, P_PAST, P_QH, P_QOFF, P_QROW, P_QS, P_ROWS, P_SCALE,
-    P_SOFTCAP, P_TOTAL,
+    bindings, mask_code, P_3D, P_CAUSAL, P_DH, P_DV, P_KVH, P_MODE, P_PAST, P_QH, P_QOFF, P_QROW, P_QS, P_ROWS,
+    P_SCALE, P_SOFTCAP, P_TOTAL,
 };
 
 /// The per-row shader (64 threads a query row).
 pub(super) fn row_shader(ty: &str, enable: &str, mask: u32, nonpad: bool, qk: bool) -> String {
-    let mut binds = String::new();
-    let mut next = 4;
-    let mut bind = |decl: String| {
-        binds += &format!("@group(0) @binding({next}) {decl}\n");
-        next += 1;
-    };
-    match mask {
-        1 => bind("var<storage, read> m: array<u32>;".into()),
-        2 => bind(format!("var<storage, read> m: array<{ty}>;")),
-        _ => {}
-    }
-    if nonpad {
-        bind("var<storage, read> valid: array<u32>;".into());
-    }
-    bind("var<storage, read_write> sc: array<f32>;".into());
-    bind(format!("var<storage, read_write> y: array<{ty}>;"));
+    let mut outputs = vec![
+        "var<storage, read_write> sc: array<f32>;".to_string(),
+        format!("var<storage, read_write> y: array<{ty}>;"),
+    ];
     if qk {
-        bind(format!("var<storage, read_write> qk: array<{ty}>;"));
+        outputs.push(format!("var<storage, read_write> qk: array<{ty}>;"));
     }
+    let binds = bindings(ty, mask, nonpad, &outputs);
     let mask_code = mask_code(mask);
     let valid = if nonpad { "min(last, valid[2u * b])" } else { "last" };
     let keep = |mode: u32, v: &str| {
