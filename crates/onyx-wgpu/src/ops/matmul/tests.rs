@@ -20,6 +20,9 @@ fn matmul_odd_sizes_match_the_cpu() {
 fn matmul_split_k_matches_the_cpu() {
     // Few output tiles over a long K: slices summed by a second pass.
     mm(&[37, 1000], &[1000, 71], 90).check(1e-4, 1e-4);
+    // N a multiple of 4: the partial tiles are stored 4 values at a time.
+    mm(&[37, 1000], &[1000, 72], 94).check(1e-4, 1e-4);
+    mm(&[2, 37, 700], &[700, 44], 95).check(1e-4, 1e-4);
     mm(&[3, 37, 700], &[700, 45], 91).check(1e-4, 1e-4);
     mm(&[2, 3, 20, 333], &[3, 333, 9], 92).check(1e-4, 1e-4);
     let attrs = vec![int("transA", 1), int("transB", 1), float("alpha", 0.5), float("beta", 2.0)];

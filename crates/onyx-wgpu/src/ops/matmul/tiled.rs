@@ -197,21 +197,25 @@ const SLICE_K: &str =
                        if (p[4] == 0u) { store(0u, 0u, 0.0); }";
 
 /// The partial tiles of split-K, at binding `$BINDING`, and the store of one row into them.
+/// Bound as vectors of 4 (the allocation is rounded up to whole ones): a row's 4 values go in
+/// one store where N is a multiple of 4 (`n` always is), value by value elsewhere.
 const PART: &str = r#"
-@group(0) @binding($BINDING) var<storage, read_write> part: array<f32>;
+@group(0) @binding($BINDING) var<storage, read_write> part: array<vec4<f32>>;
 fn part_row(m: u32, n: u32, v: vec4<f32>) {
     let M = p[0];
     let N = p[1];
     if (m >= M) { return; }
-    let wid_z = part_z;
+    let i = (part_z * M + m) * N + n;
+    if (N % 4u == 0u && n < N) { part[i / 4u] = v; return; }
     for (var j = 0u; j < 4u; j++) {
-        if (n + j < N) { part[(wid_z * M + m) * N + n + j] = v[j]; }
+        if (n + j < N) { part[(i + j) / 4u][(i + j) % 4u] = v[j]; }
     }
 }
 "#;
 
 /// Split-K's second pass: one thread per output sums its slices and stores through the hooks.
 const REDUCE: &str = r#"
+@group(0) @binding($BINDING) var<storage, read_write> part: array<f32>;
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let MN = p[0] * p[1];
@@ -388,12 +392,13 @@ impl TiledSource {
         let (template, staging, inner) =
             if cooperative { (COOP_TILED, &COOP_STAGING, COOP_PRODUCT.to_string()) } else { (TILED, &PLAIN_STAGING, inner_product()) };
         let (b_cols, k_loop) = self.k_loop(staging, &inner);
-        let part = fill(PART, &[("$BINDING", &(self.buffers + 1).to_string())]);
+        let binding = (self.buffers + 1).to_string();
+        let part = fill(PART, &[("$BINDING", &binding)]);
         let enable = enables(self.dtype);
         let (part, slice, store) = match mode {
             Mode::Whole => (String::new(), WHOLE_K.to_string(), "store_row"),
             Mode::Slice => (format!("var<private> part_z: u32;\n{part}"), format!("{SLICE_K}\n    part_z = wid.z;"), "part_row"),
-            Mode::Reduce => return format!("{enable}{}\n{}\n{REDUCE}", self.hooks, part.replace("part_z", "0u")),
+            Mode::Reduce => return format!("{enable}{}\n{}", self.hooks, REDUCE.replace("$BINDING", &binding)),
             Mode::Startup => return fill(STARTUP, &[("$ENABLE", enable), ("$HOOKS", &self.hooks)]),
         };
         fill(
@@ -537,8 +542,10 @@ impl Tiled {
         let slice_len = k.div_ceil(slices).next_multiple_of(16);
         let slices = k.div_ceil(slice_len);
         let [slice, _] = self.split_pipelines(run.context())?;
-        let len =
-            slices.checked_mul(z * m * n).ok_or_else(|| onyx_core::Error::node(at, "split-K partials too large"))?;
+        let len = slices
+            .checked_mul(z * m * n)
+            .ok_or_else(|| onyx_core::Error::node(at, "split-K partials too large"))?
+            .next_multiple_of(4);
         let part = run.alloc(DataType::Float, vec![len])?;
         params[3] = 0;
         params[4] = u32_of(slices, at)?;
