@@ -116,7 +116,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 /// The tiled kernel on cooperative matrices (f16 operands, f32 accumulators): the same
 /// hooks, tile, K step and dispatch as [`TILED`]. Each of the 8 subgroups (of 32
 /// invocations) multiplies 16 rows of the A tile by 32 columns of the B tile, two 16x16
-/// fragments; the fragments go through workgroup memory to the hooks' store.
+/// fragments; the fragments go through workgroup memory (half the tile at a time) to the
+/// hooks' store.
 const COOP_TILED: &str = r#"$ENABLE
 enable wgpu_cooperative_matrix;
 const BM: u32 = 64u;
@@ -130,7 +131,7 @@ const BROW: u32 = 72u;
 const CROW: u32 = 68u;
 var<workgroup> As: array<f16, 1536>;
 var<workgroup> Bs: array<f16, 1152>;
-var<workgroup> Cs: array<f32, 4352>;
+var<workgroup> Cs: array<f32, 2176>;
 $HOOKS
 $PART
 $STORE_ROW
@@ -149,17 +150,24 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     var c0 = coop_mat16x16<f32, C>();
     var c1 = coop_mat16x16<f32, C>();
     $K_LOOP
-    let fc = (sg / 2u) * 16u * CROW + fb;
-    coopStoreT(c0, &Cs[fc], CROW);
-    coopStoreT(c1, &Cs[fc + 16u], CROW);
-    workgroupBarrier();
+    // The output tile leaves in two halves of 32 rows (the upper four subgroups' fragments,
+    // then the lower four's), which halves the workgroup memory it goes through.
+    let fc = ((sg / 2u) % 2u) * 16u * CROW + fb;
     let tx = t % 16u;
     let ty = t / 16u;
-    let m = m0 + ty * 4u;
     let n = n0 + tx * 4u;
-    for (var i = 0u; i < 4u; i++) {
-        let c = (ty * 4u + i) * CROW + tx * 4u;
-        $STORE(m + i, n, vec4<f32>(Cs[c], Cs[c + 1u], Cs[c + 2u], Cs[c + 3u]));
+    for (var half = 0u; half < 2u; half++) {
+        if (sg / 4u == half) {
+            coopStoreT(c0, &Cs[fc], CROW);
+            coopStoreT(c1, &Cs[fc + 16u], CROW);
+        }
+        workgroupBarrier();
+        let m = m0 + half * 32u + ty * 2u;
+        for (var i = 0u; i < 2u; i++) {
+            let c = (ty * 2u + i) * CROW + tx * 4u;
+            $STORE(m + i, n, vec4<f32>(Cs[c], Cs[c + 1u], Cs[c + 2u], Cs[c + 3u]));
+        }
+        workgroupBarrier();
     }
 }
 "#;
