@@ -552,8 +552,8 @@ impl Tiled {
         let [slice, _] = self.split_pipelines(run.context())?;
         let len = slices
             .checked_mul(z * m * n)
-            .ok_or_else(|| onyx_core::Error::node(at, "split-K partials too large"))?
-            .next_multiple_of(4);
+            .and_then(|len| len.checked_next_multiple_of(4))
+            .ok_or_else(|| onyx_core::Error::node(at, "split-K partials too large"))?;
         let part = run.alloc(DataType::Float, vec![len])?;
         params[3] = 0;
         params[4] = u32_of(slices, at)?;
