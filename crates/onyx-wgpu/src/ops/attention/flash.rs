@@ -121,10 +121,6 @@ pub(super) fn flash_shader(ty: &str, enable: &str, mask: u32, nonpad: bool, t: T
     });
     format!(
         "{enable}
-@group(0) @binding(0) var<storage, read> p: array<u32>;
-@group(0) @binding(1) var<storage, read> q: array<{ty}>;
-@group(0) @binding(2) var<storage, read> k: array<{ty}>;
-@group(0) @binding(3) var<storage, read> v: array<{ty}>;
 {binds}
 const BQ: u32 = {rows}u;
 const BK: u32 = {keys}u;

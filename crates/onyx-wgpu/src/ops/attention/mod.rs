@@ -271,19 +271,21 @@ const P_VROW: usize = 23;
 const P_VOFF: usize = 24;
 const P_LEN: usize = 25;
 
-/// The shaders' bindings after Q, K and V (0-3): the mask (u32 for bool, else `ty`) and the
-/// valid lengths when bound, then `outputs`' declarations.
+/// The shaders' bindings: the params, Q, K and V (0-3), the mask (u32 for bool, else `ty`)
+/// and the valid lengths when bound, then `outputs`' declarations.
 fn bindings(ty: &str, mask: u32, nonpad: bool, outputs: &[String]) -> String {
-    let mut decls: Vec<String> = match mask {
-        1 => vec!["var<storage, read> m: array<u32>;".into()],
-        2 => vec![format!("var<storage, read> m: array<{ty}>;")],
-        _ => vec![],
-    };
+    let mut decls: Vec<String> = vec!["var<storage, read> p: array<u32>;".into()];
+    decls.extend(["q", "k", "v"].map(|name| format!("var<storage, read> {name}: array<{ty}>;")));
+    match mask {
+        1 => decls.push("var<storage, read> m: array<u32>;".into()),
+        2 => decls.push(format!("var<storage, read> m: array<{ty}>;")),
+        _ => {}
+    }
     if nonpad {
         decls.push("var<storage, read> valid: array<u32>;".into());
     }
     decls.extend(outputs.iter().cloned());
-    decls.iter().enumerate().map(|(i, d)| format!("@group(0) @binding({}) {d}\n", i + 4)).collect()
+    decls.iter().enumerate().map(|(i, d)| format!("@group(0) @binding({i}) {d}\n")).collect()
 }
 
 /// WGSL applying the mask (0 none, 1 bool, 2 additive) to score `s` of query row `i`, key

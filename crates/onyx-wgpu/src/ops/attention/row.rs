@@ -30,10 +30,6 @@ pub(super) fn row_shader(ty: &str, enable: &str, mask: u32, nonpad: bool, qk: bo
     let (k0, k1, k2, k3) = (keep(0, "s"), keep(1, "s"), keep(2, "s"), keep(3, "w"));
     format!(
         "{enable}
-@group(0) @binding(0) var<storage, read> p: array<u32>;
-@group(0) @binding(1) var<storage, read> q: array<{ty}>;
-@group(0) @binding(2) var<storage, read> k: array<{ty}>;
-@group(0) @binding(3) var<storage, read> v: array<{ty}>;
 {binds}
 fn neg_inf() -> f32 {{ return bitcast<f32>(0xff800000u); }}
 var<workgroup> red: array<f32, 64>;
