@@ -5,9 +5,10 @@ Run (on the GPU machine, recipe in docs/gpu-machine.md):
 Needs: onnx, numpy and a release `onyx` binary; torch with CUDA for the cuBLAS column (left
 empty without it). Each product `MxKxN` is a model of one MatMul (input A `[M, K]`, B a
 random initializer `[K, N]`), written under target/gemm_products/. Onyx's figure is the GPU
-time per run from `onyx bench --profile` (timestamps around each of the product's dispatches:
-split-K's slices and sum pass together); cuBLAS's is one product of a CUDA graph of 100 (TF32
-off). The ratio is cuBLAS's time over Onyx's: Onyx's speed as a fraction of cuBLAS's.
+time per run from `onyx bench --profile` (the mean over its profiled runs of the timestamps
+around each of the product's dispatches: split-K's slices and sum pass together, the gaps
+between dispatches left out); cuBLAS's is one product of a CUDA graph of 100, best of 5
+replays (TF32 off; fp16 with torch's default reduced-precision reductions). The ratio is cuBLAS's time over Onyx's: Onyx's speed as a fraction of cuBLAS's.
 """
 
 import argparse
@@ -50,12 +51,15 @@ def make_product(m: int, k: int, n: int, dtype: str, folder: pathlib.Path) -> pa
     return path
 
 
-def onyx_gpu_us(onyx: str, path: pathlib.Path, runs: int) -> tuple[float, str]:
-    """Onyx's GPU time per run in us and the kernels it ran."""
-    out = subprocess.run(
-        [onyx, "bench", str(path), "--provider", "wgpu", "--warmup", "5", "--runs", str(runs), "--profile", "--json"],
-        capture_output=True, text=True, check=True, timeout=600).stdout
-    profile = json.loads(out.strip().splitlines()[-1])["profile"]
+def onyx_gpu_us(onyx: str, path: pathlib.Path) -> tuple[float, str]:
+    """Onyx's GPU time per run in us (`--profile`'s own runs, after the timed ones) and the
+    kernels it ran."""
+    run = subprocess.run(
+        [onyx, "bench", str(path), "--provider", "wgpu", "--warmup", "5", "--runs", "10", "--profile", "--json"],
+        capture_output=True, text=True, timeout=600)
+    if run.returncode != 0:
+        sys.exit(f"onyx bench {path.name} failed:\n{run.stderr[-2000:]}")
+    profile = json.loads(run.stdout.strip().splitlines()[-1])["profile"]
     kernels = ", ".join(sorted({k["kernel"].split("/", 2)[-1] for k in profile["kernels"]}))
     return profile["gpu_us_per_run"], kernels
 
@@ -96,7 +100,6 @@ def main() -> None:
     parser.add_argument("--onyx", required=True, help="a release `onyx` binary")
     parser.add_argument("--products", default=PRODUCTS, help="comma-separated MxKxN")
     parser.add_argument("--dtypes", default="fp32,fp16")
-    parser.add_argument("--runs", type=int, default=50)
     parser.add_argument("--folder", type=pathlib.Path, default=ROOT / "target/gemm_products")
     args = parser.parse_args()
     print("| product (M x K x N) | dtype | Onyx GPU us | Onyx TFLOP/s | cuBLAS us | cuBLAS/Onyx | Onyx kernels |")
@@ -106,7 +109,7 @@ def main() -> None:
             sys.exit(f"unknown dtype {dtype!r}: one of {', '.join(DTYPES)}")
         for product in args.products.split(","):
             m, k, n = (int(d) for d in product.split("x"))
-            onyx_us, kernels = onyx_gpu_us(args.onyx, make_product(m, k, n, dtype, args.folder), args.runs)
+            onyx_us, kernels = onyx_gpu_us(args.onyx, make_product(m, k, n, dtype, args.folder))
             peer = cublas_us(m, k, n, dtype)
             tflops = 2 * m * k * n / onyx_us / 1e6
             peer_cells = f"{peer:.1f} | {peer / onyx_us:.2f}" if peer else "- | -"
