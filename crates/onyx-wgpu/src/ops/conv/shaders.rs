@@ -288,8 +288,9 @@ impl Variant {
             // Cooperative matrices do not pay here (resnet50 fp16 on an H100: no faster, and
             // three times the compile time, these hooks gathering input windows).
             let cooperative = false;
-            Tiled::new(gpu, TiledSource { key: key.clone(), dtype, hooks, a, b: Walk::Outer, buffers, cooperative })
-                .map(ConvKernel::Tiled)
+            let source =
+                TiledSource { key: key.clone(), dtype, hooks, a, b: Walk::Outer, buffers, cooperative, packed: false };
+            Tiled::new(gpu, source).map(ConvKernel::Tiled)
         };
         match self.algo {
             Algo::Gemm => tiled(CONV_B, Walk::K),

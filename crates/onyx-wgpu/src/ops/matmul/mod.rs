@@ -65,8 +65,8 @@ fn batch_offsets(z: u32, at: u32) -> vec2<u32> {
 /// batch offsets (at 16).
 const GEMM_HOOKS: &str = r#"
 @group(0) @binding(0) var<storage, read> p: array<u32>;
-@group(0) @binding(1) var<storage, read> a: array<$TY>;
-@group(0) @binding(2) var<storage, read> b: array<$TY>;
+@group(0) @binding(1) var<storage, read> a: array<$OPERAND>;
+@group(0) @binding(2) var<storage, read> b: array<$OPERAND>;
 $C_BINDING
 $BATCH
 var<private> a_off: u32;
@@ -82,8 +82,7 @@ fn setup(z: u32) {
     s = vec4<u32>(p[8], p[9], p[10], p[11]);
 }
 fn col(n: u32) -> Col { return Col(n); }
-fn load_a(m: u32, k: u32) -> f32 { return f32(a[a_off + m * s.x + k * s.y]); }
-fn load_b(c: Col, k: u32) -> f32 { return f32(b[b_off + k * s.z + c.n * s.w]); }
+$LOADS
 $ACT_FN
 fn store(m: u32, n: u32, acc: f32) {
     var v = bitcast<f32>(p[14]) * acc;
@@ -91,6 +90,19 @@ fn store(m: u32, n: u32, acc: f32) {
     y[y_off + m * p[1] + n] = $TY(act(v));
 }
 "#;
+
+/// The GEMM hooks' operand loads, one value at a time.
+const LOADS: &str = "fn load_a(m: u32, k: u32) -> f32 { return f32(a[a_off + m * s.x + k * s.y]); }
+fn load_b(c: Col, k: u32) -> f32 { return f32(b[b_off + k * s.z + c.n * s.w]); }";
+
+/// The GEMM hooks' operand loads where A and B are bound as vectors of 4 f16 values (see
+/// [`TiledSource::packed`]): one value, or the group of 4 from an index along the operand's
+/// walk (contiguous, the group aligned).
+const PACKED_LOADS: &str =
+    "fn load_a(m: u32, k: u32) -> f32 { let i = a_off + m * s.x + k * s.y; return f32(a[i / 4u][i % 4u]); }
+fn load_b(c: Col, k: u32) -> f32 { let i = b_off + k * s.z + c.n * s.w; return f32(b[i / 4u][i % 4u]); }
+fn load_a4(m: u32, k: u32) -> vec4<f16> { return a[(a_off + m * s.x + k) / 4u]; }
+fn load_b4(c: Col, k: u32) -> vec4<f16> { return b[(b_off + k * s.z + c.n) / 4u]; }";
 
 /// The WGSL storage type of `dtype`, or an error for dtypes the kernels do not take.
 pub(crate) fn storage_type(dtype: DataType) -> Result<&'static str> {
@@ -119,22 +131,35 @@ fn c_parts(ty: &str, has_c: bool, beta: usize, c_index: &str) -> (String, String
 }
 
 /// The tiled kernel's description for a strided product in `dtype` with these load orders, C
-/// and activation.
-pub(crate) fn gemm_source(dtype: DataType, a: Walk, b: Walk, has_c: bool, act: Activation) -> Result<TiledSource> {
+/// and activation; `packed` reads the operands 4 values at a time (see
+/// [`TiledSource::packed`]; f16 only).
+pub(crate) fn gemm_source(
+    dtype: DataType,
+    a: Walk,
+    b: Walk,
+    has_c: bool,
+    act: Activation,
+    packed: bool,
+) -> Result<TiledSource> {
     let ty = storage_type(dtype)?;
+    let packed = packed && dtype == DataType::Float16;
     let (binding, term, tag) = c_parts(ty, has_c, 15, "m * p[12] + n * p[13]");
-    let key = format!("matmul/tiled/{ty}/{}{}/{tag}/{}", a.name(), b.name(), act.key());
+    let suffix = if packed { "/p4" } else { "" };
+    let key = format!("matmul/tiled/{ty}/{}{}/{tag}/{}{suffix}", a.name(), b.name(), act.key());
+    let (operand, loads) = if packed { ("vec4<f16>", PACKED_LOADS) } else { (ty, LOADS) };
     let hooks = fill(
         GEMM_HOOKS,
         &[
             ("$C_BINDING", &binding),
             ("$C_TERM", &term),
             ("$BATCH", BATCH_OFFSETS),
+            ("$LOADS", loads),
             ("$ACT_FN", &act.function()),
+            ("$OPERAND", operand),
             ("$TY", ty),
         ],
     );
-    Ok(TiledSource { key, dtype, hooks, a, b, buffers: 3 + has_c as usize, cooperative: true })
+    Ok(TiledSource { key, dtype, hooks, a, b, buffers: 3 + has_c as usize, cooperative: true, packed })
 }
 
 /// The pipelines one MatMul or Gemm node may use (shared between nodes through the context's
@@ -148,7 +173,8 @@ struct Pipelines {
     has_c: bool,
     /// Applied to each output as it is stored (FusedGemm).
     act: Activation,
-    tiled: OnceLock<Tiled>,
+    /// The tiled kernel reading its operands one value at a time, and 4 at a time.
+    tiled: [OnceLock<Tiled>; 2],
     /// GEMVs for any batch, with lanes walking N, then K.
     gemv: [OnceLock<Arc<Pipeline>>; 2],
     /// Single-batch GEMVs, lanes walking N, then K: made only for a shape known to have one
@@ -162,12 +188,14 @@ impl Pipelines {
         Pipelines { dtype, a, b, has_c, act, tiled, gemv, gemv_single }
     }
 
-    fn tiled(&self, gpu: &GpuContext) -> Result<&Tiled> {
-        if let Some(t) = self.tiled.get() {
+    /// The tiled kernel, reading its operands 4 values at a time or not.
+    fn tiled(&self, gpu: &GpuContext, packed: bool) -> Result<&Tiled> {
+        let cell = &self.tiled[packed as usize];
+        if let Some(t) = cell.get() {
             return Ok(t);
         }
-        let tiled = Tiled::new(gpu, gemm_source(self.dtype, self.a, self.b, self.has_c, self.act)?)?;
-        Ok(self.tiled.get_or_init(|| tiled))
+        let tiled = Tiled::new(gpu, gemm_source(self.dtype, self.a, self.b, self.has_c, self.act, packed)?)?;
+        Ok(cell.get_or_init(|| tiled))
     }
 
     /// The GEMV pipeline of lane layout `k_walk` for one batch (`single`) or any: the
@@ -193,13 +221,13 @@ impl Pipelines {
     fn prepare(&self, gpu: &GpuContext, product: Option<&Product>) -> Result<()> {
         match product {
             None => {
-                self.tiled(gpu)?;
+                self.tiled(gpu, false)?;
                 self.make_gemv(gpu, false, false)?;
                 self.make_gemv(gpu, true, false).map(drop)
             }
             Some(p) => match p.gemv_walk() {
                 Some(k_walk) => self.make_gemv(gpu, k_walk, p.batches() == 1).map(drop),
-                None => self.tiled(gpu)?.prepare(gpu, [p.m, p.n, p.k, p.batches()]),
+                None => self.tiled(gpu, p.packed_layout(self, gpu))?.prepare(gpu, p.sizes()),
             },
         }
     }
@@ -314,13 +342,36 @@ impl Product {
                 at,
             )
         } else {
-            self.record_tiled(run, pipes.tiled(run.context())?, ops, at)
+            let tiled = pipes.tiled(run.context(), self.packed(pipes, run.context(), ops))?;
+            let mut p = self.tiled_params(at)?;
+            tiled.record(run, &mut p, &ops.buffers(), self.sizes(), at)
         }
     }
 
-    fn record_tiled(&self, run: &mut GpuRun, tiled: &Tiled, ops: &Operands<'_>, at: &Location) -> Result<()> {
-        let mut p = self.tiled_params(at)?;
-        tiled.record(run, &mut p, &ops.buffers(), self.sizes(), at)
+    /// Whether the tiled kernel reads these operands 4 values at a time
+    /// ([`TiledSource::packed`]): the layout allows it and both bindings start on, and hold
+    /// whole, groups of 4.
+    fn packed(&self, pipes: &Pipelines, gpu: &GpuContext, ops: &Operands<'_>) -> bool {
+        let whole_groups = |b: &GpuBuffer| {
+            b.offset().is_multiple_of(8) && onyx_core::device::DeviceStorage::byte_len(b).is_multiple_of(8)
+        };
+        self.packed_layout(pipes, gpu) && whole_groups(ops.a) && whole_groups(ops.b)
+    }
+
+    /// [`Product::packed`]'s conditions on the kernel and the layout: f16 on cooperative
+    /// matrices, A walking K and B walking N, each contiguous along its walk, and every group
+    /// of 4 along the walks aligned (K, N, the other strides and the batch offsets multiples
+    /// of 4).
+    fn packed_layout(&self, pipes: &Pipelines, gpu: &GpuContext) -> bool {
+        let fours = |values: &[usize]| values.iter().all(|v| v % 4 == 0);
+        pipes.dtype == DataType::Float16
+            && gpu.has_cooperative_matrix()
+            && (pipes.a, pipes.b) == (Walk::K, Walk::Outer)
+            && self.a.1 == 1
+            && self.b.1 == 1
+            && fours(&[self.k, self.n, self.a.0, self.b.0])
+            && fours(&self.a_batch)
+            && fours(&self.b_batch)
     }
 
     /// The tiled kernel's params: [`RESERVED`] zeros, then the hooks' (see `GEMM_HOOKS`).
