@@ -7,10 +7,12 @@ empty without it). Each product `MxKxN` is a model of one MatMul (input A `[M, K
 random initializer `[K, N]`), written under target/gemm_products/. Onyx's figure is the GPU
 time per run from `onyx bench --profile` (after 200 timed runs; the mean over its profiled
 runs of the timestamps around each of the product's dispatches: split-K's slices and sum
-pass together, the gaps between dispatches left out). B is the same buffer every run, so it
-can stay in the GPU's L2 cache, unlike a model's weights: bert's FFN-up slice kernel measured
-21 us here and 29 us inside bert (2026-11-29). cuBLAS's is one product of a CUDA graph of 100, best of 5
-replays (TF32 off; fp16 with torch's default reduced-precision reductions). The ratio is cuBLAS's time over Onyx's: Onyx's speed as a fraction of cuBLAS's.
+pass together, the gaps between dispatches left out). Nothing else runs between two runs,
+so B can stay in the GPU's L2 cache, where a model's other kernels evict its weights: bert's
+FFN-up slice kernel measured 21 us here and 29 us inside bert (2026-11-29). cuBLAS's is one
+product of a CUDA graph of 100, best of 5 replays (TF32 off; fp16 with torch's default
+reduced-precision reductions). The ratio is cuBLAS's time over Onyx's: Onyx's speed as a
+fraction of cuBLAS's.
 """
 
 import argparse

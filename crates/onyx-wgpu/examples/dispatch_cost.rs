@@ -5,8 +5,8 @@
 //! Times 400 dispatches of one small kernel in one submission (median of 15) against one, in
 //! three patterns: a chain (each reads the previous one's output: wgpu puts a barrier between
 //! them), independent (all read one buffer, each writes its own: no barriers) and the same
-//! bind group each time (dependent); each with all dispatches in one compute pass, and with a
-//! pass per dispatch. BENCHMARKS.md (2026-11-29, session 32) has the H200's figures.
+//! buffers each time (dependent; a bind group per dispatch, as in a run); each with all
+//! dispatches in one compute pass, and with a pass per dispatch. BENCHMARKS.md (2026-11-29, session 32) has the H200's figures.
 
 use std::error::Error;
 use std::time::Instant;
@@ -94,12 +94,12 @@ fn main() -> Result<(), Box<dyn Error>> {
         Ok(times[times.len() / 2])
     };
     println!("{} ({elements} elements a dispatch)", ctx.adapter_info().name);
-    for (name, bind_groups) in [("chain", &chain), ("independent", &independent), ("same bind group", &same)] {
+    for (name, bind_groups) in [("chain", &chain), ("independent", &independent), ("same buffers", &same)] {
         for pass_each in [false, true] {
             let (one, all) = (time(&bind_groups[..1], pass_each)?, time(bind_groups, pass_each)?);
             let per = (all - one) / (DISPATCHES - 1) as f64;
             let passes = if pass_each { "a pass each" } else { "one pass" };
-            println!("{name:16} {passes:12} 1 dispatch {one:8.1} us, {DISPATCHES}: {all:9.1} us, {per:6.2} us per extra dispatch");
+            println!("{name:12} {passes:12} 1 dispatch {one:8.1} us, {DISPATCHES}: {all:9.1} us, {per:6.2} us per extra dispatch");
         }
     }
     Ok(())

@@ -10,7 +10,8 @@
 //! (GemmSkipLayerNormalization).
 //!
 //! Operands are read in place through strides: Gemm's transA/transB and broadcast batch
-//! dimensions cost no copy. Everything is computed in f32; f16 tensors are converted on load.
+//! dimensions cost no copy. Products accumulate in f32: the plain kernels widen f16 values as
+//! they load them, the cooperative one multiplies f16 fragments into f32 accumulators.
 
 use std::sync::{Arc, OnceLock};
 
@@ -198,6 +199,13 @@ impl Pipelines {
         Ok(cell.get_or_init(|| tiled))
     }
 
+    /// Whether products of these pipelines may read their operands 4 values at a time
+    /// ([`TiledSource::packed`]), shapes allowing: f16 on cooperative matrices, A walking K and
+    /// B walking N.
+    fn may_pack(&self, gpu: &GpuContext) -> bool {
+        self.dtype == DataType::Float16 && gpu.has_cooperative_matrix() && (self.a, self.b) == (Walk::K, Walk::Outer)
+    }
+
     /// The GEMV pipeline of lane layout `k_walk` for one batch (`single`) or any: the
     /// single-batch one if it was made, else the one for any batch (made on first use).
     fn gemv(&self, gpu: &GpuContext, k_walk: bool, single: bool) -> Result<&Arc<Pipeline>> {
@@ -222,6 +230,9 @@ impl Pipelines {
         match product {
             None => {
                 self.tiled(gpu, false)?;
+                if self.may_pack(gpu) {
+                    self.tiled(gpu, true)?;
+                }
                 self.make_gemv(gpu, false, false)?;
                 self.make_gemv(gpu, true, false).map(drop)
             }
@@ -342,31 +353,32 @@ impl Product {
                 at,
             )
         } else {
-            let tiled = pipes.tiled(run.context(), self.packed(pipes, run.context(), ops))?;
+            let tiled = self.tiled_kernel(pipes, run.context(), ops)?;
             let mut p = self.tiled_params(at)?;
             tiled.record(run, &mut p, &ops.buffers(), self.sizes(), at)
         }
     }
 
-    /// Whether the tiled kernel reads these operands 4 values at a time
-    /// ([`TiledSource::packed`]): the layout allows it and both bindings start on, and hold
-    /// whole, groups of 4.
-    fn packed(&self, pipes: &Pipelines, gpu: &GpuContext, ops: &Operands<'_>) -> bool {
+    /// The tiled kernel for these operands: reading them 4 values at a time
+    /// ([`TiledSource::packed`]) where the layout allows it and both bindings start on, and
+    /// hold whole, groups of 4.
+    fn tiled_kernel<'p>(&self, pipes: &'p Pipelines, gpu: &GpuContext, ops: &Operands<'_>) -> Result<&'p Tiled> {
         let whole_groups = |b: &GpuBuffer| {
             b.offset().is_multiple_of(8) && onyx_core::device::DeviceStorage::byte_len(b).is_multiple_of(8)
         };
-        self.packed_layout(pipes, gpu) && whole_groups(ops.a) && whole_groups(ops.b)
+        let packed = self.packed_layout(pipes, gpu) && whole_groups(ops.a) && whole_groups(ops.b);
+        pipes.tiled(gpu, packed)
     }
 
-    /// [`Product::packed`]'s conditions on the kernel and the layout: f16 on cooperative
-    /// matrices, A walking K and B walking N, each contiguous along its walk, and every group
-    /// of 4 along the walks aligned (K, N, the other strides and the batch offsets multiples
-    /// of 4).
+    /// The conditions of [`Product::tiled_kernel`]'s packed reads on the kernel and the layout:
+    /// [`Pipelines::may_pack`], A and B contiguous along their walks, and every group of 4
+    /// along the walks aligned (K, N, the other strides and the batch offsets multiples of 4;
+    /// the strides and offsets follow from K and N for contiguous operands, checked anyway).
+    /// K is not 0: an empty operand has no group of 4 to bind.
     fn packed_layout(&self, pipes: &Pipelines, gpu: &GpuContext) -> bool {
         let fours = |values: &[usize]| values.iter().all(|v| v % 4 == 0);
-        pipes.dtype == DataType::Float16
-            && gpu.has_cooperative_matrix()
-            && (pipes.a, pipes.b) == (Walk::K, Walk::Outer)
+        pipes.may_pack(gpu)
+            && self.k > 0
             && self.a.1 == 1
             && self.b.1 == 1
             && fours(&[self.k, self.n, self.a.0, self.b.0])

@@ -47,7 +47,7 @@ impl PlainProduct {
         let y = run.alloc(a.dtype(), vec![product.m, product.n])?;
         let ops = Operands { a: a.buffer, b: b.buffer, c: None, y: y.gpu()? };
         if product.gemv_walk().is_none() && product.m * product.n > 0 {
-            let tiled = self.gemm.pipes.tiled(run.context(), product.packed(&self.gemm.pipes, run.context(), &ops))?;
+            let tiled = product.tiled_kernel(&self.gemm.pipes, run.context(), &ops)?;
             let mut p = product.tiled_params(at)?;
             if let Some((part, slices)) = tiled.record_unsummed(run, &mut p, &ops.buffers(), product.sizes(), at)? {
                 drop(ops);

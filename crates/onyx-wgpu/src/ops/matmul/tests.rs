@@ -175,11 +175,14 @@ fn float16_products() {
     f16_case("MatMul", &[&[20, 1000], &[1000, 32]], 92).check(3e-3, 5e-3);
     f16_case("MatMul", &[&[3, 1, 65, 40], &[2, 40, 66]], 91).check(2e-3, 5e-3);
     // Read 4 values at a time on cooperative matrices (A and B row-major, K and N multiples of
-    // 4): ragged tiles, a last K step of 12 or 8, C and alpha, broadcast batches, split-K.
+    // 4): ragged tiles, a last K step of 12 or 8, C and alpha, broadcast batches, split-K, both.
     f16_case("MatMul", &[&[130, 76], &[76, 132]], 95).check(2e-3, 5e-3);
     f16_case("Gemm", &[&[130, 72], &[72, 136], &[136]], 96).attrs(vec![float("alpha", 0.5)]).check(2e-3, 5e-3);
     f16_case("MatMul", &[&[2, 3, 40, 64], &[3, 64, 48]], 97).check(2e-3, 5e-3);
     f16_case("MatMul", &[&[37, 1000], &[1000, 200]], 98).check(3e-3, 5e-3);
+    f16_case("MatMul", &[&[2, 40, 512], &[2, 512, 48]], 99).check(3e-3, 5e-3);
+    // Empty K: nothing to read 4 at a time, zeros out.
+    f16_case("MatMul", &[&[4, 0], &[0, 8]], 100).check(0.0, 0.0);
     let ctx = crate::testkit::provider().unwrap().context().unwrap().clone();
     if ctx.has_cooperative_matrix() {
         let keys: Vec<String> = ctx.compile_times().into_iter().map(|(key, _)| key).collect();

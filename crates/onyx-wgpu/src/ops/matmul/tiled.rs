@@ -179,7 +179,8 @@ var<workgroup> As: array<f16, 1536>;
 var<workgroup> Bs: array<f16, 1152>;";
 
 /// The same tiles as vectors of 4 f16 values (see [`TiledSource::packed`]): lengths in
-/// vectors.
+/// vectors. A cooperative load through a `vec4<f16>` pointer counts its stride in vectors
+/// (SPIR-V's rule; the 16x16 fragments these kernels use exist on Vulkan only).
 const COOP_PACKED_TILES: &str = "const AROW: u32 = 6u;
 const BROW: u32 = 18u;
 const B16: u32 = 4u;
@@ -188,7 +189,7 @@ var<workgroup> Bs: array<vec4<f16>, 288>;";
 
 /// The packed K loop's loads (`$K`: the step's first K): each thread loads one group of 4
 /// values of A's 64 x 16 tile (4 a row) and one of B's 16 x 64 tile (16 a row). A group lies
-/// wholly in or out of bounds (K and N are multiples of 4).
+/// wholly in or out of bounds: K, N and a slice's K range are multiples of 4.
 const PACKED_LOAD: &str =
     "{ let gm = m0 + pm; let gk = $K + pk; ga = vec4<f16>(0.0); if (gm < M && gk < kend) { ga = load_a4(gm, gk); } }
         { let gk = $K + pbk; gb = vec4<f16>(0.0); if (n0 + pbn < N && gk < kend) { gb = load_b4(col_t, gk); } }";
@@ -337,8 +338,8 @@ pub(crate) struct TiledSource {
     pub cooperative: bool,
     /// Whether the cooperative kernel reads its operands 4 f16 values at a time and stages
     /// them as they are: two loads and two stores a thread and K step instead of eight of each
-    /// and sixteen conversions (on an H200: split-K slices of bert and ViT 18% faster, larger
-    /// products 20-25%). For A walking K and B walking N, both contiguous along their walk, K
+    /// and sixteen conversions (on an H200: split-K slices of bert and ViT 18-22% faster,
+    /// larger products 20-25%). For A walking K and B walking N, both contiguous along their walk, K
     /// and N multiples of 4 and the groups of 4 aligned: the hooks then bind A and B as
     /// `array<vec4<f16>>` and also define `load_a4(m, k)` and `load_b4(col, k)`, the group of
     /// 4 starting there.
@@ -672,8 +673,15 @@ mod tests {
     #[test]
     fn every_tiled_gemm_shader_translates() {
         let walks = [Walk::K, Walk::Outer];
-        let kernels = [(DataType::Float, false), (DataType::Float16, false), (DataType::Float16, true)];
-        for ((dtype, cooperative), packed) in kernels.into_iter().flat_map(|k| [(k, false), (k, true)]) {
+        // (dtype, cooperative, packed): packed reads are f16 only.
+        let kernels = [
+            (DataType::Float, false, false),
+            (DataType::Float16, false, false),
+            (DataType::Float16, false, true),
+            (DataType::Float16, true, false),
+            (DataType::Float16, true, true),
+        ];
+        for (dtype, cooperative, packed) in kernels {
             for (a, b, has_c) in walks.iter().flat_map(|&a| walks.iter().flat_map(move |&b| [(a, b, false), (a, b, true)])) {
                 let act = super::super::Activation::Identity;
                 let source = super::super::gemm_source(dtype, a, b, has_c, act, packed).unwrap();
