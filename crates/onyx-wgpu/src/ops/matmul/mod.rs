@@ -19,6 +19,7 @@ use onyx_core::ep::{NodeContext, ValueRef};
 use onyx_core::types::ValueType;
 use onyx_core::{DataType, Error, Location, Result, Value};
 
+mod coop;
 pub(crate) mod epilogue;
 mod fused;
 mod gemv;
