@@ -7,6 +7,10 @@ use crate::{Error, Result};
 /// Domains whose operators Onyx does not know yet but keeps (for later EPs and contrib ops).
 const KEPT_DOMAINS: &[&str] = &[MS_DOMAIN, ONYX_DOMAIN];
 
+/// Operators ONNX Runtime registers in the default domain although ONNX does not define them
+/// (its contrib ops that model builders emit there), all at version 1.
+const ORT_DEFAULT_DOMAIN_OPS: &[&str] = &["SimplifiedLayerNormalization"];
+
 fn max_opset(domain: &str) -> Option<i64> {
     MAX_OPSET.iter().find(|(d, _)| *d == domain).map(|(_, v)| *v)
 }
@@ -43,6 +47,9 @@ pub fn since_version(node: &Node, opsets: &OpsetImports) -> Result<i64> {
         return Err(unknown(node, imported, "the domain is unknown"));
     }
     let Some(vs) = versions(&node.domain, &node.op_type) else {
+        if node.domain.is_empty() && ORT_DEFAULT_DOMAIN_OPS.contains(&node.op_type.as_str()) {
+            return Ok(1);
+        }
         return Err(unknown(node, imported, "no such operator in this domain"));
     };
     vs.iter()
@@ -77,6 +84,7 @@ mod tests {
         assert_eq!(since_version(&node("LayerNormalization", ""), &opsets).unwrap(), 17);
         let err = since_version(&node("RMSNormalization", ""), &opsets).unwrap_err().to_string();
         assert!(err.contains("first appears in opset 23"), "{err}");
+        assert_eq!(since_version(&node("SimplifiedLayerNormalization", ""), &opsets).unwrap(), 1);
         let err = since_version(&node("Frobnicate", ""), &opsets).unwrap_err().to_string();
         assert!(err.contains("Frobnicate") && err.contains("no such operator"), "{err}");
         assert!(since_version(&node("Relu", "com.example"), &opsets).is_err());

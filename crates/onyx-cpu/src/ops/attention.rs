@@ -21,6 +21,7 @@ use super::reduce::fold_lanes;
 use super::util;
 use crate::Registry;
 
+mod gqa;
 #[cfg(test)]
 mod tests;
 mod tiled;
@@ -30,6 +31,7 @@ pub fn register(r: &mut Registry) {
     r.add("Attention", build_attention);
     // The optimizer's fused attention in models below opset 23: the same contract.
     r.add_in(onyx_core::ir::ONYX_DOMAIN, "Attention", build_attention);
+    r.add_in(onyx_core::ir::MS_DOMAIN, "GroupQueryAttention", gqa::build);
 }
 
 /// Where `qk_matmul_output` is taken.

@@ -1,9 +1,11 @@
 //! Normalization: BatchNormalization (inference and training mode), InstanceNormalization, LayerNormalization,
 //! GroupNormalization, LRN and MeanVarianceNormalization, every opset from 7 to 22, and
-//! RMSNormalization ([`rms`]). Rows
+//! RMSNormalization ([`rms`]), ONNX Runtime's SimplifiedLayerNormalization and
+//! SkipSimplifiedLayerNormalization ([`simplified`]). Rows
 //! (planes, groups) are normalized in parallel when the tensor is large.
 
 mod rms;
+mod simplified;
 
 use rayon::prelude::*;
 
@@ -27,6 +29,10 @@ pub fn register(r: &mut Registry) {
     r.add("LRN", build_lrn);
     r.add("MeanVarianceNormalization", build_mvn);
     r.add("RMSNormalization", rms::build_rms_norm);
+    // ONNX Runtime registers SimplifiedLayerNormalization in the default domain.
+    r.add("SimplifiedLayerNormalization", simplified::build);
+    r.add_in(onyx_core::ir::MS_DOMAIN, "SimplifiedLayerNormalization", simplified::build);
+    r.add_in(onyx_core::ir::MS_DOMAIN, "SkipSimplifiedLayerNormalization", simplified::build);
 }
 
 /// Mean and `1 / sqrt(variance + eps)` of `xs` (two passes, population variance, sums in f64:

@@ -1,10 +1,12 @@
 //! Quantization: QuantizeLinear, DequantizeLinear and DynamicQuantizeLinear ([`linear`]) with
 //! per-tensor, per-axis and blocked scales over the 8/16-bit integers, the packed 4- and 2-bit
 //! integers and the float8/float4 types; ConvInteger, QLinearMatMul and QLinearConv
-//! ([`integer`]). MatMulInteger lives with MatMul.
+//! ([`integer`]); ONNX Runtime's MatMulNBits ([`nbits`]) and GatherBlockQuantized ([`gather_block`]). MatMulInteger lives with MatMul.
 
+mod gather_block;
 mod integer;
 mod linear;
+mod nbits;
 #[cfg(test)]
 mod tests;
 
@@ -22,6 +24,8 @@ pub fn register(r: &mut Registry) {
     r.add("ConvInteger", integer::build_conv_integer);
     r.add("QLinearMatMul", integer::build_qlinear_matmul);
     r.add("QLinearConv", integer::build_qlinear_conv);
+    r.add_in(onyx_core::ir::MS_DOMAIN, "MatMulNBits", nbits::build);
+    r.add_in(onyx_core::ir::MS_DOMAIN, "GatherBlockQuantized", gather_block::build);
 }
 
 /// How a scale or zero point maps onto the elements of the quantized tensor.

@@ -1,14 +1,10 @@
-//! RotaryEmbedding (opset 23): rotary positional embeddings.
-//!
-//! The input is `[batch, heads, seq, head]` or `[batch, seq, heads * head]` (with `num_heads`).
-//! The first `rotary_embedding_dim` (default: all) elements of each head vector are rotated in
-//! pairs `(x1, x2)` — the two halves, or neighbours when `interleaved` — by the angle whose cosine
-//! and sine the caches hold: `(x1 cos − x2 sin, x1 sin + x2 cos)`. The caches are indexed by
-//! `position_ids[b, s]` (`[max_pos, dim / 2]`), or given per token (`[batch, seq, dim / 2]`)
-//! without position ids. Computed in f32 (f64 for double).
+//! RotaryEmbedding, ONNX's (opset 23) and ONNX Runtime's `com.microsoft` form, on the
+//! contract of `onyx_core::ops::contrib::rotary` (layouts, cache rows, partial and interleaved
+//! rotation). Computed in f32 (f64 for double).
 
 use onyx_core::ep::{Kernel, NodeContext, ValueRef};
-use onyx_core::{DataType, Error, Location, Result, TensorView, Value};
+use onyx_core::ops::contrib::rotary::RotaryOp;
+use onyx_core::{DataType, Error, Result, TensorView, Value};
 
 use super::matmul::real::{compute_type, float_output, float_slice, Real};
 use super::util;
@@ -17,148 +13,63 @@ use crate::Registry;
 /// Registers this family's kernels.
 pub fn register(r: &mut Registry) {
     r.add("RotaryEmbedding", build_rotary);
+    r.add_in(onyx_core::ir::MS_DOMAIN, "RotaryEmbedding", build_rotary);
 }
 
-/// A RotaryEmbedding node with its attributes decoded.
-struct RotaryOp {
-    interleaved: bool,
-    /// 0: the whole head.
-    rotary_dim: usize,
-    num_heads: Option<usize>,
-    at: Location,
-}
+struct Rotary(RotaryOp);
 
 fn build_rotary(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
-    let node = ctx.node;
-    let at = node.location();
-    let nonneg = |name: &str| -> Result<usize> {
-        let v = node.int_or(name, 0)?;
-        usize::try_from(v).map_err(|_| Error::attribute(&at, name, "a value >= 0", v.to_string()))
-    };
-    let interleaved = match node.int_or("interleaved", 0)? {
-        0 => false,
-        1 => true,
-        v => return Err(Error::attribute(&at, "interleaved", "0 or 1", v.to_string())),
-    };
-    let rotary_dim = nonneg("rotary_embedding_dim")?;
-    let heads = nonneg("num_heads")?;
-    Ok(Box::new(RotaryOp { interleaved, rotary_dim, num_heads: (heads > 0).then_some(heads), at }))
+    Ok(Box::new(Rotary(RotaryOp::from_node(ctx.node)?)))
 }
 
-/// Sizes and layout of one call.
-#[derive(Clone, Copy, Debug)]
-struct Dims {
-    batch: usize,
-    heads: usize,
-    seq: usize,
-    head: usize,
-    /// Rotated elements per head vector.
-    rot: usize,
-    /// Whether the input is 3-D `[batch, seq, heads * head]`.
-    three_d: bool,
-}
-
-impl Dims {
-    /// Offset of the head vector (b, h, s).
-    fn offset(&self, b: usize, h: usize, s: usize) -> usize {
-        if self.three_d {
-            (b * self.seq + s) * self.heads * self.head + h * self.head
-        } else {
-            ((b * self.heads + h) * self.seq + s) * self.head
-        }
-    }
-}
-
-impl RotaryOp {
-    fn dims(&self, shape: &[usize]) -> Result<Dims> {
-        let at = &self.at;
-        let (batch, heads, seq, head, three_d) = match (shape, self.num_heads) {
-            (&[b, h, s, d], _) => (b, h, s, d, false),
-            (&[b, s, hidden], Some(h)) if hidden % h == 0 => (b, h, s, hidden / h, true),
-            (&[_, _, _], Some(h)) => return Err(Error::input(at, 0, format!("a hidden size divisible by num_heads = {h}"), format!("{shape:?}"))),
-            (&[_, _, _], None) => return Err(Error::node(at, "a 3-D input needs the num_heads attribute")),
-            _ => return Err(Error::input(at, 0, "a 3-D or 4-D input", format!("{shape:?}"))),
-        };
-        let rot = if self.rotary_dim == 0 { head } else { self.rotary_dim };
-        if rot > head || rot % 2 != 0 {
-            return Err(Error::node(at, format!("rotary_embedding_dim {rot} must be even and at most the head size {head}")));
-        }
-        Ok(Dims { batch, heads, seq, head, rot, three_d })
-    }
-
-    /// Offset of the cache row of token (b, s).
-    fn cache_rows(&self, d: &Dims, cos: &[usize], sin: &[usize], pos: Option<&TensorView<'_>>) -> Result<Vec<usize>> {
-        let at = &self.at;
-        let half = d.rot / 2;
-        if cos != sin {
-            return Err(Error::node(at, format!("cos_cache {cos:?} and sin_cache {sin:?} differ in shape")));
-        }
-        match pos {
-            Some(p) => {
-                if cos.len() != 2 || cos[1] != half {
-                    return Err(Error::input(at, 1, format!("a cache of shape [max_position, {half}]"), format!("{cos:?}")));
+/// Rotates `y` (the input's elements) in place.
+pub(crate) fn rotate<T: Real>(op: &RotaryOp, y: &mut [T], shape: &[usize], cos: &TensorView<'_>, sin: &TensorView<'_>, pos: Option<&TensorView<'_>>) -> Result<()> {
+    let d = op.dims(shape, cos.shape())?;
+    let rows = op.cache_rows(&d, cos.shape(), sin.shape(), pos.map(|p| p.shape()))?;
+    let ids = pos.map(util::to_i64).transpose()?.unwrap_or_default();
+    let (cos, sin) = (float_slice::<T>(cos)?, float_slice::<T>(sin)?);
+    let half = d.rot / 2;
+    for b in 0..d.batch {
+        for s in 0..d.seq {
+            let row = op.position(rows, &d, &ids, b, s)? * half;
+            let (c, sn) = (&cos[row..row + half], &sin[row..row + half]);
+            for h in 0..d.heads {
+                let v = &mut y[d.offset(b, h, s)..][..d.head];
+                for i in 0..half {
+                    let (p, q) = d.pair(i, op.interleaved);
+                    let (x1, x2) = (v[p], v[q]);
+                    v[p] = c[i] * x1 - sn[i] * x2;
+                    v[q] = sn[i] * x1 + c[i] * x2;
                 }
-                if p.shape() != [d.batch, d.seq] {
-                    return Err(Error::input(at, 3, format!("position_ids of shape [{}, {}]", d.batch, d.seq), format!("{:?}", p.shape())));
-                }
-                util::to_i64(p)?
-                    .into_iter()
-                    .map(|i| {
-                        usize::try_from(i)
-                            .ok()
-                            .filter(|&i| i < cos[0])
-                            .map(|i| i * half)
-                            .ok_or_else(|| Error::input(at, 3, format!("positions in 0..{}", cos[0]), i.to_string()))
-                    })
-                    .collect()
-            }
-            None => {
-                if cos != [d.batch, d.seq, half] {
-                    return Err(Error::input(at, 1, format!("a cache of shape [{}, {}, {half}]", d.batch, d.seq), format!("{cos:?}")));
-                }
-                Ok((0..d.batch * d.seq).map(|i| i * half).collect())
             }
         }
     }
+    Ok(())
+}
 
+impl Rotary {
     fn compute<T: Real>(&self, x: &TensorView<'_>, cos: &TensorView<'_>, sin: &TensorView<'_>, pos: Option<&TensorView<'_>>) -> Result<Value> {
-        let d = self.dims(x.shape())?;
-        let rows = self.cache_rows(&d, cos.shape(), sin.shape(), pos)?;
-        let (cos, sin) = (float_slice::<T>(cos)?, float_slice::<T>(sin)?);
         let mut y = float_slice::<T>(x)?.into_owned();
-        let half = d.rot / 2;
-        // Positions of the pair members inside the rotated part.
-        let pair = |i: usize| if self.interleaved { (2 * i, 2 * i + 1) } else { (i, i + half) };
-        for b in 0..d.batch {
-            for s in 0..d.seq {
-                let row = rows[b * d.seq + s];
-                let (c, sn) = (&cos[row..row + half], &sin[row..row + half]);
-                for h in 0..d.heads {
-                    let v = &mut y[d.offset(b, h, s)..][..d.head];
-                    for i in 0..half {
-                        let (p, q) = pair(i);
-                        let (x1, x2) = (v[p], v[q]);
-                        v[p] = c[i] * x1 - sn[i] * x2;
-                        v[q] = sn[i] * x1 + c[i] * x2;
-                    }
-                }
-            }
-        }
+        rotate(&self.0, &mut y, x.shape(), cos, sin, pos)?;
         float_output(x.dtype(), x.shape().to_vec(), y)
     }
 }
 
-impl Kernel for RotaryOp {
+impl Kernel for Rotary {
     fn run(&self, inputs: &[Option<ValueRef<'_>>], _wanted: &[bool]) -> Result<Vec<Value>> {
-        let at = &self.at;
+        let at = &self.0.at;
+        let (ci, si, pi) = self.0.input_indices();
         let x = util::input(inputs, 0, at)?;
-        let cos = util::input(inputs, 1, at)?;
-        let sin = util::input(inputs, 2, at)?;
-        let pos = util::opt_input(inputs, 3, at)?;
-        for (i, t) in [(1, &cos), (2, &sin)] {
+        let cos = util::input(inputs, ci, at)?;
+        let sin = util::input(inputs, si, at)?;
+        let pos = util::opt_input(inputs, pi, at)?;
+        for (i, t) in [(ci, &cos), (si, &sin)] {
             if t.dtype() != x.dtype() {
                 return Err(Error::input(at, i, x.dtype().name(), t.dtype().name()));
             }
+        }
+        if let Some(p) = pos.as_ref().filter(|p| !matches!(p.dtype(), DataType::Int64 | DataType::Int32)) {
+            return Err(Error::input(at, pi, "int64 position ids", p.dtype().name()));
         }
         let r = match compute_type(x.dtype()) {
             Some(DataType::Double) => self.compute::<f64>(&x, &cos, &sin, pos.as_ref()),

@@ -10,7 +10,8 @@
 use std::sync::Arc;
 
 use onyx_core::ep::{NodeContext, ValueRef};
-use onyx_core::{DataType, Error, Location, Result, Value};
+use onyx_core::ops::contrib::rotary::{CacheRows, RotaryOp};
+use onyx_core::{DataType, Error, Result, Value};
 
 use super::layout::{dispatch_elements, element_shader, Elements};
 use super::{input_dtype, Registry};
@@ -98,98 +99,25 @@ const PER_TOKEN: &str = "fn cache_row(t: u32) -> u32 { return t; }\n";
 
 /// A RotaryEmbedding node.
 struct Rotary {
-    interleaved: bool,
-    /// 0: the whole head.
-    rotary_dim: usize,
-    num_heads: Option<usize>,
+    op: RotaryOp,
     with_pos: Arc<Pipeline>,
     per_token: Arc<Pipeline>,
-    at: Location,
 }
 
 fn build_rotary(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<dyn GpuOp>> {
-    let node = ctx.node;
-    let at = node.location();
-    let nonneg = |name: &str| -> Result<usize> {
-        let v = node.int_or(name, 0)?;
-        usize::try_from(v).map_err(|_| Error::attribute(&at, name, "a value >= 0", v.to_string()))
-    };
-    let interleaved = match node.int_or("interleaved", 0)? {
-        0 => false,
-        1 => true,
-        v => return Err(Error::attribute(&at, "interleaved", "0 or 1", v.to_string())),
-    };
-    let rotary_dim = nonneg("rotary_embedding_dim")?;
-    let heads = nonneg("num_heads")?;
+    let op = RotaryOp::from_node(ctx.node)?;
     let with_pos = gpu.pipeline("rotary/f32/pos", || {
         element_shader("", 4, &[("x", 4), ("cos", 4), ("sin", 4), ("pos", 8)], &format!("{ROTARY}{WITH_POSITIONS}"))
     })?;
     let per_token = gpu.pipeline("rotary/f32/token", || {
         element_shader("", 4, &[("x", 4), ("cos", 4), ("sin", 4)], &format!("{ROTARY}{PER_TOKEN}"))
     })?;
-    Ok(Box::new(Rotary { interleaved, rotary_dim, num_heads: (heads > 0).then_some(heads), with_pos, per_token, at }))
-}
-
-/// Sizes of one call: batch, heads, seq, head, rotated elements, 3-D layout.
-#[derive(Clone, Copy)]
-struct Dims {
-    batch: usize,
-    heads: usize,
-    seq: usize,
-    head: usize,
-    rot: usize,
-    three_d: bool,
-}
-
-impl Rotary {
-    fn dims(&self, shape: &[usize]) -> Result<Dims> {
-        let at = &self.at;
-        let (batch, heads, seq, head, three_d) = match (shape, self.num_heads) {
-            (&[b, h, s, d], _) => (b, h, s, d, false),
-            (&[b, s, hidden], Some(h)) if hidden % h == 0 => (b, h, s, hidden / h, true),
-            (&[_, _, _], Some(h)) => {
-                return Err(Error::input(at, 0, format!("a hidden size divisible by num_heads = {h}"), format!("{shape:?}")))
-            }
-            (&[_, _, _], None) => return Err(Error::node(at, "a 3-D input needs the num_heads attribute")),
-            _ => return Err(Error::input(at, 0, "a 3-D or 4-D input", format!("{shape:?}"))),
-        };
-        let rot = if self.rotary_dim == 0 { head } else { self.rotary_dim };
-        if rot > head || rot % 2 != 0 {
-            return Err(Error::node(at, format!("rotary_embedding_dim {rot} must be even and at most the head size {head}")));
-        }
-        Ok(Dims { batch, heads, seq, head, rot, three_d })
-    }
-
-    /// Checks the caches (and position ids) against the input; returns the cache's rows.
-    fn check_caches(&self, d: &Dims, cos: &[usize], sin: &[usize], pos: Option<&[usize]>) -> Result<usize> {
-        let at = &self.at;
-        let half = d.rot / 2;
-        if cos != sin {
-            return Err(Error::node(at, format!("cos_cache {cos:?} and sin_cache {sin:?} differ in shape")));
-        }
-        match pos {
-            Some(p) => {
-                if cos.len() != 2 || cos[1] != half || cos[0] == 0 {
-                    return Err(Error::input(at, 1, format!("a cache of shape [max_position >= 1, {half}]"), format!("{cos:?}")));
-                }
-                if p != [d.batch, d.seq] {
-                    return Err(Error::input(at, 3, format!("position_ids of shape [{}, {}]", d.batch, d.seq), format!("{p:?}")));
-                }
-                Ok(cos[0])
-            }
-            None => {
-                if cos != [d.batch, d.seq, half] {
-                    return Err(Error::input(at, 1, format!("a cache of shape [{}, {}, {half}]", d.batch, d.seq), format!("{cos:?}")));
-                }
-                Ok(0)
-            }
-        }
-    }
+    Ok(Box::new(Rotary { op, with_pos, per_token }))
 }
 
 impl GpuOp for Rotary {
     fn record(&self, run: &mut GpuRun, inputs: &[Option<ValueRef<'_>>]) -> Result<Vec<Value>> {
-        let at = &self.at;
+        let at = &self.op.at;
         let x = gpu_input(run, inputs, 0, at)?;
         let cos = gpu_input(run, inputs, 1, at)?;
         let sin = gpu_input(run, inputs, 2, at)?;
@@ -204,8 +132,11 @@ impl GpuOp for Rotary {
                 return Err(Error::input(at, 3, "int64", p.dtype().name()));
             }
         }
-        let d = self.dims(x.shape())?;
-        let max_pos = self.check_caches(&d, cos.shape(), sin.shape(), pos.as_ref().map(|p| p.shape()))?;
+        let d = self.op.dims(x.shape(), cos.shape())?;
+        let max_pos = match self.op.cache_rows(&d, cos.shape(), sin.shape(), pos.as_ref().map(|p| p.shape()))? {
+            CacheRows::Ids { max_position } | CacheRows::Offset { max_position } => max_position,
+            CacheRows::PerToken => 0,
+        };
         let y = run.alloc(DataType::Float, x.shape().to_vec())?;
         if y.is_empty() {
             return Ok(vec![Value::Tensor(y)]);
@@ -217,7 +148,7 @@ impl GpuOp for Rotary {
             u32_of(d.seq, at)?,
             u32_of(d.head, at)?,
             u32_of(d.rot / 2, at)?,
-            self.interleaved as u32,
+            self.op.interleaved as u32,
             u32_of(max_pos, at)?,
         ];
         let out = Elements::new(4, y.len());

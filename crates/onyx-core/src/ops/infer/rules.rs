@@ -8,6 +8,7 @@ mod dims;
 mod elementwise;
 mod gather;
 mod generate;
+mod llm;
 mod nn;
 mod reduce;
 mod shape;
@@ -69,6 +70,8 @@ fn rule_for(op: &str) -> Option<Rule> {
         .or_else(|| gather::rule(op))
         .or_else(|| generate::rule(op))
         .or_else(|| control::rule(op))
+        // ONNX Runtime registers it in the default domain.
+        .or_else(|| (op == "SimplifiedLayerNormalization").then_some(llm::rms_norm as Rule))
 }
 
 /// Infers the outputs of one node from what is known of its inputs. Unknown ops give no outputs

@@ -13,7 +13,7 @@ pub fn rule(op: &str) -> Option<Rule> {
         "FusedMatMul" => fused_matmul,
         "Gelu" | "BiasGelu" | "FastGelu" => gelu,
         "SkipLayerNormalization" => skip_layer_norm,
-        _ => return None,
+        _ => return super::llm::rule(op),
     })
 }
 

@@ -1,0 +1,140 @@
+//! Rules for the ONNX Runtime contrib ops of LLM models (the ops onnxruntime-genai's model
+//! builder emits), on the contracts of `ops::contrib`: attributes are decoded and checked
+//! there, once, for inference and every EP alike.
+
+use super::super::Inferred;
+use super::ctx::{same_type, tensor_out, unknown, Ctx, Rule};
+use crate::ops::contrib::gqa::GroupQueryAttentionOp;
+use crate::ops::contrib::nbits::{GatherBlockQuantizedOp, MatMulNBitsOp};
+use crate::ops::contrib::rms_norm::RmsNormOp;
+use crate::ops::contrib::rotary::RotaryOp;
+use crate::types::Dim;
+use crate::{DataType, Result};
+
+/// The rule for contrib op `op`, if it is one of these.
+pub fn rule(op: &str) -> Option<Rule> {
+    Some(match op {
+        "SimplifiedLayerNormalization" | "SkipSimplifiedLayerNormalization" => rms_norm,
+        "MatMulNBits" => matmul_nbits,
+        "RotaryEmbedding" => rotary,
+        "GroupQueryAttention" => group_query_attention,
+        "GatherBlockQuantized" => gather_block_quantized,
+        _ => return None,
+    })
+}
+
+/// Y (and the Skip form's sum) of the input's type; the statistics in float with the
+/// normalized dims set to 1.
+pub fn rms_norm(cx: &Ctx<'_>) -> Result<Vec<Inferred>> {
+    let op = RmsNormOp::from_node(cx.node)?;
+    let Some(x) = cx.input(0) else {
+        return Ok(vec![unknown(), unknown(), unknown(), unknown()]);
+    };
+    let gamma = if op.skip { 2 } else { 1 };
+    // The plain form's scale may have another float type, which Y then has (ONNX Runtime's V).
+    if op.skip {
+        for i in (1..cx.input_count()).filter(|&i| cx.input(i).is_some()) {
+            cx.same_dtype(0, i)?;
+        }
+    }
+    let y = match (op.skip, cx.dtype(gamma), cx.shape(0)) {
+        (false, Some(t), shape) if Some(t) != cx.dtype(0) => tensor_out(t, shape.map(<[Dim]>::to_vec)),
+        _ => same_type(x),
+    };
+    let stash = if cx.dtype(0) == Some(DataType::Double) { DataType::Double } else { DataType::Float };
+    let stats_shape = match cx.shape(0) {
+        Some(s) => {
+            let axis = op.first_axis(s.len())?;
+            Some(s.iter().enumerate().map(|(i, d)| if i < axis { d.clone() } else { Dim::Fixed(1) }).collect())
+        }
+        None => None,
+    };
+    if let (Some(x), Some(g)) = (cx.shape(0), cx.shape(gamma)) {
+        let axis = op.first_axis(x.len())?;
+        let trailing = &x[axis..];
+        if g.iter().all(|d| d.fixed().is_some()) && trailing.iter().all(|d| d.fixed().is_some()) && g != trailing {
+            let hidden: usize = trailing.iter().filter_map(Dim::fixed).product();
+            if g != [Dim::Fixed(hidden)] {
+                return Err(cx.input_error(gamma, format!("a gamma of the normalized dims {trailing:?}"), format!("{g:?}")));
+            }
+        }
+    }
+    let stats = tensor_out(stash, stats_shape);
+    Ok(if op.skip { vec![y, stats.clone(), stats, same_type(x)] } else { vec![y, stats] })
+}
+
+/// A's type, A's shape with the last dimension (K) replaced by N.
+fn matmul_nbits(cx: &Ctx<'_>) -> Result<Vec<Inferred>> {
+    let op = MatMulNBitsOp::from_node(cx.node)?;
+    let Some(dtype) = cx.dtype(MatMulNBitsOp::A) else {
+        return Ok(vec![unknown()]);
+    };
+    let shape = match cx.shape(MatMulNBitsOp::A) {
+        Some([lead @ .., k]) => {
+            if k.fixed().is_some_and(|k| k != op.k) {
+                return Err(cx.input_error(MatMulNBitsOp::A, format!("a last dimension of K = {}", op.k), format!("{k:?}")));
+            }
+            Some(lead.iter().cloned().chain([Dim::Fixed(op.n)]).collect())
+        }
+        Some([]) => return Err(cx.input_error(MatMulNBitsOp::A, "a tensor of rank >= 1", "a scalar")),
+        None => None,
+    };
+    Ok(vec![tensor_out(dtype, shape)])
+}
+
+/// The input's type.
+fn rotary(cx: &Ctx<'_>) -> Result<Vec<Inferred>> {
+    RotaryOp::from_node(cx.node)?;
+    Ok(vec![cx.input(0).map(same_type).unwrap_or_else(unknown)])
+}
+
+/// Output `[batch, seq, num_heads * head]`; present key and value `[batch, kv_num_heads,
+/// present, head]`, `present = max(past capacity, total_sequence_length)` when both are known.
+fn group_query_attention(cx: &Ctx<'_>) -> Result<Vec<Inferred>> {
+    let op = GroupQueryAttentionOp::from_node(cx.node)?;
+    let Some(dtype) = cx.dtype(0) else {
+        return Ok(vec![unknown(), unknown(), unknown(), unknown()]);
+    };
+    let packed = cx.node.input(1).is_none();
+    let head = match cx.shape(0) {
+        Some([_, _, h]) => h.fixed().map(|h| op.head_size(h, packed)).transpose()?,
+        Some(s) => return Err(cx.input_error(0, "a 3-D query [batch, seq, hidden]", format!("rank {}", s.len()))),
+        None => None,
+    };
+    let (batch, seq) = match cx.shape(0) {
+        Some([b, s, _]) => (b.clone(), s.clone()),
+        _ => (Dim::Unknown, Dim::Unknown),
+    };
+    let fixed = |n: Option<usize>| n.map_or(Dim::Unknown, Dim::Fixed);
+    let y = tensor_out(dtype, cx.shape(0).map(|_| vec![batch.clone(), seq, fixed(head.map(|h| h * op.num_heads))]));
+    let past = cx.shape(GroupQueryAttentionOp::PAST_KEY).and_then(|s| s.get(2)).and_then(Dim::fixed);
+    let total = cx.ints(GroupQueryAttentionOp::TOTAL_SEQUENCE_LENGTH).and_then(|v| v.first().copied()).and_then(|t| usize::try_from(t).ok());
+    let present_len = match (past, total) {
+        (Some(p), Some(t)) => Dim::Fixed(p.max(t)),
+        (None, Some(t)) if cx.node.input(GroupQueryAttentionOp::PAST_KEY).is_none() => Dim::Fixed(t),
+        _ => Dim::Unknown,
+    };
+    let present = tensor_out(dtype, Some(vec![batch.clone(), Dim::Fixed(op.kv_num_heads), present_len, fixed(head)]));
+    let qk = tensor_out(dtype, None);
+    Ok(vec![y, present.clone(), present, qk])
+}
+
+/// The scales' type; data's shape with the gathered axis replaced by the indices' shape
+/// (and packed 4-bit data's last dimension doubled).
+fn gather_block_quantized(cx: &Ctx<'_>) -> Result<Vec<Inferred>> {
+    let op = GatherBlockQuantizedOp::from_node(cx.node)?;
+    let Some(dtype) = cx.dtype(GatherBlockQuantizedOp::SCALES) else {
+        return Ok(vec![unknown()]);
+    };
+    let shape = match (cx.tensor(GatherBlockQuantizedOp::DATA), cx.shape(GatherBlockQuantizedOp::INDICES)) {
+        (Some(t), Some(indices)) => match (&t.shape, op.logical_dims_sym(t.dtype, t.shape.as_deref())) {
+            (Some(_), Some(dims)) => {
+                let axis = op.gather_axis(dims.len())?;
+                Some(dims[..axis].iter().cloned().chain(indices.iter().cloned()).chain(dims[axis + 1..].iter().cloned()).collect())
+            }
+            _ => None,
+        },
+        _ => None,
+    };
+    Ok(vec![tensor_out(dtype, shape)])
+}
