@@ -19,6 +19,7 @@ models="${ONYX_TEST_MODELS:-$PWD/target/testmodels}"
 python3 scripts/make_test_models.py "$models"
 python3 scripts/make_malformed_models.py "$models/malformed"
 python3 scripts/make_llm_op_cases.py "$models/llm_ops"
+python3 scripts/make_llm_model_refs.py "$models/llm_models"
 export ONYX_TEST_MODELS="$models"
 
 # ONNX's backend node tests (from the onnx wheel, cached in .cache/) for the conformance test,

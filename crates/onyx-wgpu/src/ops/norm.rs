@@ -33,9 +33,13 @@ pub(crate) fn register(r: &mut Registry) {
     r.add("BatchNormalization", supports_batch_norm, build_batch_norm);
     r.add("LayerNormalization", supports_layer_norm, build_layer_norm);
     r.add("RMSNormalization", supports_layer_norm, build_layer_norm);
+    // ONNX Runtime's, in the default domain: RMSNormalization whose output 1 is the inverse
+    // standard deviation (left to the CPU when read).
+    r.add("SimplifiedLayerNormalization", supports_simplified, build_layer_norm);
     r.add("InstanceNormalization", supports_instance_norm, build_instance_norm);
     r.add("GroupNormalization", supports_group_norm, build_group_norm);
     r.add_in("com.microsoft", "SkipLayerNormalization", skip::supports, skip::build);
+    r.add_in("com.microsoft", "SkipSimplifiedLayerNormalization", skip::supports, skip::build);
     r.add_in(onyx_core::ir::ONYX_DOMAIN, "GemmSkipLayerNormalization", gemm_skip::supports, gemm_skip::build);
 }
 
@@ -185,6 +189,11 @@ fn supports_layer_norm(ctx: &NodeContext<'_>, gpu: &Capabilities) -> bool {
     stash_ok && attrs_ok && shapes_ok && n.input(1).is_some() && float_inputs(ctx, gpu, 0..3)
 }
 
+/// SimplifiedLayerNormalization: X and scale of one type, `inv_std_var` unread.
+fn supports_simplified(ctx: &NodeContext<'_>, gpu: &Capabilities) -> bool {
+    !has_output(ctx, 1) && input_dtype(ctx, 0) == input_dtype(ctx, 1) && supports_layer_norm(ctx, gpu)
+}
+
 /// LayerNormalization (opset 17).
 struct LayerNorm {
     kernel: RowNorm,
@@ -201,7 +210,7 @@ fn build_layer_norm(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<
         types.push(param_type(ctx, 2)?);
     }
     let stats = has_output(ctx, 1) || has_output(ctx, 2);
-    let form = if node.op_type == "RMSNormalization" { Form::Rms } else { Form::Centered };
+    let form = if node.op_type == "LayerNormalization" { Form::Centered } else { Form::Rms };
     let axis = node.int_or("axis", -1)?;
     let row_len = known_dims(ctx, 0).and_then(|dims| {
         let from = normalize_axis(axis, dims.len(), &node.location()).ok()?;
@@ -397,6 +406,7 @@ mod tests {
                 .opset(17)
                 .check(1e-4, 1e-5);
             Case::new("RMSNormalization", vec![x.clone(), scale.clone()]).attrs(attrs.clone()).opset(23).check(1e-4, 1e-5);
+            Case::new("SimplifiedLayerNormalization", vec![x.clone(), scale.clone()]).attrs(attrs.clone()).opset(17).check(1e-4, 1e-5);
             let stats = Case::new("LayerNormalization", vec![x, scale]).attrs(attrs).opset(17).outputs(3);
             stats.check(1e-4, 1e-5);
         }

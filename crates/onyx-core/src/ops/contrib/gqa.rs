@@ -148,6 +148,15 @@ impl GroupQueryAttentionOp {
         if !causal && local_window.is_some() {
             return Err(Error::attribute(&at, "local_window_size", "-1 when causal is 0", format!("{local_window:?}")));
         }
+        // ONNX Runtime 1.32's ring-buffer cache of windowed layers, and its quantized caches:
+        // not implemented, and refused rather than computed with the wrong cache layout.
+        if node.int_or("sliding_window_cache", 0)? != 0 {
+            return Err(Error::attribute(&at, "sliding_window_cache", "0 (the windowed ring-buffer cache is not supported yet)", "1"));
+        }
+        let quant = node.string_or("k_quant_type", "NONE")?;
+        if quant != "NONE" {
+            return Err(Error::attribute(&at, "k_quant_type", "NONE (quantized KV caches are not supported yet)", quant));
+        }
         let qk = node.int_or("qk_output", 0)?;
         let qk_output = u8::try_from(qk).ok().filter(|&q| q <= 2).ok_or_else(|| Error::attribute(&at, "qk_output", "0, 1 or 2", qk.to_string()))?;
         Ok(GroupQueryAttentionOp {

@@ -24,30 +24,84 @@ pub(crate) fn build(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
     Ok(Box::new(RmsNorm(RmsNormOp::from_node(ctx.node)?)))
 }
 
-/// Normalizes each `hidden`-long row of `x` into `y`; returns each row's `1 / rms`. Rows are
-/// split over the pool in tasks of at least [`ROWS_PER_TASK`] rows (or 4096 elements).
-fn normalize<T: Real>(x: &[T], gamma: &[T], hidden: usize, eps: f64, y: &mut [T]) -> Vec<T> {
+/// How a row's root mean square and output are computed, as ONNX Runtime's CPU EP does (its
+/// rounding is reproduced, since a flipped rounding of a half-typed output is amplified by
+/// the int8 activations of the next `accuracy_level` 4 product).
+#[derive(Clone, Copy, PartialEq)]
+enum Arith {
+    /// SimplifiedLayerNormalization of rows of 16 or more with a full gamma: squares summed in
+    /// 8 FMA lanes, `y = (x · inv) · g`.
+    Lanes,
+    /// Shorter rows, and the Skip form: squares summed one by one, `y = (x / rms) · g`.
+    Sequential,
+    /// Double inputs, or a broadcast gamma: everything in f64.
+    Wide,
+}
+
+/// `Σ x²` in 8 FMA lanes, the lanes added as a tree, the tail as ONNX Runtime adds it.
+fn lane_squares(x: &[f32]) -> f32 {
+    let mut lanes = [0f32; 8];
+    let chunks = x.chunks_exact(8);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for l in 0..8 {
+            lanes[l] = c[l].mul_add(c[l], lanes[l]);
+        }
+    }
+    let a: [f32; 4] = std::array::from_fn(|i| lanes[i] + lanes[i + 4]);
+    let mut s = (a[0] + a[2]) + (a[1] + a[3]);
+    let (four, rest) = tail.split_at(if tail.len() >= 4 { 4 } else { 0 });
+    for &v in four {
+        s += v * v;
+    }
+    for &v in rest {
+        s = v.mul_add(v, s);
+    }
+    s
+}
+
+/// One row: writes y, returns `1 / rms`.
+fn normalize_row<T: Real>(x: &[T], gamma: &[T], eps: f64, arith: Arith, y: &mut [T]) -> T {
+    let n = x.len();
+    if arith == Arith::Wide {
+        let ms = x.iter().map(|v| v.to_f64() * v.to_f64()).sum::<f64>() / n as f64;
+        let rms = (ms + eps).sqrt();
+        for ((o, &v), &g) in y.iter_mut().zip(x).zip(gamma) {
+            *o = T::from_f64(v.to_f64() / rms * g.to_f64());
+        }
+        return T::from_f64(1.0 / rms);
+    }
+    let xf: Vec<f32> = x.iter().map(|v| v.to_f32()).collect();
+    let sum = match arith {
+        Arith::Lanes => lane_squares(&xf),
+        _ => xf.iter().fold(0f32, |s, &v| s + v * v),
+    };
+    let rms = (sum / n as f32 + eps as f32).sqrt();
+    let inv = 1.0 / rms;
+    for ((o, &v), &g) in y.iter_mut().zip(&xf).zip(gamma) {
+        let v = if arith == Arith::Lanes { v * inv } else { v / rms };
+        *o = T::from_f32(v * g.to_f32());
+    }
+    T::from_f32(inv)
+}
+
+/// Normalizes each `hidden`-long row of `x` into `y`, rows split over the pool in tasks of at
+/// least [`ROWS_PER_TASK`] rows (or 4096 elements); with `want_inv`, returns each row's
+/// `1 / rms` (else nothing).
+fn normalize<T: Real>(x: &[T], gamma: &[T], hidden: usize, eps: f64, arith: Arith, y: &mut [T], want_inv: bool) -> Vec<T> {
     let hidden = hidden.max(1);
     let task_rows = ROWS_PER_TASK.max(4096 / hidden);
-    let mut inv = vec![T::ZERO; x.len() / hidden];
-    parallel::for_each_chunk_mut(&mut inv, task_rows, &|t, inv| {
-        for (r, inv) in inv.iter_mut().enumerate() {
-            let xr = &x[(t * task_rows + r) * hidden..][..hidden];
-            let ms = xr.iter().map(|v| v.to_f64() * v.to_f64()).sum::<f64>() / hidden as f64;
-            *inv = T::from_f64(1.0 / (ms + eps).sqrt());
-        }
-    });
     parallel::for_each_chunk_mut(y, task_rows * hidden, &|t, y| {
         for (r, yr) in y.chunks_mut(hidden).enumerate() {
             let row = t * task_rows + r;
-            // ONNX Runtime divides by the root mean square rather than multiplying by its inverse.
-            let rms = T::ONE / inv[row];
-            for ((o, &v), &g) in yr.iter_mut().zip(&x[row * hidden..][..hidden]).zip(gamma) {
-                *o = v / rms * g;
-            }
+            normalize_row(&x[row * hidden..][..hidden], gamma, eps, arith, yr);
         }
     });
-    inv
+    if !want_inv {
+        return vec![];
+    }
+    let mut scratch = vec![T::ZERO; hidden];
+    x.chunks(hidden).map(|row| normalize_row(row, gamma, eps, arith, &mut scratch)).collect()
 }
 
 impl RmsNorm {
@@ -67,11 +121,17 @@ impl RmsNorm {
             sum.chunks_mut(g.hidden.max(1)).for_each(|c| c.iter_mut().zip(bias.iter()).for_each(|(s, &b)| *s += b));
         }
         let mut y = vec![T::ZERO; sum.len()];
-        let inv = normalize(&sum, &gamma, g.hidden, f64::from(op.epsilon), &mut y);
+        let full_gamma = gamma_view.len() == g.hidden;
+        let arith = match (T::DTYPE == DataType::Double || !full_gamma, op.skip, g.hidden >= 16) {
+            (true, _, _) => Arith::Wide,
+            (false, false, true) => Arith::Lanes,
+            _ => Arith::Sequential,
+        };
+        let want = |i: usize| wanted.get(i).copied().unwrap_or(false);
+        let inv = normalize(&sum, &gamma, g.hidden, f64::from(op.epsilon), arith, &mut y, want(op.inv_std_output()));
         let shape = x.shape().to_vec();
         let stats_shape = op.stats_shape(&shape)?;
         let stat_type = if T::DTYPE == DataType::Double { DataType::Double } else { DataType::Float };
-        let want = |i: usize| wanted.get(i).copied().unwrap_or(false);
         // The plain form's Y has gamma's type (ONNX Runtime's `V`), which may differ from X's.
         let mut out = vec![float_output(gamma_view.dtype(), shape.clone(), y)?];
         let last = (1..wanted.len()).rev().find(|&i| want(i)).unwrap_or(0);
@@ -79,6 +139,8 @@ impl RmsNorm {
             out.push(match (op.skip, i) {
                 (true, 1) => float_output(stat_type, stats_shape.clone(), vec![T::ZERO; g.rows])?,
                 (true, 3) => float_output(x.dtype(), shape.clone(), std::mem::take(&mut sum))?,
+                // inv_std_var, or zeros in a place no one reads.
+                _ if inv.is_empty() => float_output(stat_type, stats_shape.clone(), vec![T::ZERO; g.rows])?,
                 _ => float_output(stat_type, stats_shape.clone(), inv.clone())?,
             });
         }

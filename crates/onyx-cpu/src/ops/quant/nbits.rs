@@ -22,6 +22,9 @@ use onyx_core::{DataType, Error, Result, Tensor, TensorView, Value};
 use crate::ops::util;
 use crate::parallel;
 
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+
 /// Columns of the output computed by one task.
 const TILE_COLUMNS: usize = 8;
 
@@ -33,6 +36,8 @@ struct Weights {
     b: Tensor,
     scales: Vec<f32>,
     zero_points: Zp,
+    /// `zero_point · scale` per block, for integer zero points.
+    zero_scales: Option<Vec<f32>>,
     /// The block of each row of B, when it is not `k / block_size`.
     g_idx: Option<Vec<u32>>,
     bias: Option<Vec<f32>>,
@@ -98,7 +103,11 @@ fn prepare(op: &MatMulNBitsOp, a_type: DataType, views: &[Option<TensorView<'_>>
         None
     };
     let bias = if found.bias { Some(util::to_f32(view(MatMulNBitsOp::BIAS)?)?) } else { None };
-    Ok(Weights { dtype: a_type, b, scales, zero_points, g_idx, bias })
+    let zero_scales = match &zero_points {
+        Zp::Int(z) => Some(z.iter().zip(&scales).map(|(&z, s)| f32::from(z) * s).collect()),
+        Zp::Float(_) => None,
+    };
+    Ok(Weights { dtype: a_type, b, scales, zero_points, zero_scales, g_idx, bias })
 }
 
 impl Weights {
@@ -157,11 +166,15 @@ fn dot_f32(q: &[u8], zp: f32, a: &[f32]) -> f32 {
 struct QuantizedRows {
     /// Values per block.
     block: usize,
+    /// Whether each 32 values are stored evens first (for the AVX2 kernel).
+    permuted: bool,
     /// Blocks per row.
     blocks: usize,
     values: Vec<i8>,
     scales: Vec<f32>,
     sums: Vec<i32>,
+    /// `scale · Σ q` per block.
+    scaled_sums: Vec<f32>,
 }
 
 /// Quantizes each `k`-long row of `a` per block of `block` values, as ONNX Runtime's int8
@@ -187,15 +200,25 @@ fn quantize_rows(a: &[f32], k: usize, block: usize) -> QuantizedRows {
             sums[r * blocks + b] = sum;
         }
     }
-    QuantizedRows { block, blocks, values, scales, sums }
+    let scaled_sums = sums.iter().zip(&scales).map(|(&s, a)| s as f32 * a).collect();
+    QuantizedRows { block, blocks, permuted: false, values, scales, sums, scaled_sums }
 }
 
 impl MatMulNBits {
-    /// Computes one tile of columns `n0..n0 + width` for every row: `out[r * width + j]`.
+    /// Computes one tile of columns `n0..n0 + width` for every row: `out[j * rows + r]`.
     fn tile(&self, w: &Weights, bytes: &[u8], a: &Activations, n0: usize, width: usize, out: &mut [f32]) {
         let op = &self.op;
         let (k, block, blocks, blob) = (op.k, op.block_size, op.k_blocks(), op.blob_bytes());
         let rows = out.len() / width;
+        #[cfg(target_arch = "x86_64")]
+        if let (Some(zero_scales), Some(perm)) = (&w.zero_scales, &self.avx2_rows(a)) {
+            for j in 0..width {
+                let n = n0 + j;
+                let column = avx2::Column { weights: w.column(bytes, op, n), scales: &w.scales[n * blocks..][..blocks], zero_scales: &zero_scales[n * blocks..][..blocks], block };
+                avx2::column(&column, perm, &mut out[j * rows..][..rows]);
+            }
+            return;
+        }
         let mut q = [0u8; 256];
         for j in 0..width {
             let n = n0 + j;
@@ -220,7 +243,7 @@ impl MatMulNBits {
                             for r in 0..rows {
                                 let at = r * qa.blocks + ab;
                                 let dot = dot_u8_i8(&q[first..first + sub_len], &qa.values[at * qa.block..][..sub_len]) - zp * qa.sums[at];
-                                out[r * width + j] += dot as f32 * (qa.scales[at] * scale);
+                                out[j * rows + r] += dot as f32 * (qa.scales[at] * scale);
                             }
                         }
                     }
@@ -230,7 +253,7 @@ impl MatMulNBits {
                             Zp::Float(z) => z[n * blocks + b],
                         };
                         for r in 0..rows {
-                            out[r * width + j] += scale * dot_f32(&q[..len], zp, &af[r * k + b * block..][..len]);
+                            out[j * rows + r] += scale * dot_f32(&q[..len], zp, &af[r * k + b * block..][..len]);
                         }
                     }
                     (Activations::Int8(_), Zp::Float(_)) => unreachable!("int8 activations only with integer zero points"),
@@ -259,8 +282,17 @@ impl MatMulNBits {
                 })
                 .collect();
             for r in 0..rows {
-                out[r * width + j] = a[r * k..][..k].iter().zip(&weights).map(|(x, y)| x * y).sum();
+                out[j * rows + r] = a[r * k..][..k].iter().zip(&weights).map(|(x, y)| x * y).sum();
             }
+        }
+    }
+
+    /// A's rows as the AVX2 kernel reads them, when it runs this product.
+    #[cfg(target_arch = "x86_64")]
+    fn avx2_rows<'a>(&self, a: &'a Activations) -> Option<avx2::Rows<'a>> {
+        match a {
+            Activations::Int8(qa) if qa.permuted => Some(avx2::Rows { values: &qa.values, scales: &qa.scales, scaled_sums: &qa.scaled_sums, a_block: qa.block, a_blocks: qa.blocks }),
+            _ => None,
         }
     }
 
@@ -280,26 +312,25 @@ impl MatMulNBits {
         let rows = af.len() / op.k;
         let bytes = w.b.view()?.bytes()?;
         let acts = if self.int8_arithmetic(w) { Activations::Int8(quantize_rows(&af, op.k, op.block_size.min(256))) } else { Activations::Float(af) };
-        let tiles = op.n.div_ceil(TILE_COLUMNS);
-        // Each task's tile, row by row; then scattered into Y.
-        let parts = parallel::map_indices(tiles, &|t| {
-            let n0 = t * TILE_COLUMNS;
-            let width = TILE_COLUMNS.min(op.n - n0);
-            let mut out = vec![0f32; rows * width];
-            util::simd(|| match (&w.g_idx, &acts) {
-                (Some(g), Activations::Float(af)) => self.tile_g_idx(w, g, bytes, af, n0, width, &mut out),
-                _ => self.tile(w, bytes, &acts, n0, width, &mut out),
-            });
-            out
-        });
-        let mut y = vec![0f32; rows * op.n];
-        for (t, part) in parts.iter().enumerate() {
-            let n0 = t * TILE_COLUMNS;
-            let width = TILE_COLUMNS.min(op.n - n0);
-            for r in 0..rows {
-                y[r * op.n + n0..][..width].copy_from_slice(&part[r * width..][..width]);
+        let acts = match acts {
+            #[cfg(target_arch = "x86_64")]
+            Activations::Int8(qa) if op.bits == 4 && qa.block % 32 == 0 && avx2::available() => {
+                let permuted = avx2::permute_for_avx2(&qa.values);
+                Activations::Int8(QuantizedRows { values: permuted, permuted: true, ..qa })
             }
-        }
+            other => other,
+        };
+        // Columns in tiles, each tile's outputs column by column ([n][rows]).
+        let mut by_column = vec![0f32; op.n * rows];
+        parallel::for_each_chunk_mut(&mut by_column, TILE_COLUMNS * rows.max(1), &|t, out| {
+            let n0 = t * TILE_COLUMNS;
+            let width = TILE_COLUMNS.min(op.n - n0);
+            util::simd(|| match (&w.g_idx, &acts) {
+                (Some(g), Activations::Float(af)) => self.tile_g_idx(w, g, bytes, af, n0, width, out),
+                _ => self.tile(w, bytes, &acts, n0, width, out),
+            });
+        });
+        let mut y = if rows == 1 { by_column } else { (0..rows * op.n).map(|i| by_column[(i % op.n) * rows + i / op.n]).collect() };
         if let Some(bias) = &w.bias {
             y.chunks_mut(op.n).for_each(|row| row.iter_mut().zip(bias).for_each(|(y, b)| *y += b));
         }

@@ -1,8 +1,9 @@
-//! com.microsoft SkipLayerNormalization(input, skip, gamma, beta?, bias?) -> (output, mean?,
-//! inv_std_var?, input_skip_bias_sum?): one dispatch of the LayerNormalization row kernel that
-//! normalizes `s = input + skip + bias` (skip broadcast over leading dims, bias along the last)
-//! over the last axis as it reads it, and writes `s` (output 3). The statistics outputs (1 and
-//! 2) are declined.
+//! com.microsoft SkipLayerNormalization(input, skip, gamma, beta?, bias?) and its RMS form
+//! SkipSimplifiedLayerNormalization(input, skip, gamma, bias?) -> (output, mean?, inv_std_var?,
+//! input_skip_bias_sum?): one dispatch of the LayerNormalization (or RMSNormalization) row
+//! kernel that normalizes `s = input + skip + bias` (skip broadcast over leading dims, bias
+//! along the last) over the last axis as it reads it, and writes `s` (output 3). The
+//! statistics outputs (1 and 2) are declined.
 
 use super::rows::{SkipInputs, SkipSum};
 use super::*;
@@ -11,12 +12,18 @@ use super::*;
 pub(super) fn supports(ctx: &NodeContext<'_>, gpu: &Capabilities) -> bool {
     let n = ctx.node.inputs.len();
     let same = (1..n).filter(|&i| ctx.node.input(i).is_some()).all(|i| input_dtype(ctx, i) == input_dtype(ctx, 0));
-    (3..=5).contains(&n)
+    let most = if is_simplified(ctx.node) { 4 } else { 5 };
+    (3..=most).contains(&n)
         && !has_output(ctx, 1)
         && !has_output(ctx, 2)
         && ctx.node.float_or("epsilon", 1e-12).is_ok()
         && same
         && float_inputs(ctx, gpu, 0..n)
+}
+
+/// Whether the node is the RMS form (no beta; the bias is input 3).
+fn is_simplified(node: &onyx_core::ir::Node) -> bool {
+    node.op_type == "SkipSimplifiedLayerNormalization"
 }
 
 /// The shape of the row statistics of rows along the last dim of `shape` (the kernel's
@@ -37,6 +44,9 @@ fn last_dim(ctx: &NodeContext<'_>) -> Option<usize> {
 /// A SkipLayerNormalization node.
 struct SkipLayerNorm {
     norm: RowNorm,
+    /// Input positions of beta (none in the RMS form) and of the bias.
+    beta: Option<usize>,
+    bias: usize,
     epsilon: f32,
     at: Location,
 }
@@ -44,14 +54,17 @@ struct SkipLayerNorm {
 pub(super) fn build(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<dyn GpuOp>> {
     let node = ctx.node;
     let (dtype, ty) = param_type(ctx, 0)?;
-    let beta = node.input(3).is_some();
+    let (form, beta_at, bias_at) = if is_simplified(node) { (Form::Rms, None, 3) } else { (Form::Centered, Some(3), 4) };
+    let beta = beta_at.is_some_and(|i| node.input(i).is_some());
     let mut types = vec![(dtype, ty), (dtype, ty)];
     if beta {
         types.push((dtype, ty));
     }
-    let skip = SkipSum { bias: node.input(4).is_some(), partials: false };
+    let skip = SkipSum { bias: node.input(bias_at).is_some(), partials: false };
     Ok(Box::new(SkipLayerNorm {
-        norm: RowNorm::with_skip(gpu, &types, Form::Centered, beta, false, Some(skip), last_dim(ctx))?,
+        norm: RowNorm::with_skip(gpu, &types, form, beta, false, Some(skip), last_dim(ctx))?,
+        beta: beta_at,
+        bias: bias_at,
         epsilon: node.float_or("epsilon", 1e-12)?,
         at: node.location(),
     }))
@@ -98,8 +111,11 @@ impl GpuOp for SkipLayerNorm {
         }
         let gamma =
             vector(run, inputs, 2, n, &self.at)?.ok_or_else(|| Error::input(&self.at, 2, "gamma", "nothing"))?;
-        let beta = vector(run, inputs, 3, n, &self.at)?;
-        let bias = vector(run, inputs, 4, n, &self.at)?;
+        let beta = match self.beta {
+            Some(i) => vector(run, inputs, i, n, &self.at)?,
+            None => None,
+        };
+        let bias = vector(run, inputs, self.bias, n, &self.at)?;
         let map = ParamMap { div: 1, modulo: n };
         let stat_shape = stats_shape(x.shape());
         let beta = beta.map(|b| (b, map));
@@ -191,6 +207,10 @@ mod tests {
             let no_bias = vec![x.clone(), sk.clone(), gamma.clone(), beta.clone()];
             Case::new("SkipLayerNormalization", no_bias.clone()).domain(ms).check(1e-4, 1e-4);
             check_sum_output(&no_bias);
+            // The RMS form, with and without its bias (input 3).
+            for inputs in [vec![x.clone(), sk.clone(), gamma.clone()], vec![x.clone(), sk.clone(), gamma.clone(), bias.clone()]] {
+                Case::new("SkipSimplifiedLayerNormalization", inputs).domain(ms).attrs(eps.clone()).check(1e-4, 1e-4);
+            }
         }
     }
 }

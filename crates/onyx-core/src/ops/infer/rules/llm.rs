@@ -8,6 +8,7 @@ use crate::ops::contrib::gqa::GroupQueryAttentionOp;
 use crate::ops::contrib::nbits::{GatherBlockQuantizedOp, MatMulNBitsOp};
 use crate::ops::contrib::rms_norm::RmsNormOp;
 use crate::ops::contrib::rotary::RotaryOp;
+use super::dims::all_fixed;
 use crate::types::Dim;
 use crate::{DataType, Result};
 
@@ -49,15 +50,10 @@ pub fn rms_norm(cx: &Ctx<'_>) -> Result<Vec<Inferred>> {
         }
         None => None,
     };
-    if let (Some(x), Some(g)) = (cx.shape(0), cx.shape(gamma)) {
-        let axis = op.first_axis(x.len())?;
-        let trailing = &x[axis..];
-        if g.iter().all(|d| d.fixed().is_some()) && trailing.iter().all(|d| d.fixed().is_some()) && g != trailing {
-            let hidden: usize = trailing.iter().filter_map(Dim::fixed).product();
-            if g != [Dim::Fixed(hidden)] {
-                return Err(cx.input_error(gamma, format!("a gamma of the normalized dims {trailing:?}"), format!("{g:?}")));
-            }
-        }
+    // Known shapes are checked with the contract (the Skip form's skip and bias at run time).
+    if let (Some(x), Some(g)) = (cx.shape(0).and_then(all_fixed), cx.shape(gamma).and_then(all_fixed)) {
+        let skip = op.skip.then_some(&x[..]);
+        op.geometry(&x, skip, &g, None)?;
     }
     let stats = tensor_out(stash, stats_shape);
     Ok(if op.skip { vec![y, stats.clone(), stats, same_type(x)] } else { vec![y, stats] })
@@ -137,4 +133,42 @@ fn gather_block_quantized(cx: &Ctx<'_>) -> Result<Vec<Inferred>> {
         _ => None,
     };
     Ok(vec![tensor_out(dtype, shape)])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testutil::{int, node, run, show, ty};
+    use crate::ir::MS_DOMAIN;
+
+    fn contrib(op: &str, inputs: usize, outputs: usize, attrs: &[(&str, i64)]) -> crate::ir::Node {
+        let mut n = node(op, inputs, outputs, attrs.iter().map(|(k, v)| int(k, *v)).collect());
+        n.domain = MS_DOMAIN.into();
+        n
+    }
+
+    fn infer(n: &crate::ir::Node, inputs: &[&str]) -> crate::Result<Vec<String>> {
+        let ins: Vec<_> = inputs.iter().map(|s| (!s.is_empty()).then(|| ty(s))).collect();
+        Ok(run(n, 1, &ins)?.iter().map(show).collect())
+    }
+
+    #[test]
+    fn llm_op_shapes() {
+        let mnb = contrib("MatMulNBits", 3, 1, &[("K", 64), ("N", 5), ("block_size", 32)]);
+        assert_eq!(infer(&mnb, &["float16[b,s,64]", "uint8[5,2,16]", "float16[10]"]).unwrap(), ["float16[b,s,5]"]);
+        let err = infer(&mnb, &["float[b,s,63]", "uint8[5,2,16]", "float[10]"]).unwrap_err().to_string();
+        assert!(err.contains("K = 64"), "{err}");
+        let mut gqa = contrib("GroupQueryAttention", 7, 3, &[("num_heads", 4), ("kv_num_heads", 2)]);
+        // Packed q, k, v: key and value omitted.
+        gqa.inputs[1].clear();
+        gqa.inputs[2].clear();
+        let out = infer(&gqa, &["float[b,s,128]", "", "", "float[b,2,p,16]", "float[b,2,p,16]", "int32[b]", "int32[]"]).unwrap();
+        assert_eq!(out, ["float[b,s,64]", "float[b,2,?,16]", "float[b,2,?,16]"]);
+        let skip = contrib("SkipSimplifiedLayerNormalization", 3, 4, &[]);
+        let out = infer(&skip, &["float[b,s,8]", "float[b,s,8]", "float[8]"]).unwrap();
+        assert_eq!(out, ["float[b,s,8]", "float[b,s,1]", "float[b,s,1]", "float[b,s,8]"]);
+        let mut sln = node("SimplifiedLayerNormalization", 2, 1, vec![]);
+        sln.domain = String::new();
+        assert_eq!(infer(&sln, &["float16[2,8]", "float[8]"]).unwrap(), ["float[2,8]"]);
+        assert!(infer(&sln, &["float[2,8]", "float[3]"]).is_err());
+    }
 }

@@ -1,0 +1,182 @@
+//! The int4 × int8 dot products of MatMulNBits at `accuracy_level` 4 with AVX2: 32 weights a
+//! step, unpacked from 16 bytes in registers and multiplied by A's int8 values with
+//! `maddubs` (u8 × i8 pairs into i16, exact: |q·a| ≤ 15·127) and `madd` (pairs into i32); each
+//! A-block's 8 i32 lanes are converted and added, times the block's two scales, to 8 f32
+//! lanes summed once per output. A's values are stored per 32 with the even elements first
+//! (see [`permute_for_avx2`]), so that the low and high nibbles of B's bytes meet them
+//! without shuffles.
+
+use std::arch::x86_64::*;
+
+/// Whether this CPU runs [`column`].
+pub(super) fn available() -> bool {
+    std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+}
+
+/// A's quantized values with each group of 32 reordered as its 16 even elements, then its 16
+/// odd ones (B's byte `j` holds elements `2j` and `2j + 1`).
+pub(super) fn permute_for_avx2(values: &[i8]) -> Vec<i8> {
+    let mut out = vec![0i8; values.len()];
+    for (dst, src) in out.chunks_exact_mut(32).zip(values.chunks_exact(32)) {
+        for j in 0..16 {
+            dst[j] = src[2 * j];
+            dst[16 + j] = src[2 * j + 1];
+        }
+    }
+    out
+}
+
+/// One output column over `rows` rows of A.
+pub(super) struct Column<'a> {
+    /// The column's packed 4-bit weights, `blocks * block / 2` bytes.
+    pub weights: &'a [u8],
+    /// The column's scale per block.
+    pub scales: &'a [f32],
+    /// The column's `zero_point · scale` per block.
+    pub zero_scales: &'a [f32],
+    /// Weights per block of B (a multiple of `a_block`).
+    pub block: usize,
+}
+
+/// A quantized as [`permute_for_avx2`] stores it, per row and A-block.
+pub(super) struct Rows<'a> {
+    /// `rows * a_blocks * a_block` values.
+    pub values: &'a [i8],
+    /// Scale per (row, A-block).
+    pub scales: &'a [f32],
+    /// Sum of the quantized values times the scale, per (row, A-block).
+    pub scaled_sums: &'a [f32],
+    /// Values per A-block (a multiple of 32).
+    pub a_block: usize,
+    /// A-blocks per row.
+    pub a_blocks: usize,
+}
+
+/// `out[r] += Σ_blocks (Σ a_q (q − zp)) · sa · sb` for every row `r` of `a`, computed as
+/// `Σ (Σ a_q q) · sa · sb − Σ (sa Σ a_q) · (zp · sb)`.
+pub(super) fn column(c: &Column<'_>, a: &Rows<'_>, out: &mut [f32]) {
+    let per_block = c.block / a.a_block;
+    assert!(a.a_block % 32 == 0 && per_block >= 1, "A-blocks of whole 32s inside B's blocks");
+    assert!(c.weights.len() * 2 >= a.a_blocks * a.a_block, "the column holds every A-block");
+    assert!(c.scales.len() * per_block >= a.a_blocks && c.zero_scales.len() * per_block >= a.a_blocks);
+    assert!(a.values.len() >= out.len() * a.a_blocks * a.a_block && a.scales.len() >= out.len() * a.a_blocks && a.scaled_sums.len() >= out.len() * a.a_blocks);
+    assert!(available(), "AVX2 and FMA are checked by the caller");
+    // SAFETY: the CPU has AVX2 and FMA (asserted above), and the assertions bound every read:
+    // row r's A-blocks are at `(r * a_blocks + ab) * a_block`, below `values.len()`, and
+    // A-block `ab`'s 32-groups read bytes `ab * a_block / 2 + 16 g .. + 16`, below
+    // `weights.len()`.
+    unsafe { column_avx2(c, a, per_block, out) }
+}
+
+#[target_feature(enable = "avx2,fma")]
+unsafe fn column_avx2(c: &Column<'_>, a: &Rows<'_>, per_block: usize, out: &mut [f32]) {
+    let rows = out.len();
+    let mut r = 0;
+    // Four rows at a time share each unpacked group of weights.
+    while r + 4 <= rows {
+        row_tile::<4>(c, a, per_block, r, &mut out[r..r + 4]);
+        r += 4;
+    }
+    while r < rows {
+        row_tile::<1>(c, a, per_block, r, &mut out[r..r + 1]);
+        r += 1;
+    }
+}
+
+/// Rows `first..first + R` of one column.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn row_tile<const R: usize>(c: &Column<'_>, a: &Rows<'_>, per_block: usize, first: usize, out: &mut [f32]) {
+    let low4 = _mm256_set1_epi8(0x0f);
+    let ones = _mm256_set1_epi16(1);
+    let groups = a.a_block / 32;
+    // Two accumulators per row, for alternate blocks: the FMAs of one chain overlap.
+    let mut acc = [[_mm256_setzero_ps(); 2]; R];
+    for ab in 0..a.a_blocks {
+        let scale = c.scales[ab / per_block];
+        let wq = c.weights.as_ptr().add(ab * a.a_block / 2);
+        let mut lanes = [_mm256_setzero_si256(); R];
+        for g in 0..groups {
+            // SAFETY (reads): bounded as `column` asserts.
+            let bytes = _mm_loadu_si128(wq.add(16 * g) as *const __m128i);
+            let q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(bytes, 4), bytes), low4);
+            for (i, l) in lanes.iter_mut().enumerate() {
+                let aq = a.values.as_ptr().add(((first + i) * a.a_blocks + ab) * a.a_block + 32 * g);
+                let pairs = _mm256_maddubs_epi16(q, _mm256_loadu_si256(aq as *const __m256i));
+                *l = _mm256_add_epi32(*l, _mm256_madd_epi16(pairs, ones));
+            }
+        }
+        for i in 0..R {
+            let combined = _mm256_set1_ps(a.scales[(first + i) * a.a_blocks + ab] * scale);
+            acc[i][ab % 2] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes[i]), combined, acc[i][ab % 2]);
+        }
+    }
+    for i in 0..R {
+        let sums = &a.scaled_sums[(first + i) * a.a_blocks..][..a.a_blocks];
+        let correction: f32 = sums.iter().enumerate().map(|(ab, s)| s * c.zero_scales[ab / per_block]).sum();
+        out[i] += hsum(_mm256_add_ps(acc[i][0], acc[i][1])) - correction;
+    }
+}
+
+/// The sum of 8 lanes.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn hsum(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+    _mm_cvtss_f32(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The same sums computed one weight at a time, in natural order.
+    fn scalar(c: &Column<'_>, zero_points: &[u8], values: &[i8], a: &Rows<'_>, rows: usize) -> Vec<f32> {
+        let per_block = c.block / a.a_block;
+        (0..rows)
+            .map(|r| {
+                (0..a.a_blocks)
+                    .map(|ab| {
+                        let at = r * a.a_blocks + ab;
+                        let b = ab / per_block;
+                        let dot: i32 = (0..a.a_block)
+                            .map(|i| {
+                                let k = ab * a.a_block + i;
+                                let q = (c.weights[k / 2] >> (4 * (k % 2))) & 15;
+                                (i32::from(q) - i32::from(zero_points[b])) * i32::from(values[at * a.a_block + i])
+                            })
+                            .sum();
+                        dot as f32 * (a.scales[at] * c.scales[b])
+                    })
+                    .sum()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn matches_one_weight_at_a_time() {
+        if !available() {
+            return;
+        }
+        let mut rng = fastrand::Rng::with_seed(5);
+        for (block, a_block, a_blocks, rows) in [(32, 32, 7, 1), (64, 64, 3, 3), (512, 256, 4, 2), (128, 128, 1, 5)] {
+            let weights: Vec<u8> = (0..a_blocks * a_block / 2).map(|_| rng.u8(..)).collect();
+            let blocks = a_blocks * a_block / block;
+            let scales: Vec<f32> = (0..blocks).map(|_| rng.f32() - 0.5).collect();
+            let zero_points: Vec<u8> = (0..blocks).map(|_| rng.u8(0..16)).collect();
+            let values: Vec<i8> = (0..rows * a_blocks * a_block).map(|_| rng.i8(-127..=127)).collect();
+            let a_scales: Vec<f32> = (0..rows * a_blocks).map(|_| rng.f32()).collect();
+            let sums: Vec<f32> = values.chunks(a_block).zip(&a_scales).map(|(c, s)| c.iter().map(|&v| i32::from(v)).sum::<i32>() as f32 * s).collect();
+            let zero_scales: Vec<f32> = zero_points.iter().zip(&scales).map(|(&z, s)| f32::from(z) * s).collect();
+            let c = Column { weights: &weights, scales: &scales, zero_scales: &zero_scales, block };
+            let natural = Rows { values: &values, scales: &a_scales, scaled_sums: &sums, a_block, a_blocks };
+            let want = scalar(&c, &zero_points, &values, &natural, rows);
+            let permuted = permute_for_avx2(&values);
+            let mut got = vec![0f32; rows];
+            column(&c, &Rows { values: &permuted, ..natural }, &mut got);
+            for (g, w) in got.iter().zip(&want) {
+                assert!((g - w).abs() <= 1e-4 * w.abs().max(1.0), "block {block}: {g} vs {w}");
+            }
+        }
+    }
+}
