@@ -573,7 +573,7 @@ def round_up(x):
 
 
 def mnb_cases():
-    """MatMulNBits: bits 2/4/8, block 16..256, K not a multiple of the block, odd N, M 1/5/33,
+    """MatMulNBits: bits 2/4/8, block 16..512, K not a multiple of the block, odd N, M 1/5/33,
     2-D and 3-D A, symmetric / uint8 / float zero points, g_idx, bias, accuracy 0 and 4."""
     f32, f16 = np.float32, np.float16
     c = [
@@ -598,6 +598,10 @@ def mnb_cases():
         mnb_case(8, 128, 300, 37, (33,), "u8", 0, f32, 323),
         mnb_case(8, 64, 200, 37, (1,), "sym", 4, f16, 324),
         mnb_case(8, 256, 300, 19, (2, 3), "u8", 4, f32, 325, bias=True),
+        # blocks over 256 (ORT treats them as 256-blocks sharing a scale)
+        mnb_case(8, 512, 600, 19, (3,), "u8", 4, f32, 326),
+        mnb_case(4, 512, 700, 21, (1,), "sym", 4, f32, 327),
+        mnb_case(4, 512, 700, 21, (4,), "u8", 0, f32, 328),
         # 2 bits
         mnb_case(2, 32, 200, 37, (5,), "u8", 0, f32, 331),
         mnb_case(2, 16, 77, 37, (1,), "sym", 4, f32, 332),

@@ -219,14 +219,14 @@ impl MatMulNBits {
             }
             return;
         }
-        let mut q = [0u8; 256];
+        // One block of unpacked weights (blocks may be longer than 256).
+        let mut q = vec![0u8; block];
         for j in 0..width {
             let n = n0 + j;
             let column = w.column(bytes, op, n);
             for b in 0..blocks {
                 let len = block.min(k - b * block);
-                let q = &mut q[..block];
-                unpack_block(&column[b * blob..][..blob], op.bits, q);
+                unpack_block(&column[b * blob..][..blob], op.bits, &mut q);
                 let scale = w.scales[n * blocks + b];
                 match (a, &w.zero_points) {
                     (Activations::Int8(qa), Zp::Int(zp)) => {
