@@ -68,6 +68,7 @@ pub(super) fn column(c: &Column<'_>, a: &Rows<'_>, out: &mut [f32]) {
     unsafe { column_avx2(c, a, per_block, out) }
 }
 
+// SAFETY (callers): only `column` calls it, after asserting AVX2/FMA and every bound it reads.
 #[target_feature(enable = "avx2,fma")]
 unsafe fn column_avx2(c: &Column<'_>, a: &Rows<'_>, per_block: usize, out: &mut [f32]) {
     let rows = out.len();
@@ -84,6 +85,8 @@ unsafe fn column_avx2(c: &Column<'_>, a: &Rows<'_>, per_block: usize, out: &mut 
 }
 
 /// Rows `first..first + R` of one column.
+// SAFETY (callers): only `column_avx2` calls it, under `column`'s checks; rows `first..first + R`
+// are rows of `out`, whose count `column` checked against A's buffers.
 #[target_feature(enable = "avx2,fma")]
 unsafe fn row_tile<const R: usize>(c: &Column<'_>, a: &Rows<'_>, per_block: usize, first: usize, out: &mut [f32]) {
     let low4 = _mm256_set1_epi8(0x0f);
@@ -118,6 +121,7 @@ unsafe fn row_tile<const R: usize>(c: &Column<'_>, a: &Rows<'_>, per_block: usiz
 }
 
 /// The sum of 8 lanes.
+// SAFETY (callers): register arithmetic only; called from the AVX2 functions above.
 #[target_feature(enable = "avx2,fma")]
 unsafe fn hsum(v: __m256) -> f32 {
     let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
