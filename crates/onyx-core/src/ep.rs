@@ -133,6 +133,14 @@ pub trait RunState: Send {
         drop(value);
     }
 
+    /// Tells the run which of the caller's tensors its bound outputs will be written into
+    /// (`IoBinding::bind_output`), given once when the state is made. A kernel whose output
+    /// updates one of its inputs (a KV cache bound as both past and present) may then write
+    /// that input's buffer in place, when it is one of these. The default ignores them.
+    fn bind_outputs(&mut self, targets: &[Tensor]) {
+        let _ = targets;
+    }
+
     /// For downcasting to the EP's own state type.
     fn as_any_mut(&mut self) -> &mut dyn Any;
 }

@@ -54,6 +54,8 @@ pub struct GpuRun {
     key: BindKey,
     /// When the first command of the submission being recorded was recorded.
     started: Option<Instant>,
+    /// The buffers (and offsets) of the caller's tensors this run's bound outputs go into.
+    bound: Vec<(wgpu::Buffer, u64)>,
 }
 
 impl GpuRun {
@@ -75,7 +77,14 @@ impl GpuRun {
             id,
             key: BindKey::default(),
             started: None,
+            bound: vec![],
         }
+    }
+
+    /// Whether `buffer` is one the caller bound an output of this run to: a kernel may then
+    /// update it in place (see [`RunState::bind_outputs`]).
+    pub(crate) fn is_bound_output(&self, buffer: &GpuBuffer) -> bool {
+        self.bound.iter().any(|(b, offset)| b == buffer.buffer() && *offset == buffer.offset())
     }
 
     /// The GPU this run records for.
@@ -294,6 +303,11 @@ impl RunState for GpuRun {
                 }
             }
         }
+    }
+
+    fn bind_outputs(&mut self, targets: &[Tensor]) {
+        let ours = targets.iter().filter_map(|t| self.ctx.own_buffer(t).ok());
+        self.bound = ours.map(|b| (b.buffer().clone(), b.offset())).collect();
     }
 
     fn as_any_mut(&mut self) -> &mut dyn Any {

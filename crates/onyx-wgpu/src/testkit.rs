@@ -33,7 +33,12 @@ pub(crate) fn startup_provider() -> Option<Arc<WgpuProvider>> {
 
 /// A device of the test's own, or `None` when no adapter exists outside CI.
 pub(crate) fn private_context() -> Option<Arc<crate::GpuContext>> {
-    open(&WgpuOptions::default()).and_then(|p| p.context().ok().cloned())
+    private_provider().and_then(|p| p.context().ok().cloned())
+}
+
+/// A provider with a device of the test's own, or `None` when no adapter exists outside CI.
+pub(crate) fn private_provider() -> Option<Arc<WgpuProvider>> {
+    open(&WgpuOptions::default())
 }
 
 fn open(options: &WgpuOptions) -> Option<Arc<WgpuProvider>> {
@@ -148,7 +153,7 @@ impl Case {
         self
     }
 
-    fn model(&self) -> Model {
+    pub fn model(&self) -> Model {
         let mut graph = Graph::default();
         let mut node = Node {
             name: "n".into(),

@@ -44,3 +44,23 @@ fn llm_ops_match_onnx_runtime_on_the_cpu() {
     }
     assert!(failures.is_empty(), "{} of {} cases differ from ONNX Runtime:\n{}", failures.len(), cases.len(), failures.join("\n"));
 }
+
+/// The same cases on the wgpu EP (the nodes it does not take fall back to the CPU EP), against
+/// ONNX Runtime's outputs (lavapipe in CI; skipped without an adapter outside CI).
+#[cfg(feature = "wgpu")]
+#[test]
+fn llm_ops_match_onnx_runtime_on_wgpu() {
+    let options = onyx::gpu::WgpuOptions::default();
+    if let Err(e) = onyx::shared_wgpu(&options) {
+        assert!(std::env::var("CI").map_or(true, |v| v != "true"), "CI=true and no wgpu adapter: {e}");
+        eprintln!("skipping: {e}");
+        return;
+    }
+    let dir = manifest_dir("llm_ops");
+    let providers = [onyx::Provider::Wgpu(options), onyx::Provider::Cpu];
+    let failures: Vec<String> = cases(&dir)
+        .iter()
+        .filter_map(|case| run_case(&dir, case, &providers, &shared_outputs(case)).err().map(|e| format!("{}: {e}", case["name"])))
+        .collect();
+    assert!(failures.is_empty(), "{} cases differ from ONNX Runtime on wgpu:\n{}", failures.len(), failures.join("\n"));
+}

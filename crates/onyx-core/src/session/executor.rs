@@ -62,17 +62,26 @@ fn copy_ref(value: ValueRef<'_>, to: Device, providers: &Providers) -> Result<Va
 struct RunStates<'p> {
     providers: &'p Providers,
     states: Vec<Option<Option<Box<dyn RunState>>>>,
+    /// The caller's tensors the bound outputs go into (see [`RunState::bind_outputs`]).
+    bound: Vec<Tensor>,
 }
 
 impl<'p> RunStates<'p> {
-    fn new(providers: &'p Providers) -> Self {
-        RunStates { providers, states: providers.list.iter().map(|_| None).collect() }
+    fn new(providers: &'p Providers, bound: Vec<Tensor>) -> Self {
+        RunStates { providers, states: providers.list.iter().map(|_| None).collect(), bound }
     }
 
     /// Provider `p`'s state for this run, made on first use; `None` for EPs that keep none.
     fn get(&mut self, p: usize) -> Option<&mut Box<dyn RunState>> {
-        let providers = self.providers;
-        self.states[p].get_or_insert_with(|| providers.list[p].begin_run()).as_mut()
+        let (providers, bound) = (self.providers, &self.bound);
+        let made = || {
+            let mut state = providers.list[p].begin_run();
+            if let Some(s) = state.as_mut().filter(|_| !bound.is_empty()) {
+                s.bind_outputs(bound);
+            }
+            state
+        };
+        self.states[p].get_or_insert_with(made).as_mut()
     }
 
     /// Submits what the provider owning `device` recorded so far, before its values are read.
@@ -184,7 +193,8 @@ pub(crate) fn execute<'a>(
         pool.raise_cap(pool_cap(plan.peak_bytes));
         crate::host_pool::enter(pool)
     });
-    let mut states = RunStates::new(providers);
+    let bound = wanted.iter().filter_map(|(_, t)| if let OutputTarget::Into(dst) = t { Some(dst.clone()) } else { None }).collect();
+    let mut states = RunStates::new(providers, bound);
     for (slot, value) in &plan.constants {
         if env[*slot].is_none() {
             env[*slot] = Some(Slot::Owned(value.clone()));

@@ -24,6 +24,7 @@ pub(crate) mod conv;
 pub(crate) mod cumulative;
 pub(crate) mod elementwise;
 pub(crate) mod gather;
+pub(crate) mod gather_block;
 pub(crate) mod generate;
 pub(crate) mod gather_nd;
 pub(crate) mod grid_sample;
@@ -34,6 +35,7 @@ pub(crate) mod lp_norm;
 pub(crate) mod lrn;
 pub(crate) mod mask;
 pub(crate) mod matmul;
+pub(crate) mod nbits;
 pub(crate) mod norm;
 pub(crate) mod onehot;
 pub(crate) mod pool;
@@ -94,6 +96,7 @@ impl Registry {
         cumulative::register(&mut r);
         elementwise::register(&mut r);
         gather::register(&mut r);
+        gather_block::register(&mut r);
         generate::register(&mut r);
         gather_nd::register(&mut r);
         grid_sample::register(&mut r);
@@ -104,6 +107,7 @@ impl Registry {
         lrn::register(&mut r);
         mask::register(&mut r);
         matmul::register(&mut r);
+        nbits::register(&mut r);
         norm::register(&mut r);
         onehot::register(&mut r);
         pool::register(&mut r);
@@ -137,6 +141,11 @@ impl Registry {
     /// Registers an op of another domain (e.g. `com.microsoft`), all inputs read on the GPU.
     pub fn add_in(&mut self, domain: &'static str, op: &'static str, supports: SupportsFn, build: BuildFn) {
         self.domains.insert((domain, op), OpDef { supports, build, host_inputs: &[] });
+    }
+
+    /// Registers an op of another domain with some inputs read on the host.
+    pub fn add_in_with_host_inputs(&mut self, domain: &'static str, op: &'static str, supports: SupportsFn, build: BuildFn, host: &'static [usize]) {
+        self.domains.insert((domain, op), OpDef { supports, build, host_inputs: host });
     }
 
     /// The definition for a node's op.

@@ -1,11 +1,14 @@
-//! RotaryEmbedding (opset 23) on f32: one dispatch, each output element rotated with its pair
-//! partner by the angle whose cosine and sine the caches hold (`(x1 cos - x2 sin, x1 sin +
-//! x2 cos)`); elements past `rotary_embedding_dim` are copied.
+//! RotaryEmbedding, ONNX's (opset 23) and ONNX Runtime's `com.microsoft` form, on the
+//! contract of `onyx_core::ops::contrib::rotary`, in f32 or f16 (computed in f32): one
+//! dispatch, each output element rotated with its pair partner by the angle whose cosine and
+//! sine the caches hold (`(x1 cos - x2 sin, x1 sin + x2 cos)`); elements past the rotary
+//! width are copied.
 //!
-//! The input is `[batch, heads, seq, head]`, or `[batch, seq, heads * head]` with `num_heads`.
-//! The caches are `[max_position, rot / 2]` indexed by `position_ids[b, s]`, or `[batch, seq,
-//! rot / 2]` without position ids. Position ids outside the cache are clamped on the GPU (the
-//! CPU EP rejects them; a kernel cannot fail mid-run).
+//! The input is `[batch, heads, seq, head]`, or `[batch, seq, heads * head]`. The caches are
+//! `[max_position, rot / 2]` indexed by `position_ids[b, s]` (or, in the Microsoft form, by a
+//! scalar offset plus `s`), or `[batch, seq, rot / 2]` without position ids (ONNX form).
+//! Positions outside the cache are clamped on the GPU (the CPU EP rejects them; a kernel
+//! cannot fail mid-run).
 
 use std::sync::Arc;
 
@@ -13,155 +16,147 @@ use onyx_core::ep::{NodeContext, ValueRef};
 use onyx_core::ops::contrib::rotary::{CacheRows, RotaryOp};
 use onyx_core::{DataType, Error, Result, Value};
 
-use super::layout::{dispatch_elements, element_shader, Elements};
-use super::{input_dtype, Registry};
+use super::{input_dtype, is_float_input, Registry};
 use crate::capabilities::Capabilities;
 use crate::context::{GpuContext, Pipeline};
-use crate::kernel::{gpu_input, opt_gpu_input, u32_of, GpuOp, OnGpu};
+use crate::kernel::{enables, gpu_input, grid, opt_gpu_input, u32_of, wgsl_type, GpuOp, OnGpu, FLAT_INDEX};
 use crate::run::GpuRun;
 
-/// Registers RotaryEmbedding.
+/// Registers both forms.
 pub(crate) fn register(r: &mut Registry) {
     r.add("RotaryEmbedding", supports_rotary, build_rotary);
+    r.add_in(onyx_core::ir::MS_DOMAIN, "RotaryEmbedding", supports_rotary, build_rotary);
 }
 
-/// f32 input and caches, int64 position ids (or none), attributes in range.
-fn supports_rotary(ctx: &NodeContext<'_>, _gpu: &Capabilities) -> bool {
-    let node = ctx.node;
-    let f32_at = |i| input_dtype(ctx, i) == Some(DataType::Float);
-    let pos_ok = node.input(3).is_none() || input_dtype(ctx, 3) == Some(DataType::Int64);
-    f32_at(0)
-        && f32_at(1)
-        && f32_at(2)
-        && pos_ok
-        && node.int_or("interleaved", 0).is_ok_and(|v| v == 0 || v == 1)
-        && node.int_or("rotary_embedding_dim", 0).is_ok_and(|v| (0..1 << 24).contains(&v))
-        && node.int_or("num_heads", 0).is_ok_and(|v| (0..1 << 24).contains(&v))
+/// Float input and caches of one type, int64 position ids (or none), attributes in range.
+fn supports_rotary(ctx: &NodeContext<'_>, gpu: &Capabilities) -> bool {
+    let Ok(op) = RotaryOp::from_node(ctx.node) else { return false };
+    let (c, s, p) = op.input_indices();
+    let x = input_dtype(ctx, 0);
+    let pos_ok = ctx.node.input(p).is_none() || input_dtype(ctx, p) == Some(DataType::Int64);
+    is_float_input(ctx, gpu, 0) && input_dtype(ctx, c) == x && input_dtype(ctx, s) == x && pos_ok && op.rotary_dim < 1 << 24 && op.num_heads < 1 << 24
 }
 
-/// `fetch(e)`: the rotated element `e`. Parameters: three_d, batch, heads, seq, head, half (rot
-/// / 2), interleaved, max_position (0 without position ids).
-const ROTARY: &str = "
-fn fetch(e: u32) -> E {
-    let heads = p[5];
-    let seq = p[6];
-    let head = p[7];
-    let half = p[8];
+/// Parameters: n, three_d, heads, seq, head, half (rot / 2), interleaved, rows (0 per token,
+/// 1 position ids, 2 an offset), max_position.
+fn shader(ty: &str, enable: &str) -> String {
+    format!(
+        "{enable}{FLAT_INDEX}
+@group(0) @binding(0) var<storage, read> p: array<u32>;
+@group(0) @binding(1) var<storage, read> x: array<{ty}>;
+@group(0) @binding(2) var<storage, read> cos_cache: array<{ty}>;
+@group(0) @binding(3) var<storage, read> sin_cache: array<{ty}>;
+@group(0) @binding(4) var<storage, read> pos: array<u32>;
+@group(0) @binding(5) var<storage, read_write> y: array<{ty}>;
+// position_ids[i] (int64) clamped to the cache.
+fn position_id(i: u32, add: u32) -> u32 {{
+    let lo = pos[2u * i];
+    let hi = pos[2u * i + 1u];
+    let last = p[8] - 1u;
+    if (hi >= 0x80000000u) {{ return 0u; }}
+    if (hi != 0u) {{ return last; }}
+    return min(lo + min(add, last), last);
+}}
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {{
+    let e = flat_index(gid, nwg);
+    if (e >= p[0]) {{ return; }}
+    let heads = p[2];
+    let seq = p[3];
+    let head = p[4];
+    let half = p[5];
     let i = e % head;
     let r = e / head;
     var s = 0u;
     var b = 0u;
-    if (p[3] == 1u) {
+    if (p[1] == 1u) {{
         let t = r / heads;
         s = t % seq;
         b = t / seq;
-    } else {
+    }} else {{
         s = r % seq;
         b = r / seq / heads;
-    }
-    if (i >= 2u * half) { return load_x(e); }
+    }}
+    if (i >= 2u * half) {{ y[e] = x[e]; return; }}
     var j = i % half;
     var first = i < half;
     var partner = e + half;
-    if (p[9] == 1u) {
+    if (p[6] == 1u) {{
         j = i / 2u;
         first = (i & 1u) == 0u;
-        partner = e + 1u;
-        if (!first) { partner = e - 1u; }
-    } else if (!first) {
+        partner = select(e - 1u, e + 1u, first);
+    }} else if (!first) {{
         partner = e - half;
-    }
-    let row = cache_row(b * seq + s) * half + j;
-    let c = bitcast<f32>(load_cos(row));
-    let sn = bitcast<f32>(load_sin(row));
-    let v = bitcast<f32>(load_x(e));
-    let w = bitcast<f32>(load_x(partner));
-    if (first) { return bitcast<u32>(c * v - sn * w); }
-    return bitcast<u32>(sn * w + c * v);
+    }}
+    var row = b * seq + s;
+    if (p[7] == 1u) {{ row = position_id(b * seq + s, 0u); }}
+    if (p[7] == 2u) {{ row = position_id(0u, s); }}
+    let c = f32(cos_cache[row * half + j]);
+    let sn = f32(sin_cache[row * half + j]);
+    let v = f32(x[e]);
+    let w = f32(x[partner]);
+    if (first) {{ y[e] = {ty}(c * v - sn * w); }} else {{ y[e] = {ty}(sn * w + c * v); }}
+}}
+"
+    )
 }
-";
-
-/// The cache row of token `t` (`b * seq + s`) from the position ids, clamped to the cache.
-const WITH_POSITIONS: &str = "
-fn cache_row(t: u32) -> u32 {
-    let id = load_pos(t);
-    let last = p[10] - 1u;
-    if (id.y != 0u) {
-        if (id.y >= 0x80000000u) { return 0u; }
-        return last;
-    }
-    return min(id.x, last);
-}
-";
-
-/// The cache row of token `t` without position ids: the caches are per token.
-const PER_TOKEN: &str = "fn cache_row(t: u32) -> u32 { return t; }\n";
 
 /// A RotaryEmbedding node.
 struct Rotary {
     op: RotaryOp,
-    with_pos: Arc<Pipeline>,
-    per_token: Arc<Pipeline>,
+    dtype: DataType,
+    pipeline: Arc<Pipeline>,
 }
 
 fn build_rotary(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<dyn GpuOp>> {
     let op = RotaryOp::from_node(ctx.node)?;
-    let with_pos = gpu.pipeline("rotary/f32/pos", || {
-        element_shader("", 4, &[("x", 4), ("cos", 4), ("sin", 4), ("pos", 8)], &format!("{ROTARY}{WITH_POSITIONS}"))
-    })?;
-    let per_token = gpu.pipeline("rotary/f32/token", || {
-        element_shader("", 4, &[("x", 4), ("cos", 4), ("sin", 4)], &format!("{ROTARY}{PER_TOKEN}"))
-    })?;
-    Ok(Box::new(Rotary { op, with_pos, per_token }))
+    let dtype = input_dtype(ctx, 0).ok_or_else(|| Error::Unsupported(format!("wgpu: {}: untyped input", op.at)))?;
+    let ty = wgsl_type(dtype).ok_or_else(|| Error::Unsupported(format!("wgpu: {} on {dtype}", op.at)))?;
+    let pipeline = gpu.pipeline(&format!("rotary/{ty}"), || shader(ty, enables(dtype)))?;
+    Ok(Box::new(Rotary { op, dtype, pipeline }))
 }
 
 impl GpuOp for Rotary {
     fn record(&self, run: &mut GpuRun, inputs: &[Option<ValueRef<'_>>]) -> Result<Vec<Value>> {
         let at = &self.op.at;
+        let (ci, si, pi) = self.op.input_indices();
         let x = gpu_input(run, inputs, 0, at)?;
-        let cos = gpu_input(run, inputs, 1, at)?;
-        let sin = gpu_input(run, inputs, 2, at)?;
-        let pos = opt_gpu_input(run, inputs, 3, at)?;
-        for (i, t) in [(0, &x), (1, &cos), (2, &sin)] {
-            if t.dtype() != DataType::Float {
-                return Err(Error::input(at, i, "float", t.dtype().name()));
+        let cos = gpu_input(run, inputs, ci, at)?;
+        let sin = gpu_input(run, inputs, si, at)?;
+        let pos = opt_gpu_input(run, inputs, pi, at)?;
+        for (i, t) in [(0, &x), (ci, &cos), (si, &sin)] {
+            if t.dtype() != self.dtype {
+                return Err(Error::input(at, i, self.dtype.name(), t.dtype().name()));
             }
         }
         if let Some(p) = &pos {
             if p.dtype() != DataType::Int64 {
-                return Err(Error::input(at, 3, "int64", p.dtype().name()));
+                return Err(Error::input(at, pi, "int64", p.dtype().name()));
             }
         }
         let d = self.op.dims(x.shape(), cos.shape())?;
-        let max_pos = match self.op.cache_rows(&d, cos.shape(), sin.shape(), pos.as_ref().map(|p| p.shape()))? {
-            CacheRows::Ids { max_position } | CacheRows::Offset { max_position } => max_position,
-            CacheRows::PerToken => 0,
+        let (rows, max_pos) = match self.op.cache_rows(&d, cos.shape(), sin.shape(), pos.as_ref().map(|p| p.shape()))? {
+            CacheRows::PerToken => (0, 0),
+            CacheRows::Ids { max_position } => (1, max_position),
+            CacheRows::Offset { max_position } => (2, max_position),
         };
-        let y = run.alloc(DataType::Float, x.shape().to_vec())?;
+        let y = run.alloc(self.dtype, x.shape().to_vec())?;
         if y.is_empty() {
             return Ok(vec![Value::Tensor(y)]);
         }
         let params = [
+            u32_of(y.len(), at)?,
             d.three_d as u32,
-            u32_of(d.batch, at)?,
             u32_of(d.heads, at)?,
             u32_of(d.seq, at)?,
             u32_of(d.head, at)?,
             u32_of(d.rot / 2, at)?,
             self.op.interleaved as u32,
+            rows,
             u32_of(max_pos, at)?,
         ];
-        let out = Elements::new(4, y.len());
-        match &pos {
-            Some(p) => {
-                let buffers = [x.buffer, cos.buffer, sin.buffer, p.buffer, y.gpu()?];
-                dispatch_elements(run, &self.with_pos, out, &params, &buffers, at)?;
-            }
-            None => {
-                let buffers = [x.buffer, cos.buffer, sin.buffer, y.gpu()?];
-                dispatch_elements(run, &self.per_token, out, &params, &buffers, at)?;
-            }
-        }
+        let pos_buffer = pos.map_or(x.buffer, |p| p.buffer);
+        run.dispatch(&self.pipeline, &params, &[x.buffer, cos.buffer, sin.buffer, pos_buffer, y.gpu()?], grid(y.len()))?;
         Ok(vec![Value::Tensor(y)])
     }
 }
@@ -199,6 +194,39 @@ mod tests {
                     let cos = rand(&[b, s, r / 2], -1.0, 1.0, 83);
                     let sin = rand(&[b, s, r / 2], -1.0, 1.0, 84);
                     Case::new("RotaryEmbedding", vec![x, cos, sin]).attrs(attrs).opset(23).check(1e-5, 1e-6);
+                }
+            }
+        }
+    }
+
+    /// ONNX Runtime's form: inputs (x, position_ids, cos, sin), ids per token or one offset,
+    /// the head count from the caches or the attribute, f32 and f16.
+    #[test]
+    fn microsoft_rotary_embedding_matches_the_cpu() {
+        let (b, s, h, d) = (2, 5, 3, 12);
+        let gpu_f16 = crate::testkit::provider().is_some_and(|g| g.context().is_ok_and(|c| c.capabilities().has_f16()));
+        for interleaved in [0, 1] {
+            for (rot, heads_attr) in [(0usize, false), (8, true)] {
+                let r = if rot == 0 { d } else { rot };
+                let max = 13;
+                let x = rand(&[b, s, h * d], -2.0, 2.0, 90 + rot as u64);
+                let cos = rand(&[max, r / 2], -1.0, 1.0, 91);
+                let sin = rand(&[max, r / 2], -1.0, 1.0, 92);
+                let mut attrs = vec![int("interleaved", interleaved), int("rotary_embedding_dim", rot as i64)];
+                if heads_attr {
+                    attrs.push(int("num_heads", h as i64));
+                }
+                for pos in [positions(b, s, max as i64, 93), t(&[1], vec![4i64])] {
+                    let inputs = vec![x.clone(), pos.clone(), cos.clone(), sin.clone()];
+                    Case::new("RotaryEmbedding", inputs).attrs(attrs.clone()).domain("com.microsoft").check(1e-5, 1e-6);
+                    if gpu_f16 {
+                        let half = |t: &onyx_core::Tensor| {
+                            let v: Vec<half::f16> = t.as_slice::<f32>().unwrap().iter().map(|&x| half::f16::from_f32(x)).collect();
+                            crate::testkit::t(t.shape(), v)
+                        };
+                        let inputs = vec![half(&x), pos, half(&cos), half(&sin)];
+                        Case::new("RotaryEmbedding", inputs).attrs(attrs.clone()).domain("com.microsoft").check(1e-3, 1e-3);
+                    }
                 }
             }
         }

@@ -21,6 +21,11 @@
 //! caller binds one buffer as both past and present (onnxruntime-genai's shared buffer) only
 //! the new tokens are written.
 //!
+//! With `sliding_window_cache` (ONNX Runtime 1.32's windowed cache of windowed layers) past
+//! and present are `[B, Hkv, C, D]` buffers holding each row's last
+//! [`GroupQueryAttentionOp::window_rows`] tokens in order; positions stay absolute (rotary,
+//! windows, the bias' columns).
+//!
 //! Query `s` of row b sees the keys before `L = min(past_b + s + 1, L_b)` (all `L_b` keys when
 //! `causal` is 0), the last `local_window_size` of them (the query's own included) when a
 //! window is set. The scores are `scale · q·k`, then the softcap, then the bias; the keys a
@@ -56,6 +61,9 @@ pub struct GroupQueryAttentionOp {
     /// Whether a query sees only the keys up to its own position (ONNX Runtime 1.32's
     /// `causal`, default 1).
     pub causal: bool,
+    /// ONNX Runtime 1.32's windowed cache (`sliding_window_cache`): the past and present
+    /// buffers hold only each row's last tokens (see [`GroupQueryAttentionOp::window_rows`]).
+    pub sliding_cache: bool,
     /// Where the node is, for errors.
     pub at: Location,
 }
@@ -86,10 +94,20 @@ pub struct GqaShapes {
 /// One batch row's lengths.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RowLengths {
-    /// Tokens of the past cache this row keeps.
+    /// Tokens before the new ones (the position of the first new token).
     pub past: usize,
     /// Tokens in all, `seqlens_k[b] + 1`.
     pub total: usize,
+    /// Rows of the past buffer the row reads: its last `cached` past tokens (all `past` of
+    /// them, except with the windowed cache).
+    pub cached: usize,
+}
+
+impl RowLengths {
+    /// The position of the past buffer's first row the row reads.
+    pub fn origin(&self) -> usize {
+        self.past - self.cached
+    }
 }
 
 /// Per-run lengths, from seqlens_k and total_sequence_length.
@@ -148,11 +166,11 @@ impl GroupQueryAttentionOp {
         if !causal && local_window.is_some() {
             return Err(Error::attribute(&at, "local_window_size", "-1 when causal is 0", format!("{local_window:?}")));
         }
-        // ONNX Runtime 1.32's ring-buffer cache of windowed layers, and its quantized caches:
-        // not implemented, and refused rather than computed with the wrong cache layout.
-        if node.int_or("sliding_window_cache", 0)? != 0 {
-            return Err(Error::attribute(&at, "sliding_window_cache", "0 (the windowed ring-buffer cache is not supported yet)", "1"));
+        let sliding_cache = super::flag(node, "sliding_window_cache", false)?;
+        if sliding_cache && local_window.is_none_or(|w| w == 0) {
+            return Err(Error::attribute(&at, "local_window_size", "a window > 0 (sliding_window_cache is 1)", format!("{local_window:?}")));
         }
+        // Quantized caches: not implemented, and refused rather than computed wrongly.
         let quant = node.string_or("k_quant_type", "NONE")?;
         if quant != "NONE" {
             return Err(Error::attribute(&at, "k_quant_type", "NONE (quantized KV caches are not supported yet)", quant));
@@ -170,6 +188,7 @@ impl GroupQueryAttentionOp {
             smooth_softmax: super::flag(node, "smooth_softmax", false)?,
             qk_output,
             causal,
+            sliding_cache,
             at,
         })
     }
@@ -286,12 +305,8 @@ impl GroupQueryAttentionOp {
     /// buffers: the past a row keeps fits the past buffer and its tokens fit the present one.
     pub fn lengths(&self, s: &GqaShapes, seqlens_k: &[i32], total: i32) -> Result<GqaLengths> {
         let at = &self.at;
-        let total = usize::try_from(total).ok().filter(|&t| t >= 1).ok_or_else(|| Error::input(at, Self::TOTAL_SEQUENCE_LENGTH, "a total length >= 1", total.to_string()))?;
-        let present = s.past_capacity.max(total);
-        let first_prompt = s.seq == total;
-        if !first_prompt && total < s.seq {
-            return Err(Error::input(at, Self::TOTAL_SEQUENCE_LENGTH, format!("a total length >= the {} new tokens", s.seq), total.to_string()));
-        }
+        let (present, first_prompt) = self.phase(s, total)?;
+        let total = total as usize;
         let rows = seqlens_k
             .iter()
             .map(|&k| {
@@ -299,13 +314,16 @@ impl GroupQueryAttentionOp {
                 let bad = |want: String| Error::input(at, Self::SEQLENS_K, want, k.to_string());
                 let total_b = row.filter(|&t| t <= total).ok_or_else(|| bad(format!("row lengths minus one in 0..{total} (total_sequence_length)")))?;
                 if first_prompt {
-                    return Ok(RowLengths { past: 0, total: total_b });
+                    return Ok(RowLengths { past: 0, total: total_b, cached: 0 });
                 }
                 let past = total_b.checked_sub(s.seq).ok_or_else(|| bad(format!("at least {} (the new tokens) minus one", s.seq)))?;
+                if self.sliding_cache {
+                    return Ok(RowLengths { past, total: total_b, cached: self.window_rows(s.past_capacity, past) });
+                }
                 if past > s.past_capacity {
                     return Err(bad(format!("a past of at most the {} tokens past_key holds", s.past_capacity)));
                 }
-                Ok(RowLengths { past, total: total_b })
+                Ok(RowLengths { past, total: total_b, cached: past })
             })
             .collect::<Result<Vec<_>>>()?;
         if s.rotary_dim > 0 {
@@ -314,12 +332,46 @@ impl GroupQueryAttentionOp {
                 return Err(Error::input(at, Self::COS_CACHE, format!("a cache of at least {need} positions"), s.max_position.to_string()));
             }
         }
+        Ok(GqaLengths { present, first_prompt, rows })
+    }
+
+    /// What total_sequence_length alone decides (a GPU kernel, which reads seqlens_k on the
+    /// device, checks no more on the host): the present cache's length and whether this is a
+    /// first prompt, with the checks of the total against the shapes.
+    pub fn phase(&self, s: &GqaShapes, total: i32) -> Result<(usize, bool)> {
+        let at = &self.at;
+        let total = usize::try_from(total).ok().filter(|&t| t >= 1).ok_or_else(|| Error::input(at, Self::TOTAL_SEQUENCE_LENGTH, "a total length >= 1", total.to_string()))?;
+        let first_prompt = s.seq == total;
+        if !first_prompt && total < s.seq {
+            return Err(Error::input(at, Self::TOTAL_SEQUENCE_LENGTH, format!("a total length >= the {} new tokens", s.seq), total.to_string()));
+        }
         if let Some((_, _, bt)) = s.bias {
             if bt != total {
                 return Err(Error::input(at, Self::ATTENTION_BIAS, format!("a last dim equal to total_sequence_length = {total}"), bt.to_string()));
             }
         }
-        Ok(GqaLengths { present, first_prompt, rows })
+        if self.sliding_cache {
+            let w = self.local_window.unwrap_or(0);
+            if s.past_capacity < w {
+                return Err(Error::input(at, Self::PAST_KEY, format!("a windowed cache of at least local_window_size = {w} rows"), s.past_capacity.to_string()));
+            }
+            return Ok((s.past_capacity, first_prompt));
+        }
+        Ok((s.past_capacity.max(total), first_prompt))
+    }
+
+    /// Rows of a windowed cache of `capacity` rows after `t` tokens: all of them until the
+    /// buffer is full, then, each time it overflows, the last `window` tokens kept and the
+    /// rest of the buffer filled again (ONNX Runtime 1.32's `sliding_window_cache`; rows
+    /// `0..rows` hold positions `t - rows .. t` in order).
+    pub fn window_rows(&self, capacity: usize, t: usize) -> usize {
+        let w = self.local_window.unwrap_or(capacity).min(capacity);
+        let step = capacity - w + 1;
+        if t <= capacity {
+            t
+        } else {
+            t - step * (t - capacity).div_ceil(step)
+        }
     }
 
     /// The keys query `s` of a row with `row` lengths sees: `start..end`.
@@ -362,6 +414,15 @@ mod tests {
         }
     }
 
+    /// ONNX Runtime's windowed cache with window 3 and 5 rows, over 12 steps.
+    #[test]
+    fn windowed_cache_rows_follow_onnx_runtime() {
+        let op = GroupQueryAttentionOp::from_node(&node(&[("num_heads", 2), ("kv_num_heads", 1), ("local_window_size", 3), ("sliding_window_cache", 1)])).unwrap();
+        let rows: Vec<usize> = (1..=12).map(|t| op.window_rows(5, t)).collect();
+        assert_eq!(rows, [1, 2, 3, 4, 5, 3, 4, 5, 3, 4, 5, 3]);
+        assert!(GroupQueryAttentionOp::from_node(&node(&[("num_heads", 2), ("kv_num_heads", 1), ("sliding_window_cache", 1)])).is_err());
+    }
+
     #[test]
     fn decodes_and_checks_shapes_and_lengths() {
         let op = GroupQueryAttentionOp::from_node(&node(&[("num_heads", 4), ("kv_num_heads", 2), ("local_window_size", 3)])).unwrap();
@@ -373,7 +434,7 @@ mod tests {
         assert_eq!((s.head, s.packed, s.past_capacity), (10, false, 16));
         let l = op.lengths(&s, &[6, 3], 7).unwrap();
         assert_eq!((l.present, l.first_prompt), (16, false));
-        assert_eq!(l.rows, [RowLengths { past: 6, total: 7 }, RowLengths { past: 3, total: 4 }]);
+        assert_eq!(l.rows, [RowLengths { past: 6, total: 7, cached: 6 }, RowLengths { past: 3, total: 4, cached: 3 }]);
         assert_eq!(op.keys(l.rows[0], 0), 4..7);
         let rotary = GqaShapes { rotary_dim: 8, max_position: 8, ..s };
         assert_eq!(op.position(&rotary, &l, &[], 1, 0).unwrap(), 3);
@@ -389,7 +450,7 @@ mod tests {
         let s = op.shapes(&[Some(&packed), None, None, None, None, Some(&[2]), Some(&[1])]).unwrap();
         assert!(s.packed && s.head == 10 && s.past_capacity == 0);
         let l = op.lengths(&s, &[4, 2], 5).unwrap();
-        assert!(l.first_prompt && l.rows[1] == RowLengths { past: 0, total: 3 });
+        assert!(l.first_prompt && l.rows[1] == RowLengths { past: 0, total: 3, cached: 0 });
         // A padding query of a first prompt sees the row's valid keys.
         assert_eq!(op.keys(l.rows[1], 4), 0..3);
         let err = op.shapes(&[Some(&packed), Some(&kv), None]).unwrap_err().to_string();

@@ -76,9 +76,12 @@ impl Gqa {
         Ok(())
     }
 
-    /// The present cache `[B, Hkv, T, D]`: each row's kept past, then its new tokens.
-    fn present(&self, s: &GqaShapes, l: &GqaLengths, past: Option<&[f32]>, new: &[f32]) -> Vec<f32> {
-        let (hkv, d, t) = (self.0.kv_num_heads, s.head, l.present);
+    /// The keys (or values) attention reads, `[B, Hkv, rows, D]`: each row's cached past,
+    /// then its new tokens, zeros elsewhere. Row `j` of batch row b is position `origin + j`.
+    /// Without the windowed cache this is the present cache (`rows` = its length).
+    fn keys(&self, s: &GqaShapes, l: &GqaLengths, past: Option<&[f32]>, new: &[f32]) -> (Vec<f32>, usize) {
+        let (hkv, d) = (self.0.kv_num_heads, s.head);
+        let t = if self.0.sliding_cache { s.past_capacity + s.seq } else { l.present };
         let mut out = vec![0f32; s.batch * hkv * t * d];
         for b in 0..s.batch {
             let row = l.rows[b];
@@ -86,11 +89,33 @@ impl Gqa {
                 let dst = &mut out[(b * hkv + h) * t * d..][..t * d];
                 if let Some(past) = past {
                     let src = &past[(b * hkv + h) * s.past_capacity * d..];
-                    dst[..row.past * d].copy_from_slice(&src[..row.past * d]);
+                    dst[..row.cached * d].copy_from_slice(&src[..row.cached * d]);
                 }
                 for i in 0..s.seq {
-                    dst[(row.past + i) * d..][..d].copy_from_slice(&new[((b * s.seq + i) * hkv + h) * d..][..d]);
+                    dst[(row.cached + i) * d..][..d].copy_from_slice(&new[((b * s.seq + i) * hkv + h) * d..][..d]);
                 }
+            }
+        }
+        (out, t)
+    }
+
+    /// The windowed present cache `[B, Hkv, C, D]` from the keys attention read (`rows` a
+    /// head): each row's last `window_rows(total)` tokens, then what the past buffer held in
+    /// the rows after (as ONNX Runtime moves the rows within the buffer; zeros in a first
+    /// prompt).
+    fn windowed_present(&self, s: &GqaShapes, l: &GqaLengths, past: Option<&[f32]>, keys: &[f32], rows: usize) -> Vec<f32> {
+        let (hkv, d, c) = (self.0.kv_num_heads, s.head, s.past_capacity);
+        let mut out = match past.filter(|_| !l.first_prompt) {
+            Some(p) => p.to_vec(),
+            None => vec![0f32; s.batch * hkv * c * d],
+        };
+        for b in 0..s.batch {
+            let row = l.rows[b];
+            let kept = self.0.window_rows(c, row.total);
+            let first = row.total - kept - row.origin();
+            for h in 0..hkv {
+                let src = &keys[((b * hkv + h) * rows + first) * d..][..kept * d];
+                out[(b * hkv + h) * c * d..][..kept * d].copy_from_slice(src);
             }
         }
         out
@@ -108,6 +133,8 @@ struct Task<'a> {
     bias: Option<&'a [f32]>,
     sink: Option<&'a [f32]>,
     total: usize,
+    /// Rows of `keys` and `values` a head.
+    rows: usize,
 }
 
 impl Task<'_> {
@@ -115,11 +142,13 @@ impl Task<'_> {
     /// (`[S, total]`) when `qk` is given.
     fn run(&self, b: usize, n: usize, y: &mut [f32], mut qk: Option<&mut [f32]>) {
         let (op, s) = (self.op, self.shapes);
-        let (d, t_cap) = (s.head, self.lengths.present);
+        let (d, t_cap) = (s.head, self.rows);
         let kvh = n / (op.num_heads / op.kv_num_heads);
+        let row = self.lengths.rows[b];
+        // Key j (a position) is row j - origin of the head's keys.
         let base = (b * op.kv_num_heads + kvh) * t_cap * d;
         let (keys, values) = (&self.keys[base..][..t_cap * d], &self.values[base..][..t_cap * d]);
-        let row = self.lengths.rows[b];
+        let origin = row.origin();
         let scale = op.scale_for(d);
         let mut scores = vec![0f32; row.total.max(1)];
         for i in 0..s.seq {
@@ -127,7 +156,7 @@ impl Task<'_> {
             let range = op.keys(row, i);
             let window = &mut scores[range.clone()];
             for (j, score) in range.clone().zip(window.iter_mut()) {
-                let mut x = scale * dot(q, &keys[j * d..][..d]);
+                let mut x = scale * dot(q, &keys[(j - origin) * d..][..d]);
                 if op.softcap > 0.0 {
                     x = op.softcap * (x / op.softcap).tanh();
                 }
@@ -155,7 +184,7 @@ impl Task<'_> {
             let out = &mut y[i * d..][..d];
             out.fill(0.0);
             for (j, &p) in range.zip(window.iter()) {
-                for (o, &v) in out.iter_mut().zip(&values[j * d..][..d]) {
+                for (o, &v) in out.iter_mut().zip(&values[(j - origin) * d..][..d]) {
                     *o += p * v;
                 }
             }
@@ -244,15 +273,15 @@ impl Kernel for Gqa {
         }
         let past_k = views[Op::PAST_KEY].as_ref().map(util::to_f32).transpose()?;
         let past_v = views[Op::PAST_VALUE].as_ref().map(util::to_f32).transpose()?;
-        let keys = self.present(&shapes, &lengths, past_k.as_deref(), &new.k);
-        let values = self.present(&shapes, &lengths, past_v.as_deref(), &new.v);
+        let (keys, rows) = self.keys(&shapes, &lengths, past_k.as_deref(), &new.k);
+        let (values, _) = self.keys(&shapes, &lengths, past_v.as_deref(), &new.v);
         let bias = views[Op::ATTENTION_BIAS].as_ref().map(util::to_f32).transpose()?;
         let sink = views[Op::HEAD_SINK].as_ref().map(util::to_f32).transpose()?;
 
         let (hq, d, seq) = (op.num_heads, shapes.head, shapes.seq);
         let want_qk = op.qk_output != 0 && wanted.get(3).copied().unwrap_or(false);
         let total = total as usize;
-        let task = Task { op, shapes: &shapes, lengths: &lengths, q: &new.q, keys: &keys, values: &values, bias: bias.as_deref(), sink: sink.as_deref(), total };
+        let task = Task { op, shapes: &shapes, lengths: &lengths, q: &new.q, keys: &keys, values: &values, bias: bias.as_deref(), sink: sink.as_deref(), total, rows };
         // Per (row, head): the head's outputs [S, D], then its qk rows [S, total].
         let per_task = seq * d + if want_qk { seq * total } else { 0 };
         let mut scratch = vec![0f32; shapes.batch * hq * per_task];
@@ -268,6 +297,13 @@ impl Kernel for Gqa {
             }
         }
         let present_shape = vec![shapes.batch, op.kv_num_heads, lengths.present, d];
+        let (keys, values) = match op.sliding_cache {
+            true => (
+                self.windowed_present(&shapes, &lengths, past_k.as_deref(), &keys, rows),
+                self.windowed_present(&shapes, &lengths, past_v.as_deref(), &values, rows),
+            ),
+            false => (keys, values),
+        };
         let mut out = vec![
             util::from_f32(dtype, vec![shapes.batch, seq, hq * d], y)?,
             util::from_f32(dtype, present_shape.clone(), keys)?,

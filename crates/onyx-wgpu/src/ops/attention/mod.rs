@@ -29,6 +29,7 @@ use crate::kernel::{enables, gpu_input, grid, opt_gpu_input, strides, u32_of, Gp
 use crate::run::GpuRun;
 
 mod flash;
+mod gqa;
 mod row;
 
 use flash::{flash_shader, Tiling};
@@ -40,6 +41,7 @@ pub(crate) fn register(r: &mut Registry) {
     // The optimizer's fused attention in models below opset 23: the same contract.
     r.add_in(onyx_core::ir::ONYX_DOMAIN, "Attention", supports, build);
     r.add_in(onyx_core::ir::ONYX_DOMAIN, "PackedAttention", supports_packed, build_packed);
+    r.add_in_with_host_inputs("com.microsoft", "GroupQueryAttention", gqa::supports, gqa::build, &[6]);
 }
 
 /// Whether input `i` is present.
