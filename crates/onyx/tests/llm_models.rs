@@ -88,8 +88,8 @@ fn check_all(providers: &[Provider], widen: f64, min_passed: usize) {
         }
     }
     println!("{passed} sequences match");
-    assert!(passed >= min_passed, "only {passed} of {} sequences ran", sequences.len());
     assert!(failures.is_empty(), "{} of {} sequences differ from ONNX Runtime:\n{}", failures.len(), sequences.len(), failures.join("\n"));
+    assert!(passed >= min_passed, "only {passed} of {} sequences ran", sequences.len());
 }
 
 #[test]

@@ -44,7 +44,13 @@ impl DeviceConstants {
             return super::executor::copy_value(value, device, providers);
         };
         if let Some(v) = self.lock().get(&key) {
-            return Ok(v.clone());
+            // Constants sharing bytes may differ in shape (a folded Reshape of a weight that
+            // another node reads as it is): the same device bytes, viewed in this shape.
+            match (v, value) {
+                (Value::Tensor(d), Value::Tensor(h)) if d.dtype() == h.dtype() && d.shape() == h.shape() => return Ok(v.clone()),
+                (Value::Tensor(d), Value::Tensor(h)) if d.dtype() == h.dtype() => return Ok(Value::Tensor(d.reshaped(h.shape().to_vec())?)),
+                _ => return super::executor::copy_value(value, device, providers),
+            }
         }
         let copied = super::executor::copy_value(value, device, providers)?;
         self.lock().insert(key, copied.clone());
@@ -604,6 +610,20 @@ mod tests {
             outputs: vec![Some(slot + 1000)],
             free_after: vec![],
             donatable: vec![],
+        }
+    }
+
+    /// Two constants sharing bytes in different shapes (a folded Reshape of a weight another
+    /// node reads as it is) each get their own shape from the cache of device copies.
+    #[test]
+    fn device_copies_of_shared_bytes_keep_each_constant_shape() {
+        let providers = Providers { list: vec![], has_fallback: false, uploads: Default::default(), limits: Default::default(), host_pool: None };
+        let w = crate::Tensor::from_vec(vec![2, 3], vec![1f32, 2., 3., 4., 5., 6.]).unwrap();
+        let reshaped = w.reshaped(vec![3, 2]).unwrap();
+        let cache = DeviceConstants::default();
+        for (t, shape) in [(&w, [2, 3]), (&reshaped, [3, 2]), (&w, [2, 3])] {
+            let copy = cache.get_or_copy(&Value::Tensor(t.clone()), Device::Cpu, &providers).unwrap();
+            assert_eq!(copy.as_tensor().unwrap().shape(), shape);
         }
     }
 

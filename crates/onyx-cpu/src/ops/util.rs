@@ -103,6 +103,14 @@ pub fn to_f32(v: &TensorView<'_>) -> Result<Vec<f32>> {
     })
 }
 
+/// A float tensor's values as f32: borrowed when it is f32, converted otherwise.
+pub fn f32s<'a>(v: &TensorView<'a>) -> Result<std::borrow::Cow<'a, [f32]>> {
+    match v.dtype() {
+        DataType::Float => Ok(std::borrow::Cow::Borrowed(v.as_slice::<f32>()?)),
+        _ => to_f32(v).map(std::borrow::Cow::Owned),
+    }
+}
+
 /// Writes f32 results as a tensor of float type `dtype` (the inverse of [`to_f32`]).
 pub fn from_f32(dtype: DataType, shape: Vec<usize>, data: Vec<f32>) -> Result<Value> {
     match dtype {

@@ -82,7 +82,7 @@ impl Gqa {
     fn keys(&self, s: &GqaShapes, l: &GqaLengths, past: Option<&[f32]>, new: &[f32]) -> (Vec<f32>, usize) {
         let (hkv, d) = (self.0.kv_num_heads, s.head);
         let t = if self.0.sliding_cache { s.past_capacity + s.seq } else { l.present };
-        let mut out = vec![0f32; s.batch * hkv * t * d];
+        let mut out = onyx_core::host_pool::take_zeroed::<f32>(s.batch * hkv * t * d);
         for b in 0..s.batch {
             let row = l.rows[b];
             for h in 0..hkv {
@@ -105,10 +105,10 @@ impl Gqa {
     /// prompt).
     fn windowed_present(&self, s: &GqaShapes, l: &GqaLengths, past: Option<&[f32]>, keys: &[f32], rows: usize) -> Vec<f32> {
         let (hkv, d, c) = (self.0.kv_num_heads, s.head, s.past_capacity);
-        let mut out = match past.filter(|_| !l.first_prompt) {
-            Some(p) => p.to_vec(),
-            None => vec![0f32; s.batch * hkv * c * d],
-        };
+        let mut out = onyx_core::host_pool::take_zeroed::<f32>(s.batch * hkv * c * d);
+        if let Some(p) = past.filter(|_| !l.first_prompt) {
+            out.copy_from_slice(p);
+        }
         for b in 0..s.batch {
             let row = l.rows[b];
             let kept = self.0.window_rows(c, row.total);
@@ -266,17 +266,17 @@ impl Kernel for Gqa {
 
         let mut new = self.new_tokens(&shapes, q, views[Op::KEY].as_ref(), views[Op::VALUE].as_ref())?;
         if op.do_rotary {
-            let cos = util::to_f32(views[Op::COS_CACHE].as_ref().expect("checked"))?;
-            let sin = util::to_f32(views[Op::SIN_CACHE].as_ref().expect("checked"))?;
+            let cos = util::f32s(views[Op::COS_CACHE].as_ref().expect("checked"))?;
+            let sin = util::f32s(views[Op::SIN_CACHE].as_ref().expect("checked"))?;
             let ids = views[Op::POSITION_IDS].as_ref().map(|p| p.as_slice::<i64>().map(<[i64]>::to_vec)).transpose()?.unwrap_or_default();
             self.rotate(&shapes, &lengths, &mut new, &cos, &sin, &ids, dtype)?;
         }
-        let past_k = views[Op::PAST_KEY].as_ref().map(util::to_f32).transpose()?;
-        let past_v = views[Op::PAST_VALUE].as_ref().map(util::to_f32).transpose()?;
+        let past_k = views[Op::PAST_KEY].as_ref().map(util::f32s).transpose()?;
+        let past_v = views[Op::PAST_VALUE].as_ref().map(util::f32s).transpose()?;
         let (keys, rows) = self.keys(&shapes, &lengths, past_k.as_deref(), &new.k);
         let (values, _) = self.keys(&shapes, &lengths, past_v.as_deref(), &new.v);
-        let bias = views[Op::ATTENTION_BIAS].as_ref().map(util::to_f32).transpose()?;
-        let sink = views[Op::HEAD_SINK].as_ref().map(util::to_f32).transpose()?;
+        let bias = views[Op::ATTENTION_BIAS].as_ref().map(util::f32s).transpose()?;
+        let sink = views[Op::HEAD_SINK].as_ref().map(util::f32s).transpose()?;
 
         let (hq, d, seq) = (op.num_heads, shapes.head, shapes.seq);
         let want_qk = op.qk_output != 0 && wanted.get(3).copied().unwrap_or(false);
@@ -284,12 +284,12 @@ impl Kernel for Gqa {
         let task = Task { op, shapes: &shapes, lengths: &lengths, q: &new.q, keys: &keys, values: &values, bias: bias.as_deref(), sink: sink.as_deref(), total, rows };
         // Per (row, head): the head's outputs [S, D], then its qk rows [S, total].
         let per_task = seq * d + if want_qk { seq * total } else { 0 };
-        let mut scratch = vec![0f32; shapes.batch * hq * per_task];
+        let mut scratch = onyx_core::host_pool::take_zeroed::<f32>(shapes.batch * hq * per_task);
         parallel::for_each_chunk_mut(&mut scratch, per_task.max(1), &|i, chunk| {
             let (y, qk) = chunk.split_at_mut(seq * d);
             task.run(i / hq, i % hq, y, want_qk.then_some(qk));
         });
-        let mut y = vec![0f32; shapes.batch * seq * hq * d];
+        let mut y = onyx_core::host_pool::take::<f32>(shapes.batch * seq * hq * d);
         for (i, chunk) in scratch.chunks(per_task.max(1)).enumerate() {
             let (b, n) = (i / hq, i % hq);
             for s in 0..seq {

@@ -212,10 +212,15 @@ impl MatMulNBits {
         let rows = out.len() / width;
         #[cfg(target_arch = "x86_64")]
         if let (Some(zero_scales), Some(perm)) = (&w.zero_scales, &self.avx2_rows(a)) {
-            for j in 0..width {
-                let n = n0 + j;
-                let column = avx2::Column { weights: w.column(bytes, op, n), scales: &w.scales[n * blocks..][..blocks], zero_scales: &zero_scales[n * blocks..][..blocks], block };
-                avx2::column(&column, perm, &mut out[j * rows..][..rows]);
+            let column = |n: usize| avx2::Column { weights: w.column(bytes, op, n), scales: &w.scales[n * blocks..][..blocks], zero_scales: &zero_scales[n * blocks..][..blocks], block };
+            let mut j = 0;
+            while j + 4 <= width {
+                let four = [column(n0 + j), column(n0 + j + 1), column(n0 + j + 2), column(n0 + j + 3)];
+                avx2::columns4(&four, perm, &mut out[j * rows..][..4 * rows]);
+                j += 4;
+            }
+            for j in j..width {
+                avx2::column(&column(n0 + j), perm, &mut out[j * rows..][..rows]);
             }
             return;
         }

@@ -27,6 +27,7 @@ pub(super) fn permute_for_avx2(values: &[i8]) -> Vec<i8> {
 }
 
 /// One output column over `rows` rows of A.
+#[derive(Clone, Copy)]
 pub(super) struct Column<'a> {
     /// The column's packed 4-bit weights, `blocks * block / 2` bytes.
     pub weights: &'a [u8],
@@ -115,9 +116,141 @@ unsafe fn row_tile<const R: usize>(c: &Column<'_>, a: &Rows<'_>, per_block: usiz
     }
     for i in 0..R {
         let sums = &a.scaled_sums[(first + i) * a.a_blocks..][..a.a_blocks];
-        let correction: f32 = sums.iter().enumerate().map(|(ab, s)| s * c.zero_scales[ab / per_block]).sum();
-        out[i] += hsum(_mm256_add_ps(acc[i][0], acc[i][1])) - correction;
+        out[i] += hsum(_mm256_add_ps(acc[i][0], acc[i][1])) - correction(sums, c.zero_scales, per_block);
     }
+}
+
+/// Four output columns over every row of `a`: `out[c * rows + r]`. Each group of 32 of A's
+/// values is loaded once for the four columns, whose four dependency chains overlap; the
+/// block scales are read in order (no division per block).
+pub(super) fn columns4(c: &[Column<'_>; 4], a: &Rows<'_>, out: &mut [f32]) {
+    let rows = out.len() / 4;
+    let per_block = c[0].block / a.a_block;
+    assert!(a.a_block % 32 == 0 && per_block >= 1, "A-blocks of whole 32s inside B's blocks");
+    for col in c {
+        assert!(col.block == c[0].block && col.weights.len() * 2 >= a.a_blocks * a.a_block, "the columns hold every A-block");
+        assert!(col.scales.len() * per_block >= a.a_blocks && col.zero_scales.len() * per_block >= a.a_blocks);
+    }
+    assert!(out.len() == 4 * rows && a.values.len() >= rows * a.a_blocks * a.a_block && a.scales.len() >= rows * a.a_blocks && a.scaled_sums.len() >= rows * a.a_blocks);
+    assert!(available(), "AVX2 and FMA are checked by the caller");
+    // SAFETY: the CPU has AVX2 and FMA, and the assertions bound every read as in `column`,
+    // for each of the four columns.
+    unsafe {
+        if a.a_block == 32 && per_block == 1 {
+            columns4_block32(c, a, rows, out)
+        } else {
+            columns4_avx2(c, a, per_block, rows, out)
+        }
+    }
+}
+
+/// [`columns4_avx2`] for blocks of 32 (the model builder's), two blocks a step: a block is
+/// one group of A and 16 bytes of each column, loaded into both halves of a register and
+/// shifted by 0 and 4 bits per half in one instruction.
+// SAFETY (callers): only `columns4` calls it, after asserting AVX2/FMA and every bound it
+// reads; with blocks of 32, block `ab` is A's bytes `32 ab..32 ab + 32` of the row and each
+// column's bytes `16 ab..16 ab + 16`.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn columns4_block32(c: &[Column<'_>; 4], a: &Rows<'_>, rows: usize, out: &mut [f32]) {
+    let blocks = a.a_blocks;
+    let weights = [c[0].weights.as_ptr(), c[1].weights.as_ptr(), c[2].weights.as_ptr(), c[3].weights.as_ptr()];
+    let scales = [c[0].scales.as_ptr(), c[1].scales.as_ptr(), c[2].scales.as_ptr(), c[3].scales.as_ptr()];
+    for r in 0..rows {
+        let mut even = [_mm256_setzero_ps(); 4];
+        let mut odd = [_mm256_setzero_ps(); 4];
+        let a_row = a.values.as_ptr().add(r * blocks * 32);
+        let a_scales = a.scales.as_ptr().add(r * blocks);
+        let mut ab = 0;
+        while ab + 2 <= blocks {
+            block32(&mut even, &weights, &scales, a_row, *a_scales.add(ab), ab);
+            block32(&mut odd, &weights, &scales, a_row, *a_scales.add(ab + 1), ab + 1);
+            ab += 2;
+        }
+        if ab < blocks {
+            block32(&mut even, &weights, &scales, a_row, *a_scales.add(ab), ab);
+        }
+        let sums = &a.scaled_sums[r * blocks..][..blocks];
+        for k in 0..4 {
+            out[k * rows + r] += hsum(_mm256_add_ps(even[k], odd[k])) - correction(sums, c[k].zero_scales, 1);
+        }
+    }
+}
+
+// SAFETY (callers): only `columns4` calls it, after asserting AVX2/FMA and every bound it reads.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn columns4_avx2(c: &[Column<'_>; 4], a: &Rows<'_>, per_block: usize, rows: usize, out: &mut [f32]) {
+    let low4 = _mm256_set1_epi8(0x0f);
+    let ones = _mm256_set1_epi16(1);
+    let groups = a.a_block / 32;
+    let half = a.a_block / 2;
+    let weights = [c[0].weights.as_ptr(), c[1].weights.as_ptr(), c[2].weights.as_ptr(), c[3].weights.as_ptr()];
+    for r in 0..rows {
+        let mut acc = [_mm256_setzero_ps(); 4];
+        let a_row = a.values.as_ptr().add(r * a.a_blocks * a.a_block);
+        let a_scales = &a.scales[r * a.a_blocks..][..a.a_blocks];
+        let mut ab = 0;
+        for b in 0..a.a_blocks.div_ceil(per_block) {
+            let sb = [c[0].scales[b], c[1].scales[b], c[2].scales[b], c[3].scales[b]];
+            for _ in 0..per_block.min(a.a_blocks - ab) {
+                let mut lanes = [_mm256_setzero_si256(); 4];
+                for g in 0..groups {
+                    // SAFETY (reads): bounded as `columns4` asserts.
+                    let av = _mm256_loadu_si256(a_row.add(ab * a.a_block + 32 * g) as *const __m256i);
+                    for (k, l) in lanes.iter_mut().enumerate() {
+                        let bytes = _mm_loadu_si128(weights[k].add(ab * half + 16 * g) as *const __m128i);
+                        let q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(bytes, 4), bytes), low4);
+                        *l = _mm256_add_epi32(*l, _mm256_madd_epi16(_mm256_maddubs_epi16(q, av), ones));
+                    }
+                }
+                let sa = a_scales[ab];
+                for k in 0..4 {
+                    acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes[k]), _mm256_set1_ps(sa * sb[k]), acc[k]);
+                }
+                ab += 1;
+            }
+        }
+        let sums = &a.scaled_sums[r * a.a_blocks..][..a.a_blocks];
+        for k in 0..4 {
+            out[k * rows + r] += hsum(acc[k]) - correction(sums, c[k].zero_scales, per_block);
+        }
+    }
+}
+
+/// Block `ab` (of 32) of four columns into `acc`: `acc[k] += dot(q_k, a) · sa · sb_k`.
+// SAFETY (callers): `columns4_block32`, within the bounds it was called with.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn block32(acc: &mut [__m256; 4], weights: &[*const u8; 4], scales: &[*const f32; 4], a_row: *const i8, sa: f32, ab: usize) {
+    let low4 = _mm256_set1_epi8(0x0f);
+    let ones = _mm256_set1_epi16(1);
+    let shift = _mm256_set_epi64x(4, 4, 0, 0);
+    let av = _mm256_loadu_si256(a_row.add(32 * ab) as *const __m256i);
+    for k in 0..4 {
+        let bytes = _mm256_broadcastsi128_si256(_mm_loadu_si128(weights[k].add(16 * ab) as *const __m128i));
+        let q = _mm256_and_si256(_mm256_srlv_epi64(bytes, shift), low4);
+        let dot = _mm256_madd_epi16(_mm256_maddubs_epi16(q, av), ones);
+        acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(sa * *scales[k].add(ab)), acc[k]);
+    }
+}
+
+/// `Σ_ab sums[ab] · zero_scales[ab / per_block]`: the zero points' share of a row's products.
+// SAFETY (callers): register arithmetic and bounds-checked slice reads; called from the AVX2
+// functions above.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn correction(sums: &[f32], zero_scales: &[f32], per_block: usize) -> f32 {
+    if per_block > 1 {
+        return sums.chunks(per_block).zip(zero_scales).map(|(s, z)| s.iter().sum::<f32>() * z).sum();
+    }
+    let n = sums.len().min(zero_scales.len());
+    let mut acc = _mm256_setzero_ps();
+    let mut i = 0;
+    while i + 8 <= n {
+        // SAFETY: i + 8 <= n, the length of both slices' common part.
+        let (s, z) = (_mm256_loadu_ps(sums.as_ptr().add(i)), _mm256_loadu_ps(zero_scales.as_ptr().add(i)));
+        acc = _mm256_fmadd_ps(s, z, acc);
+        i += 8;
+    }
+    hsum(acc) + sums[i..n].iter().zip(&zero_scales[i..n]).map(|(s, z)| s * z).sum::<f32>()
 }
 
 /// The sum of 8 lanes.
@@ -180,6 +313,17 @@ mod tests {
             column(&c, &Rows { values: &permuted, ..natural }, &mut got);
             for (g, w) in got.iter().zip(&want) {
                 assert!((g - w).abs() <= 1e-4 * w.abs().max(1.0), "block {block}: {g} vs {w}");
+            }
+            // Four columns: this one and three with their bytes rotated.
+            let rotated: Vec<Vec<u8>> = (1..4).map(|k| weights.iter().map(|&b| b.rotate_left(k)).collect()).collect();
+            let cols = [c, Column { weights: &rotated[0], ..c }, Column { weights: &rotated[1], ..c }, Column { weights: &rotated[2], ..c }];
+            let mut got = vec![0f32; 4 * rows];
+            columns4(&cols, &Rows { values: &permuted, ..natural }, &mut got);
+            for (k, col) in cols.iter().enumerate() {
+                let want = scalar(col, &zero_points, &values, &natural, rows);
+                for (g, w) in got[k * rows..][..rows].iter().zip(&want) {
+                    assert!((g - w).abs() <= 1e-4 * w.abs().max(1.0), "block {block}, column {k}: {g} vs {w}");
+                }
             }
         }
     }
