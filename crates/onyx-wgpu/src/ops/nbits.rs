@@ -207,10 +207,23 @@ fn block_product(n: u32, blk: u32, m0: u32, acc: ptr<function, array<f32, ROWS>>
     for (var r = 0u; r < ROWS; r++) { sums[r] = 0.0; }
     let first = blk * block;
     let last = min(first + block, k);
-    for (var i = first; i < last; i++) {
-        let w = f32(weight(n, i)) - zp;
-        for (var r = 0u; r < ROWS; r++) {
-            if (m0 + r < p[0]) { sums[r] += w * a_value(m0 + r, i); }
+    let bits = p[3];
+    let per_word = 32u / bits;
+    let mask = (1u << bits) - 1u;
+    let words = p[6];
+    let base = (n * p[5] + blk) * words;
+    // Each word of B is read once and unpacked in registers.
+    for (var w = 0u; w < words; w++) {
+        let word = b[base + w];
+        let k0 = first + w * per_word;
+        for (var e = 0u; e < per_word; e++) {
+            let i = k0 + e;
+            if (i < last) {
+                let q = f32((word >> (e * bits)) & mask) - zp;
+                for (var r = 0u; r < ROWS; r++) {
+                    if (m0 + r < p[0]) { sums[r] += q * a_value(m0 + r, i); }
+                }
+            }
         }
     }
     for (var r = 0u; r < ROWS; r++) { (*acc)[r] += scale * sums[r]; }
@@ -237,10 +250,21 @@ fn block_product(n: u32, blk: u32, m0: u32, acc: ptr<function, array<f32, ROWS>>
         let last = min(sub + a_block, k);
         var dots: array<i32, ROWS>;
         for (var r = 0u; r < ROWS; r++) { dots[r] = 0; }
-        for (var i = sub; i < last; i++) {
-            let q = i32(weight(n, i));
-            for (var r = 0u; r < ROWS; r++) {
-                if (m0 + r < p[0]) { dots[r] += q * a_int(m0 + r, i); }
+        let bits = p[3];
+        let per_word = 32u / bits;
+        let mask = (1u << bits) - 1u;
+        let column = n * p[5] * p[6];
+        // Each word of B is read once and unpacked in registers (A-blocks start on words).
+        for (var i0 = sub; i0 < last; i0 += per_word) {
+            let word = b[column + i0 / per_word];
+            for (var e = 0u; e < per_word; e++) {
+                let i = i0 + e;
+                if (i < last) {
+                    let q = i32((word >> (e * bits)) & mask);
+                    for (var r = 0u; r < ROWS; r++) {
+                        if (m0 + r < p[0]) { dots[r] += q * a_int(m0 + r, i); }
+                    }
+                }
             }
         }
         for (var r = 0u; r < ROWS; r++) {
