@@ -94,6 +94,12 @@ pub(crate) fn rand(shape: &[usize], lo: f32, hi: f32, seed: u64) -> Tensor {
     t(shape, (0..n).map(|_| lo + rng.f32() * (hi - lo)).collect::<Vec<f32>>())
 }
 
+/// `n` random bytes.
+pub(crate) fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    (0..n).map(|_| rng.u8(..)).collect()
+}
+
 /// A 1-D int64 tensor.
 pub(crate) fn i64s(data: &[i64]) -> Tensor {
     t(&[data.len()], data.to_vec())

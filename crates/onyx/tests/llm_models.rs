@@ -104,11 +104,6 @@ fn builder_models_match_onnx_runtime_step_by_step() {
 #[cfg(feature = "wgpu")]
 #[test]
 fn builder_models_match_onnx_runtime_on_wgpu() {
-    let options = onyx::gpu::WgpuOptions::default();
-    if let Err(e) = onyx::shared_wgpu(&options) {
-        assert!(std::env::var("CI").map_or(true, |v| v != "true"), "CI=true and no wgpu adapter: {e}");
-        eprintln!("skipping: {e}");
-        return;
-    }
+    let Some(options) = reference::wgpu_options() else { return };
     check_all(&[Provider::Wgpu(options), Provider::Cpu], 2.0, 113);
 }

@@ -50,12 +50,7 @@ fn llm_ops_match_onnx_runtime_on_the_cpu() {
 #[cfg(feature = "wgpu")]
 #[test]
 fn llm_ops_match_onnx_runtime_on_wgpu() {
-    let options = onyx::gpu::WgpuOptions::default();
-    if let Err(e) = onyx::shared_wgpu(&options) {
-        assert!(std::env::var("CI").map_or(true, |v| v != "true"), "CI=true and no wgpu adapter: {e}");
-        eprintln!("skipping: {e}");
-        return;
-    }
+    let Some(options) = reference::wgpu_options() else { return };
     let dir = manifest_dir("llm_ops");
     let providers = [onyx::Provider::Wgpu(options), onyx::Provider::Cpu];
     let failures: Vec<String> = cases(&dir)

@@ -153,17 +153,12 @@ impl GpuOp for GatherBlock {
 mod tests {
     use onyx_core::{DataType, Tensor};
 
-    use crate::testkit::{int, rand, t, Case};
-
-    fn bytes(n: usize, seed: u64) -> Vec<u8> {
-        let mut rng = fastrand::Rng::with_seed(seed);
-        (0..n).map(|_| rng.u8(..)).collect()
-    }
+    use crate::testkit::{int, rand, random_bytes, t, Case};
 
     /// Packed 4-bit data of `dtype` (int4 or uint4) from random bytes.
     fn nibbles(dtype: DataType, shape: &[usize], seed: u64) -> Tensor {
         let n: usize = shape.iter().product();
-        let b = onyx_core::HostBuffer::from_vec(bytes(n.div_ceil(2), seed));
+        let b = onyx_core::HostBuffer::from_vec(random_bytes(n.div_ceil(2), seed));
         Tensor::from_bytes(dtype, shape.to_vec(), b).unwrap()
     }
 
@@ -174,9 +169,9 @@ mod tests {
         let indices = t(&[2, 3], vec![0i64, 10, -1, 3, 11, -12]);
         for bits in [4usize, 8, 2] {
             let per = 8 / bits;
-            let data = t(&[rows, cols / per], bytes(rows * cols / per, bits as u64));
+            let data = t(&[rows, cols / per], random_bytes(rows * cols / per, bits as u64));
             let scales = rand(&[rows, blocks], 0.01, 0.1, 5);
-            let zp = t(&[rows, blocks.div_ceil(per)], bytes(rows * blocks.div_ceil(per), 6));
+            let zp = t(&[rows, blocks.div_ceil(per)], random_bytes(rows * blocks.div_ceil(per), 6));
             let attrs = vec![int("block_size", block as i64), int("bits", bits as i64), int("quantize_axis", 1)];
             for inputs in [vec![data.clone(), indices.clone(), scales.clone()], vec![data.clone(), indices.clone(), scales.clone(), zp]] {
                 Case::new("GatherBlockQuantized", inputs).attrs(attrs.clone()).domain("com.microsoft").check(1e-6, 1e-7);

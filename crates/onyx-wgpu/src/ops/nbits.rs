@@ -421,13 +421,7 @@ impl GpuOp for MatMulNBits {
 mod tests {
     use onyx_core::Tensor;
 
-    use crate::testkit::{int, provider, rand, t, Case};
-
-    /// Random bytes.
-    fn bytes(n: usize, seed: u64) -> Vec<u8> {
-        let mut rng = fastrand::Rng::with_seed(seed);
-        (0..n).map(|_| rng.u8(..)).collect()
-    }
+    use crate::testkit::{int, provider, rand, random_bytes, t, Case};
 
     /// A MatMulNBits case: `rows` rows of A, K x N weights of `bits` bits in blocks of `block`;
     /// `zp` 0 none, 1 packed, 2 float; with `g_idx` and `bias` when asked.
@@ -437,14 +431,14 @@ mod tests {
         let blob = block * bits / 8;
         let mut inputs: Vec<Option<Tensor>> = vec![
             Some(rand(&[rows, k], -1.0, 1.0, seed)),
-            Some(t(&[n, kb, blob], bytes(n * kb * blob, seed + 1))),
+            Some(t(&[n, kb, blob], random_bytes(n * kb * blob, seed + 1))),
             Some(rand(&[n * kb], 0.01, 0.1, seed + 2)),
             None,
             None,
             None,
         ];
         inputs[3] = match zp {
-            1 => Some(t(&[n * (kb * bits).div_ceil(8)], bytes(n * (kb * bits).div_ceil(8), seed + 3))),
+            1 => Some(t(&[n * (kb * bits).div_ceil(8)], random_bytes(n * (kb * bits).div_ceil(8), seed + 3))),
             2 => Some(rand(&[n * kb], 0.0, (1 << bits) as f32, seed + 3)),
             _ => None,
         };

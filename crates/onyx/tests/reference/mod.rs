@@ -89,3 +89,18 @@ pub fn run_case(dir: &Path, case: &Json, providers: &[Provider], skip: &[&str]) 
     }
     Ok(report.join(", "))
 }
+
+/// The wgpu EP's default options, or `None` (outside CI) when there is no adapter: the test
+/// is then skipped. In CI (`CI=true`) a missing adapter fails it.
+#[cfg(feature = "wgpu")]
+pub fn wgpu_options() -> Option<onyx::gpu::WgpuOptions> {
+    let options = onyx::gpu::WgpuOptions::default();
+    match onyx::shared_wgpu(&options) {
+        Ok(_) => Some(options),
+        Err(e) => {
+            assert!(std::env::var("CI").map_or(true, |v| v != "true"), "CI=true and no wgpu adapter: {e}");
+            eprintln!("skipping: {e}");
+            None
+        }
+    }
+}
