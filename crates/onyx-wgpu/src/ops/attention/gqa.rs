@@ -19,6 +19,7 @@ use onyx_core::ops::contrib::gqa::{GqaShapes, GroupQueryAttentionOp as Op};
 use onyx_core::{DataType, Error, Result, Tensor, Value};
 
 use super::super::{input_dtype, is_float_input};
+use super::REDUCE_64;
 use crate::buffer::GpuBuffer;
 use crate::capabilities::Capabilities;
 use crate::context::{GpuContext, Pipeline};
@@ -258,21 +259,7 @@ fn attend_shader(ty: &str, enable: &str) -> String {
 fn neg_inf() -> f32 {{ return bitcast<f32>(0xff800000u); }}
 var<workgroup> qs: array<f32, {MAX_HEAD}>;
 var<workgroup> sc: array<f32, 64>;
-var<workgroup> red: array<f32, 64>;
-fn reduce(t: u32, x: f32, is_max: bool) -> f32 {{
-    red[t] = x;
-    workgroupBarrier();
-    for (var w = 32u; w > 0u; w >>= 1u) {{
-        if (t < w) {{
-            if (is_max) {{ red[t] = max(red[t], red[t + w]); }} else {{ red[t] = red[t] + red[t + w]; }}
-        }}
-        workgroupBarrier();
-    }}
-    let r = red[0];
-    workgroupBarrier();
-    return r;
-}}
-@compute @workgroup_size(64)
+{REDUCE_64}@compute @workgroup_size(64)
 fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
         @builtin(num_workgroups) nwg: vec3<u32>) {{
     let NEG_INF = neg_inf();
@@ -319,13 +306,13 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
             if (cap > 0.0) {{ s = cap * tanh(s / cap); }}
             if (p[{P_BIAS}] > 0u && j < p[{P_BIAS_T}]) {{ s += f32(bias[bias_row + j]); }}
         }}
-        let new_m = max(m, reduce(t, s, true));
+        let new_m = max(m, reduce_max(t, s));
         var corr = 0.0;
         if (m > NEG_INF) {{ corr = exp(m - new_m); }}
         var e = 0.0;
         if (s > NEG_INF) {{ e = exp(s - new_m); }}
         sc[t] = e;
-        l = l * corr + reduce(t, e, false);
+        l = l * corr + reduce_sum(t, e);
         let count = min(64u, end - j0);
         for (var k = 0u; k < {acc}u; k++) {{
             let c = t + 64u * k;
@@ -436,14 +423,16 @@ impl GpuOp for Gqa {
         let present_shape = vec![shapes.batch, hkv, present_len, d];
         let y = run.alloc(self.dtype, vec![shapes.batch, shapes.seq, op.num_heads * d])?;
         // The shared buffer: past and present one caller buffer of the present's size.
-        let in_place = match (&t[Op::PAST_KEY], &t[Op::PAST_VALUE]) {
-            (Some(pk), Some(pv)) => pk.shape() == present_shape.as_slice() && run.is_bound_output(pk.buffer) && run.is_bound_output(pv.buffer),
-            _ => false,
+        let shared = match (&t[Op::PAST_KEY], &t[Op::PAST_VALUE]) {
+            (Some(pk), Some(pv)) if pk.shape() == present_shape.as_slice() && run.is_bound_output(pk.buffer) && run.is_bound_output(pv.buffer) => {
+                Some((pk.tensor.clone(), pv.tensor.clone()))
+            }
+            _ => None,
         };
-        let (present_k, present_v) = if in_place {
-            (t[Op::PAST_KEY].expect("checked").tensor.clone(), t[Op::PAST_VALUE].expect("checked").tensor.clone())
-        } else {
-            (run.alloc(self.dtype, present_shape.clone())?, run.alloc(self.dtype, present_shape)?)
+        let in_place = shared.is_some();
+        let (present_k, present_v) = match shared {
+            Some(pair) => pair,
+            None => (run.alloc(self.dtype, present_shape.clone())?, run.alloc(self.dtype, present_shape)?),
         };
         if y.is_empty() && present_k.is_empty() {
             return Ok(vec![Value::Tensor(y), Value::Tensor(present_k), Value::Tensor(present_v)]);

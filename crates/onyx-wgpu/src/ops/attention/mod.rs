@@ -246,6 +246,33 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     )
 }
 
+/// WGSL both row kernels (Attention's and GroupQueryAttention's) share: the maximum and the
+/// sum of one value per thread over a workgroup of 64 (every thread gets the result).
+const REDUCE_64: &str = "var<workgroup> red: array<f32, 64>;
+fn reduce_max(t: u32, x: f32) -> f32 {
+    red[t] = x;
+    workgroupBarrier();
+    for (var s = 32u; s > 0u; s >>= 1u) {
+        if (t < s) { red[t] = max(red[t], red[t + s]); }
+        workgroupBarrier();
+    }
+    let r = red[0];
+    workgroupBarrier();
+    return r;
+}
+fn reduce_sum(t: u32, x: f32) -> f32 {
+    red[t] = x;
+    workgroupBarrier();
+    for (var s = 32u; s > 0u; s >>= 1u) {
+        if (t < s) { red[t] = red[t] + red[t + s]; }
+        workgroupBarrier();
+    }
+    let r = red[0];
+    workgroupBarrier();
+    return r;
+}
+";
+
 /// Parameter slots of the row shader.
 const P_ROWS: usize = 0;
 const P_QH: usize = 1;

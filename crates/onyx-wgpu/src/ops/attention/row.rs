@@ -5,7 +5,7 @@
 
 use super::{
     bindings, mask_code, P_3D, P_CAUSAL, P_DH, P_DV, P_KVH, P_MODE, P_PAST, P_QH, P_QOFF, P_QROW, P_QS, P_ROWS,
-    P_SCALE, P_SOFTCAP, P_TOTAL,
+    P_SCALE, P_SOFTCAP, P_TOTAL, REDUCE_64,
 };
 
 /// The per-row shader (64 threads a query row).
@@ -32,30 +32,7 @@ pub(super) fn row_shader(ty: &str, enable: &str, mask: u32, nonpad: bool, qk: bo
         "{enable}
 {binds}
 fn neg_inf() -> f32 {{ return bitcast<f32>(0xff800000u); }}
-var<workgroup> red: array<f32, 64>;
-fn reduce_max(t: u32, x: f32) -> f32 {{
-    red[t] = x;
-    workgroupBarrier();
-    for (var s = 32u; s > 0u; s >>= 1u) {{
-        if (t < s) {{ red[t] = max(red[t], red[t + s]); }}
-        workgroupBarrier();
-    }}
-    let r = red[0];
-    workgroupBarrier();
-    return r;
-}}
-fn reduce_sum(t: u32, x: f32) -> f32 {{
-    red[t] = x;
-    workgroupBarrier();
-    for (var s = 32u; s > 0u; s >>= 1u) {{
-        if (t < s) {{ red[t] = red[t] + red[t + s]; }}
-        workgroupBarrier();
-    }}
-    let r = red[0];
-    workgroupBarrier();
-    return r;
-}}
-@compute @workgroup_size(64)
+{REDUCE_64}@compute @workgroup_size(64)
 fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
         @builtin(num_workgroups) nwg: vec3<u32>) {{
     let NEG_INF = neg_inf();

@@ -69,7 +69,7 @@ pub(super) fn column(c: &Column<'_>, a: &Rows<'_>, out: &mut [f32]) {
     unsafe { column_avx2(c, a, per_block, out) }
 }
 
-// SAFETY (callers): only `column` calls it, after asserting AVX2/FMA and every bound it reads.
+// SAFETY: for callers: only `column` calls it, after asserting AVX2/FMA and every bound it reads.
 #[target_feature(enable = "avx2,fma")]
 unsafe fn column_avx2(c: &Column<'_>, a: &Rows<'_>, per_block: usize, out: &mut [f32]) {
     let rows = out.len();
@@ -86,7 +86,7 @@ unsafe fn column_avx2(c: &Column<'_>, a: &Rows<'_>, per_block: usize, out: &mut 
 }
 
 /// Rows `first..first + R` of one column.
-// SAFETY (callers): only `column_avx2` calls it, under `column`'s checks; rows `first..first + R`
+// SAFETY: for callers: only `column_avx2` calls it, under `column`'s checks; rows `first..first + R`
 // are rows of `out`, whose count `column` checked against A's buffers.
 #[target_feature(enable = "avx2,fma")]
 unsafe fn row_tile<const R: usize>(c: &Column<'_>, a: &Rows<'_>, per_block: usize, first: usize, out: &mut [f32]) {
@@ -100,7 +100,7 @@ unsafe fn row_tile<const R: usize>(c: &Column<'_>, a: &Rows<'_>, per_block: usiz
         let wq = c.weights.as_ptr().add(ab * a.a_block / 2);
         let mut lanes = [_mm256_setzero_si256(); R];
         for g in 0..groups {
-            // SAFETY (reads): bounded as `column` asserts.
+            // SAFETY: reads bounded as `column` asserts.
             let bytes = _mm_loadu_si128(wq.add(16 * g) as *const __m128i);
             let q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(bytes, 4), bytes), low4);
             for (i, l) in lanes.iter_mut().enumerate() {
@@ -147,7 +147,7 @@ pub(super) fn columns4(c: &[Column<'_>; 4], a: &Rows<'_>, out: &mut [f32]) {
 /// [`columns4_avx2`] for blocks of 32 (the model builder's), two blocks a step: a block is
 /// one group of A and 16 bytes of each column, loaded into both halves of a register and
 /// shifted by 0 and 4 bits per half in one instruction.
-// SAFETY (callers): only `columns4` calls it, after asserting AVX2/FMA and every bound it
+// SAFETY: for callers: only `columns4` calls it, after asserting AVX2/FMA and every bound it
 // reads; with blocks of 32, block `ab` is A's bytes `32 ab..32 ab + 32` of the row and each
 // column's bytes `16 ab..16 ab + 16`.
 #[target_feature(enable = "avx2,fma")]
@@ -176,7 +176,7 @@ unsafe fn columns4_block32(c: &[Column<'_>; 4], a: &Rows<'_>, rows: usize, out: 
     }
 }
 
-// SAFETY (callers): only `columns4` calls it, after asserting AVX2/FMA and every bound it reads.
+// SAFETY: for callers: only `columns4` calls it, after asserting AVX2/FMA and every bound it reads.
 #[target_feature(enable = "avx2,fma")]
 unsafe fn columns4_avx2(c: &[Column<'_>; 4], a: &Rows<'_>, per_block: usize, rows: usize, out: &mut [f32]) {
     let low4 = _mm256_set1_epi8(0x0f);
@@ -194,7 +194,7 @@ unsafe fn columns4_avx2(c: &[Column<'_>; 4], a: &Rows<'_>, per_block: usize, row
             for _ in 0..per_block.min(a.a_blocks - ab) {
                 let mut lanes = [_mm256_setzero_si256(); 4];
                 for g in 0..groups {
-                    // SAFETY (reads): bounded as `columns4` asserts.
+                    // SAFETY: reads bounded as `columns4` asserts.
                     let av = _mm256_loadu_si256(a_row.add(ab * a.a_block + 32 * g) as *const __m256i);
                     for (k, l) in lanes.iter_mut().enumerate() {
                         let bytes = _mm_loadu_si128(weights[k].add(ab * half + 16 * g) as *const __m128i);
@@ -217,7 +217,7 @@ unsafe fn columns4_avx2(c: &[Column<'_>; 4], a: &Rows<'_>, per_block: usize, row
 }
 
 /// Block `ab` (of 32) of four columns into `acc`: `acc[k] += dot(q_k, a) · sa · sb_k`.
-// SAFETY (callers): `columns4_block32`, within the bounds it was called with.
+// SAFETY: for callers: `columns4_block32`, within the bounds it was called with.
 #[target_feature(enable = "avx2,fma")]
 #[inline]
 unsafe fn block32(acc: &mut [__m256; 4], weights: &[*const u8; 4], scales: &[*const f32; 4], a_row: *const i8, sa: f32, ab: usize) {
@@ -234,7 +234,7 @@ unsafe fn block32(acc: &mut [__m256; 4], weights: &[*const u8; 4], scales: &[*co
 }
 
 /// `Σ_ab sums[ab] · zero_scales[ab / per_block]`: the zero points' share of a row's products.
-// SAFETY (callers): register arithmetic and bounds-checked slice reads; called from the AVX2
+// SAFETY: for callers: register arithmetic and bounds-checked slice reads; called from the AVX2
 // functions above.
 #[target_feature(enable = "avx2,fma")]
 unsafe fn correction(sums: &[f32], zero_scales: &[f32], per_block: usize) -> f32 {
@@ -254,7 +254,7 @@ unsafe fn correction(sums: &[f32], zero_scales: &[f32], per_block: usize) -> f32
 }
 
 /// The sum of 8 lanes.
-// SAFETY (callers): register arithmetic only; called from the AVX2 functions above.
+// SAFETY: for callers: register arithmetic only; called from the AVX2 functions above.
 #[target_feature(enable = "avx2,fma")]
 unsafe fn hsum(v: __m256) -> f32 {
     let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
