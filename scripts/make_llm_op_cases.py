@@ -14,7 +14,8 @@ make_test_models.py:
 Weight-like tensors (quantized weights, scales, zero points, g_idx, bias, norm gammas, rotary
 caches, attention sinks) are initializers; everything a model computes at run time (activations,
 KV caches, seqlens_k, total_sequence_length, position_ids, attention_bias) is a graph input.
-OP in --only is a short group name (sln, skip_sln, mnb, gbq, rope, gqa) or an operator type.
+OP in --only is a short group name (sln, skip_sln, mnb, gbq, rope, gqa, mha, attention) or an
+operator type.
 
 Every reference is checked before it is written:
   * two ORT sessions give bitwise identical outputs;
@@ -1179,6 +1180,250 @@ def gqa_bf16_probe():
 # Driver
 
 
+
+# ----------------------------------------------------------------------------------------------
+# com.microsoft MultiHeadAttention and Attention (ORT's CPU kernels are float only: float16
+# nodes run between the casts ORT inserts, so float16 cases check that path)
+
+MHA_INPUTS = ["query", "key", "value", "bias", "key_padding_mask", "attention_bias", "past_key",
+              "past_value", "past_sequence_length"]
+ATTN_INPUTS = ["input", "weights", "bias", "mask_index", "past", "attention_bias"]
+F32_LOWEST = float(np.finfo(np.float32).min)
+
+
+def key_keep(mask, batch, seq, total):
+    """[B, S, T] bool: the keys a key mask keeps (ORT's forms: [B] and [3B+2] key counts, [2B]
+    counts then first keys, [B, T] and [B, S, T] with > 0 keeping, [B, 1] no mask)."""
+    keep = np.ones((batch, seq, total), bool)
+    if mask is None:
+        return keep
+    j = np.arange(total)
+    if mask.ndim == 1:
+        for b in range(batch):
+            keep[b] = j < mask[b]
+            if mask.shape[0] == 2 * batch:
+                keep[b] &= j >= mask[batch + b]
+    elif mask.shape[-1] == 1:
+        pass
+    elif mask.ndim == 2:
+        keep[:] = (mask > 0)[:, None, :]
+    else:
+        keep[:] = mask > 0
+    return keep
+
+
+def attention_expected(q, k, v, scale, bias, keep, causal, past, filter_value):
+    """float64 reference of both ops' core: q [B,N,S,H], k [B,N,T,H], v [B,N,T,Hv]; returns
+    (output [B,S,N*Hv], scores [B,N,S,T] before the softmax)."""
+    q, k, v = (np.asarray(a, np.float64) for a in (q, k, v))
+    batch, heads, seq, _ = q.shape
+    total = k.shape[2]
+    s = scale * q @ k.transpose(0, 1, 3, 2)
+    if bias is not None:
+        s = s + bias.astype(np.float64)
+    add = np.where(keep[:, None], 0.0, float(filter_value))
+    if causal and seq > 1:  # ORT: rows 0..S-2 only, the last query sees every key
+        for i in range(seq - 1):
+            add[:, :, i, past + i + 1:] = F32_LOWEST
+    s = s + add
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    y = (p @ v).transpose(0, 2, 1, 3).reshape(batch, seq, -1)
+    return y, s
+
+
+def to_bnsh(x, heads):
+    """[B, S, N*H] -> [B, N, S, H]."""
+    b, s, d = x.shape
+    return x.reshape(b, s, heads, d // heads).transpose(0, 2, 1, 3)
+
+
+def mha_case(name, batch, seq, kv_seq, heads, head, v_head=None, dtype=np.float32, past=0,
+             kv_bnsh=False, bias=False, mask=None, attn_bias=None, capacity=None, qk=False,
+             seed=0, **attrs):
+    """One MultiHeadAttention case. mask: None, "counts", "counts3", "rows", "full"; attn_bias:
+    None or its [b, n] dims; capacity: a shared past buffer of that many rows with
+    past_sequence_length = past."""
+    rng = np.random.default_rng(seed)
+    v_head = v_head or head
+    d, dv = heads * head, heads * v_head
+    total = past + kv_seq
+    t = {"query": rand(rng, (batch, seq, d), dtype)}
+    if kv_bnsh:
+        t["key"] = rand(rng, (batch, heads, kv_seq, head), dtype)
+        t["value"] = rand(rng, (batch, heads, kv_seq, head), dtype)
+    else:
+        t["key"] = rand(rng, (batch, kv_seq, d), dtype)
+        t["value"] = rand(rng, (batch, kv_seq, dv), dtype)
+    if bias:
+        t["bias"] = rand(rng, (2 * d + dv,), dtype, -0.5, 0.5)
+    if mask == "counts":
+        t["key_padding_mask"] = np.array([total - 1 - b % 2 for b in range(batch)], np.int32)
+    elif mask == "counts3":
+        t["key_padding_mask"] = np.array([total - b for b in range(batch)] + [0] * (2 * batch + 2),
+                                         np.int32)
+    elif mask == "rows":
+        m = np.ones((batch, total), np.int32)
+        m[:, 1::3] = 0
+        m[0, -1] = 2  # > 0 keeps
+        t["key_padding_mask"] = m
+    elif mask == "full":
+        t["key_padding_mask"] = (rng.uniform(size=(batch, seq, total)) > 0.3).astype(np.int32)
+        t["key_padding_mask"][..., 0] = 1
+    if attn_bias is not None:
+        t["attention_bias"] = rand(rng, (*attn_bias, seq, total), dtype, -2, 2)
+    rows = capacity or past
+    if past or capacity:
+        t["past_key"] = rand(rng, (batch, heads, rows, head), dtype)
+        t["past_value"] = rand(rng, (batch, heads, rows, head), dtype)
+    if capacity:
+        t["past_sequence_length"] = np.array(past, np.int32)
+    f = lambda a: a.astype(np.float64)  # noqa: E731
+    q = to_bnsh(f(t["query"]) + (f(t["bias"][:d]) if bias else 0), heads)
+    if kv_bnsh:
+        k_new, v_new = f(t["key"]), f(t["value"])
+    else:
+        k_new = to_bnsh(f(t["key"]) + (f(t["bias"][d:2 * d]) if bias else 0), heads)
+        v_new = to_bnsh(f(t["value"]) + (f(t["bias"][2 * d:]) if bias else 0), heads)
+    k_all = np.concatenate([f(t["past_key"])[:, :, :past], k_new], 2) if rows else k_new
+    v_all = np.concatenate([f(t["past_value"])[:, :, :past], v_new], 2) if rows else v_new
+    keep = key_keep(t.get("key_padding_mask"), batch, seq, total)
+    scale = attrs.get("scale", 0.0) or 1 / math.sqrt(head)
+    y, scores = attention_expected(q, k_all, v_all, scale, t.get("attention_bias"), keep,
+                                   attrs.get("unidirectional", 0), past,
+                                   attrs.get("mask_filter_value", -10000.0))
+    expected = {"output": y}
+    outputs = [("output", dtype)]
+    if rows or qk:
+        pk, pv = k_all, v_all
+        if capacity:
+            pk, pv = f(t["past_key"]).copy(), f(t["past_value"]).copy()
+            pk[:, :, past:total], pv[:, :, past:total] = k_new, v_new
+        outputs += [("present_key", dtype), ("present_value", dtype)]
+        expected.update(present_key=pk, present_value=pv)
+    if qk:
+        outputs.append(("qk", dtype))
+        expected["qk"] = scores
+    last = max(i for i, n in enumerate(MHA_INPUTS) if n in t)
+    node_inputs = [n if n in t else "" for n in MHA_INPUTS[:last + 1]]
+    text = (f"MultiHeadAttention {dt_name(dtype)}: batch {batch}, {seq} queries, {kv_seq} new keys"
+            f"{' (BNSH)' if kv_bnsh else ''}, {heads} heads of {head} (values {v_head}), "
+            f"past {past}{f' in a buffer of {capacity}' if capacity else ''}, bias {bias}, "
+            f"key_padding_mask {mask}, attention_bias {attn_bias}, attrs {attrs}; inputs U(-1, 1).")
+    return node_case(f"mha_{name}", "MultiHeadAttention", node_inputs, outputs, t, {},
+                     dict(num_heads=heads, **attrs), text, fp_tol(dtype), expected)
+
+
+def mha_cases():
+    """MultiHeadAttention: self and cross attention, 3-D and BNSH keys, q/k/v biases, every key
+    mask form, attention_bias, past/present (growing and a shared buffer), causal with a past,
+    the qk output, scale, mask_filter_value, fp32 and fp16."""
+    f16 = np.float16
+    return [
+        mha_case("self_h3d7", 2, 5, 5, 3, 7, seed=1501),
+        mha_case("bias_counts_vhead5", 2, 4, 4, 3, 8, v_head=5, bias=True, mask="counts",
+                 seed=1502),
+        mha_case("cross_rows_bias1n", 2, 3, 6, 2, 8, mask="rows", attn_bias=(1, 2), seed=1503),
+        mha_case("cross_bnsh_qbias", 2, 3, 7, 2, 6, kv_bnsh=True, bias=True, seed=1504),
+        mha_case("bnsh_bias_b1_fp16", 2, 4, 9, 4, 16, kv_bnsh=True, attn_bias=(2, 1), dtype=f16,
+                 seed=1505),
+        mha_case("past_causal_full_qk", 2, 3, 3, 2, 8, past=4, mask="full", qk=True,
+                 unidirectional=1, seed=1506),
+        mha_case("decode_counts3", 3, 1, 1, 4, 8, past=6, mask="counts3", seed=1507),
+        mha_case("shared_buffer", 2, 2, 2, 2, 8, past=4, capacity=10, mask="rows",
+                 unidirectional=1, seed=1508),
+        mha_case("scale_filter", 2, 3, 5, 2, 12, mask="counts", scale=0.3,
+                 mask_filter_value=-30.0, seed=1509),
+        mha_case("past_causal_fp16", 1, 4, 4, 2, 24, past=3, dtype=f16, unidirectional=1,
+                 attn_bias=(1, 1), seed=1510),
+        # S != L with causal: ORT bars keys only for rows 0..S-2, offset by the past
+        mha_case("causal_cross_quirk", 2, 3, 5, 2, 8, unidirectional=1, seed=1511),
+    ]
+
+
+def attention_case(name, batch, seq, hidden, heads, sizes=None, dtype=np.float32, past=0,
+                   bias=True, mask=None, attn_bias=None, seed=0, **attrs):
+    """One com.microsoft Attention case: input [B, S, hidden], weights [hidden, q + k + v]
+    (sizes: qkv_hidden_sizes, default 3 x (8 * heads)). mask: None, "counts", "range",
+    "counts3", "rows", "full", "dummy"."""
+    rng = np.random.default_rng(seed)
+    q_size, k_size, v_size = sizes or (8 * heads,) * 3
+    head, v_head = q_size // heads, v_size // heads
+    total = past + seq
+    t = {"input": rand(rng, (batch, seq, hidden), dtype)}
+    w = {"weights": rand(rng, (hidden, q_size + k_size + v_size), dtype, -0.5, 0.5)}
+    if bias:
+        w["bias"] = rand(rng, (q_size + k_size + v_size,), dtype, -0.3, 0.3)
+    if mask == "counts":
+        t["mask_index"] = np.array([total - b % 3 for b in range(batch)], np.int32)
+    elif mask == "range":
+        t["mask_index"] = np.array([total - b for b in range(batch)] + [b for b in range(batch)],
+                                   np.int32)
+    elif mask == "counts3":
+        t["mask_index"] = np.array([total - 1] * batch + [0] * (2 * batch + 2), np.int32)
+    elif mask == "rows":
+        m = np.ones((batch, total), np.int32)
+        m[-1, :2] = 0
+        t["mask_index"] = m
+    elif mask == "full":
+        t["mask_index"] = (rng.uniform(size=(batch, seq, total)) > 0.25).astype(np.int32)
+        t["mask_index"][..., -1] = 1
+    elif mask == "dummy":
+        t["mask_index"] = np.ones((batch, 1), np.int32)
+    if past:
+        t["past"] = rand(rng, (2, batch, heads, past, head), dtype)
+    if attn_bias is not None:
+        t["attention_bias"] = rand(rng, (*attn_bias, seq, total), dtype, -2, 2)
+    f = lambda a: a.astype(np.float64)  # noqa: E731
+    qkv = f(t["input"]) @ f(w["weights"]) + (f(w["bias"]) if bias else 0)
+    q = to_bnsh(qkv[..., :q_size], heads)
+    k = to_bnsh(qkv[..., q_size:q_size + k_size], heads)
+    v = to_bnsh(qkv[..., q_size + k_size:], heads)
+    if past:
+        k = np.concatenate([f(t["past"][0]), k], 2)
+        v = np.concatenate([f(t["past"][1]), v], 2)
+    keep = key_keep(t.get("mask_index"), batch, seq, total)
+    scale = attrs.get("scale", 0.0) or 1 / math.sqrt(head)
+    y, _ = attention_expected(q, k, v, scale, t.get("attention_bias"), keep,
+                              attrs.get("unidirectional", 0), past,
+                              attrs.get("mask_filter_value", -10000.0))
+    expected = {"output": y}
+    outputs = [("output", dtype)]
+    if v_head == head:
+        outputs.append(("present", dtype))
+        expected["present"] = np.stack([k, v])
+    if sizes:
+        attrs["qkv_hidden_sizes"] = list(sizes)
+    all_inputs = {**t, **w}
+    last = max(i for i, n in enumerate(ATTN_INPUTS) if n in all_inputs)
+    node_inputs = [n if n in all_inputs else "" for n in ATTN_INPUTS[:last + 1]]
+    text = (f"Attention {dt_name(dtype)}: input {batch}x{seq}x{hidden}, {heads} heads, q/k/v "
+            f"sizes {(q_size, k_size, v_size)}, weights U(-0.5, 0.5) and bias {bias} "
+            f"(initializers), past {past}, mask_index {mask}, attention_bias {attn_bias}, "
+            f"attrs {attrs}.")
+    tol = fp_tol(dtype)
+    return node_case(f"attention_{name}", "Attention", node_inputs, outputs, t, w,
+                     dict(num_heads=heads, **attrs), text, tol, expected)
+
+
+def attention_cases():
+    """Attention: the fused projection with and without bias, qkv_hidden_sizes with another value
+    size, every mask_index form, attention_bias, a past with a prompt chunk and a decode step,
+    causal, scale, mask_filter_value, fp32 and fp16."""
+    return [
+        attention_case("plain_h3", 2, 5, 12, 3, seed=1601),
+        attention_case("sizes_v9_range_causal", 2, 4, 10, 3, sizes=(12, 12, 9), mask="range",
+                       unidirectional=1, seed=1602),
+        attention_case("decode_past_rows", 2, 1, 16, 2, past=5, mask="rows", seed=1603),
+        attention_case("full_bias_filter", 2, 3, 8, 2, mask="full", attn_bias=(1, 2),
+                       mask_filter_value=-50.0, seed=1604),
+        attention_case("chunk_past_counts_causal", 3, 3, 16, 4, past=4, mask="counts",
+                       unidirectional=1, bias=False, seed=1605),
+        attention_case("counts3_fp16", 2, 4, 24, 2, dtype=np.float16, mask="counts3", seed=1606),
+        attention_case("dummy_mask_scale", 1, 6, 8, 2, mask="dummy", scale=0.2, seed=1607),
+    ]
+
+
 GROUPS = {
     "sln": ("SimplifiedLayerNormalization", sln_cases),
     "skip_sln": ("SkipSimplifiedLayerNormalization", skip_sln_cases),
@@ -1186,6 +1431,8 @@ GROUPS = {
     "gbq": ("GatherBlockQuantized", gbq_cases),
     "rope": ("RotaryEmbedding", rope_cases),
     "gqa": ("GroupQueryAttention", gqa_cases),
+    "mha": ("MultiHeadAttention", mha_cases),
+    "attention": ("Attention", attention_cases),
 }
 
 

@@ -1,6 +1,6 @@
 //! The operators of onnxruntime-genai's LLM models (SimplifiedLayerNormalization,
 //! SkipSimplifiedLayerNormalization, MatMulNBits, GatherBlockQuantized, RotaryEmbedding,
-//! GroupQueryAttention), one node per case, against ONNX Runtime's CPU EP on random data of
+//! GroupQueryAttention, MultiHeadAttention, Attention), one node per case, against ONNX Runtime's CPU EP on random data of
 //! awkward sizes: `scripts/make_llm_op_cases.py`, run by `scripts/test.sh` into
 //! `$ONYX_TEST_MODELS/llm_ops`.
 
@@ -39,6 +39,8 @@ fn llm_ops_match_onnx_runtime_on_the_cpu() {
         ("GatherBlockQuantized", 6),
         ("RotaryEmbedding", 6),
         ("GroupQueryAttention", 30),
+        ("MultiHeadAttention", 10),
+        ("Attention", 6),
     ] {
         assert!(per_op.get(op).copied().unwrap_or(0) >= min, "fewer than {min} {op} cases: {per_op:?}");
     }

@@ -22,6 +22,7 @@ use super::util;
 use crate::Registry;
 
 mod gqa;
+mod mha;
 #[cfg(test)]
 mod tests;
 mod tiled;
@@ -32,6 +33,8 @@ pub fn register(r: &mut Registry) {
     // The optimizer's fused attention in models below opset 23: the same contract.
     r.add_in(onyx_core::ir::ONYX_DOMAIN, "Attention", build_attention);
     r.add_in(onyx_core::ir::MS_DOMAIN, "GroupQueryAttention", gqa::build);
+    r.add_in(onyx_core::ir::MS_DOMAIN, "MultiHeadAttention", mha::build_mha);
+    r.add_in(onyx_core::ir::MS_DOMAIN, "Attention", mha::build_packed);
 }
 
 /// Where `qk_matmul_output` is taken.

@@ -4,6 +4,7 @@
 //! accept and reject the same nodes and inputs. Semantics follow ONNX Runtime's CPU EP.
 
 pub mod gqa;
+pub mod mha;
 pub mod nbits;
 pub mod rms_norm;
 pub mod rotary;

@@ -193,7 +193,7 @@ impl Task<'_> {
 }
 
 /// `Σ a·b` in 8 lanes.
-fn dot(a: &[f32], b: &[f32]) -> f32 {
+pub(super) fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut lanes = [0f32; 8];
     let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
     let tail: f32 = ac.remainder().iter().zip(bc.remainder()).map(|(x, y)| x * y).sum();
@@ -206,7 +206,7 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 }
 
 /// Softmax of `x` in place; with a sink logit, `exp(sink − m)` joins the denominator.
-fn softmax(x: &mut [f32], sink: Option<f32>) {
+pub(super) fn softmax(x: &mut [f32], sink: Option<f32>) {
     if x.is_empty() {
         return;
     }

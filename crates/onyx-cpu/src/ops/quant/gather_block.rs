@@ -24,12 +24,37 @@ fn strides(dims: &[usize]) -> Vec<usize> {
     s
 }
 
+/// The scales, read in place: a gather touches a few rows of a table that may hold millions.
+enum Scales<'a> {
+    F32(&'a [f32]),
+    F16(&'a [half::f16]),
+    BF16(&'a [half::bf16]),
+}
+
+impl<'a> Scales<'a> {
+    fn new(v: &TensorView<'a>) -> Result<Self> {
+        Ok(match v.dtype() {
+            DataType::Float16 => Scales::F16(v.as_slice()?),
+            DataType::BFloat16 => Scales::BF16(v.as_slice()?),
+            _ => Scales::F32(v.as_slice()?),
+        })
+    }
+
+    fn get(&self, i: usize) -> f32 {
+        match self {
+            Scales::F32(s) => s[i],
+            Scales::F16(s) => s[i].to_f32(),
+            Scales::BF16(s) => s[i].to_f32(),
+        }
+    }
+}
+
 /// Reads quantized values and their block parameters.
 struct Source<'a> {
     g: &'a GatherBlockGeometry,
     block: usize,
     data: &'a [u8],
-    scales: Vec<f32>,
+    scales: Scales<'a>,
     zero_points: Option<&'a [u8]>,
     /// Dims of the scales (blocks along the quantized axis).
     blocks: Vec<usize>,
@@ -70,7 +95,7 @@ impl Source<'_> {
                 }
             }
         };
-        (self.value(i) - zp) as f32 * self.scales[flat]
+        (self.value(i) - zp) as f32 * self.scales.get(flat)
     }
 }
 
@@ -89,7 +114,7 @@ impl Kernel for GatherBlockQuantized {
             g: &g,
             block: op.block_size,
             data: data.bytes()?,
-            scales: util::to_f32(&scales)?,
+            scales: Scales::new(&scales)?,
             zero_points: zp.as_ref().map(TensorView::bytes).transpose()?,
             blocks: scales.shape().to_vec(),
             zp_row,

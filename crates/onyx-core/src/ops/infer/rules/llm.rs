@@ -5,6 +5,7 @@
 use super::super::Inferred;
 use super::ctx::{same_type, tensor_out, unknown, Ctx, Rule};
 use crate::ops::contrib::gqa::GroupQueryAttentionOp;
+use crate::ops::contrib::mha::{MultiHeadAttentionOp, PackedAttentionOp};
 use crate::ops::contrib::nbits::{GatherBlockQuantizedOp, MatMulNBitsOp};
 use crate::ops::contrib::rms_norm::RmsNormOp;
 use crate::ops::contrib::rotary::RotaryOp;
@@ -20,6 +21,8 @@ pub fn rule(op: &str) -> Option<Rule> {
         "RotaryEmbedding" => rotary,
         "GroupQueryAttention" => group_query_attention,
         "GatherBlockQuantized" => gather_block_quantized,
+        "MultiHeadAttention" => multi_head_attention,
+        "Attention" => packed_attention,
         _ => return None,
     })
 }
@@ -113,6 +116,73 @@ fn group_query_attention(cx: &Ctx<'_>) -> Result<Vec<Inferred>> {
     let present = tensor_out(dtype, Some(vec![batch.clone(), Dim::Fixed(op.kv_num_heads), present_len, fixed(head)]));
     let qk = tensor_out(dtype, None);
     Ok(vec![y, present.clone(), present, qk])
+}
+
+/// The shapes of inputs `0..n` when all are known (absent inputs `None`), for the contracts'
+/// checks.
+fn fixed_shapes(cx: &Ctx<'_>, n: usize) -> Option<Vec<Option<Vec<usize>>>> {
+    (0..n)
+        .map(|i| match cx.node.input(i) {
+            None => Some(None),
+            Some(_) => cx.shape(i).and_then(all_fixed).map(Some),
+        })
+        .collect()
+}
+
+/// Output `[batch, seq, num_heads * value head]`; the presents' shapes depend on the past's
+/// length, so only their type is inferred. Known shapes are checked with the contract.
+fn multi_head_attention(cx: &Ctx<'_>) -> Result<Vec<Inferred>> {
+    let op = MultiHeadAttentionOp::from_node(cx.node)?;
+    let Some(dtype) = cx.dtype(MultiHeadAttentionOp::QUERY) else {
+        return Ok(vec![unknown(), unknown(), unknown(), unknown()]);
+    };
+    // With a shared past buffer the total length is past_sequence_length's value, known at run time.
+    let shared = cx.node.input(MultiHeadAttentionOp::PAST_SEQUENCE_LENGTH).is_some();
+    if let Some(shapes) = fixed_shapes(cx, MultiHeadAttentionOp::PAST_SEQUENCE_LENGTH).filter(|_| !shared) {
+        let views: Vec<Option<&[usize]>> = shapes.iter().map(Option::as_deref).collect();
+        op.shapes(&views, None)?;
+    }
+    let v_hidden = match cx.shape(MultiHeadAttentionOp::VALUE) {
+        Some([_, _, dv]) => dv.clone(),
+        Some([_, _, _, h]) => h.fixed().map_or(Dim::Unknown, |h| Dim::Fixed(h * op.0.num_heads)),
+        _ => Dim::Unknown,
+    };
+    let y = match cx.shape(MultiHeadAttentionOp::QUERY) {
+        Some([b, s, _]) => tensor_out(dtype, Some(vec![b.clone(), s.clone(), v_hidden])),
+        _ => tensor_out(dtype, None),
+    };
+    let other = tensor_out(dtype, None);
+    Ok(vec![y, other.clone(), other.clone(), other])
+}
+
+/// Output `[batch, seq, v hidden]` (the weights' v columns); present `[2, batch, num_heads,
+/// past + seq, head]` when its dims are known.
+fn packed_attention(cx: &Ctx<'_>) -> Result<Vec<Inferred>> {
+    let op = PackedAttentionOp::from_node(cx.node)?;
+    let Some(dtype) = cx.dtype(PackedAttentionOp::INPUT) else {
+        return Ok(vec![unknown(), unknown()]);
+    };
+    if let Some(shapes) = fixed_shapes(cx, PackedAttentionOp::PAST_SEQUENCE_LENGTH + 1) {
+        let views: Vec<Option<&[usize]>> = shapes.iter().map(Option::as_deref).collect();
+        op.shapes(&views)?;
+    }
+    let hidden = match cx.shape(PackedAttentionOp::WEIGHTS) {
+        Some([_, c]) => c.fixed().map(|c| op.hidden_sizes(c)).transpose()?,
+        _ => None,
+    };
+    let Some([b, s, _]) = cx.shape(PackedAttentionOp::INPUT) else {
+        return Ok(vec![tensor_out(dtype, None), tensor_out(dtype, None)]);
+    };
+    let n = op.common.num_heads;
+    let y = tensor_out(dtype, Some(vec![b.clone(), s.clone(), hidden.map_or(Dim::Unknown, |(_, v)| Dim::Fixed(v))]));
+    let total = match (cx.node.input(PackedAttentionOp::PAST), cx.shape(PackedAttentionOp::PAST), s.fixed()) {
+        (None, _, Some(s)) => Dim::Fixed(s),
+        (Some(_), Some([_, _, _, p, _]), Some(s)) => p.fixed().map_or(Dim::Unknown, |p| Dim::Fixed(p + s)),
+        _ => Dim::Unknown,
+    };
+    let head = hidden.map_or(Dim::Unknown, |(q, _)| Dim::Fixed(q / n));
+    let present = tensor_out(dtype, Some(vec![Dim::Fixed(2), b.clone(), Dim::Fixed(n), total, head]));
+    Ok(vec![y, present])
 }
 
 /// The scales' type; data's shape with the gathered axis replaced by the indices' shape
