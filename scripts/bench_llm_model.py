@@ -158,7 +158,7 @@ def main():
     print(text)
     if args.markdown:
         head = (f"\n### {datetime.date.today()}: LLM models, {platform.processor() or platform.machine()}, "
-                f"{args.threads} threads, ONNX Runtime {ort.__version__}\n\n`python3 scripts/bench_llm_model.py "
+                f"{args.threads} threads, ONNX Runtime {ort.__version__}\n\n`/opt/llmgen/bin/python scripts/bench_llm_model.py "
                 f"--threads {args.threads}`\n\n")
         with open(args.markdown, "a") as f:
             f.write(head + text + "\n")

@@ -177,6 +177,14 @@ struct QuantizedRows {
     scaled_sums: Vec<f32>,
 }
 
+/// `x` rounded half to even, for `|x| < 2^22`: adding and subtracting 1.5 · 2^23 leaves no
+/// fraction bits and the addition rounds to nearest even (inlined where `round_ties_even`
+/// calls libm's `rintf` on CPUs without SSE4.1 code).
+fn round_half_even_small(x: f32) -> f32 {
+    const SHIFT: f32 = 12_582_912.0;
+    (x + SHIFT) - SHIFT
+}
+
 /// Quantizes each `k`-long row of `a` per block of `block` values, as ONNX Runtime's int8
 /// path does: `scale = max|a| / 127`, `q = round_half_even(a · 127 / max|a|)`.
 fn quantize_rows(a: &[f32], k: usize, block: usize) -> QuantizedRows {
@@ -193,7 +201,7 @@ fn quantize_rows(a: &[f32], k: usize, block: usize) -> QuantizedRows {
             let dst = &mut values[(r * blocks + b) * block..][..src.len()];
             let mut sum = 0i32;
             for (d, &x) in dst.iter_mut().zip(src) {
-                *d = (x * inv).round_ties_even() as i8;
+                *d = round_half_even_small(x * inv) as i8;
                 sum += i32::from(*d);
             }
             scales[r * blocks + b] = amax / 127.0;
@@ -313,10 +321,10 @@ impl MatMulNBits {
     fn compute(&self, w: &Weights, a: &TensorView<'_>) -> Result<Value> {
         let op = &self.op;
         let out_shape = op.output_shape(a.shape())?;
-        let af = util::to_f32(a)?;
+        let af = util::f32s(a)?;
         let rows = af.len() / op.k;
         let bytes = w.b.view()?.bytes()?;
-        let acts = if self.int8_arithmetic(w) { Activations::Int8(quantize_rows(&af, op.k, op.block_size.min(256))) } else { Activations::Float(af) };
+        let acts = if self.int8_arithmetic(w) { Activations::Int8(quantize_rows(&af, op.k, op.block_size.min(256))) } else { Activations::Float(af.into_owned()) };
         let acts = match acts {
             #[cfg(target_arch = "x86_64")]
             Activations::Int8(qa) if op.bits == 4 && qa.block % 32 == 0 && avx2::available() => {
@@ -326,7 +334,7 @@ impl MatMulNBits {
             other => other,
         };
         // Columns in tiles, each tile's outputs column by column ([n][rows]).
-        let mut by_column = vec![0f32; op.n * rows];
+        let mut by_column = onyx_core::host_pool::take_zeroed::<f32>(op.n * rows);
         parallel::for_each_chunk_mut(&mut by_column, TILE_COLUMNS * rows.max(1), &|t, out| {
             let n0 = t * TILE_COLUMNS;
             let width = TILE_COLUMNS.min(op.n - n0);
@@ -335,7 +343,13 @@ impl MatMulNBits {
                 _ => self.tile(w, bytes, &acts, n0, width, out),
             });
         });
-        let mut y = if rows == 1 { by_column } else { (0..rows * op.n).map(|i| by_column[(i % op.n) * rows + i / op.n]).collect() };
+        let mut y = if rows == 1 {
+            by_column
+        } else {
+            let mut y = onyx_core::host_pool::take::<f32>(rows * op.n);
+            y.iter_mut().enumerate().for_each(|(i, y)| *y = by_column[(i % op.n) * rows + i / op.n]);
+            y
+        };
         if let Some(bias) = &w.bias {
             y.chunks_mut(op.n).for_each(|row| row.iter_mut().zip(bias).for_each(|(y, b)| *y += b));
         }
@@ -367,5 +381,20 @@ impl Kernel for MatMulNBits {
         }
         let y = self.compute(w, &a)?;
         Ok(vec![y])
+    }
+}
+
+#[cfg(test)]
+mod rounding_tests {
+    use super::round_half_even_small;
+
+    #[test]
+    fn rounds_half_to_even_as_the_library_does() {
+        let mut rng = fastrand::Rng::with_seed(3);
+        let halves = (-300..300).map(|i| i as f32 * 0.5);
+        let random = (0..10_000).map(|_| (rng.f32() - 0.5) * 300.0);
+        for x in halves.chain(random).chain([127.0, -127.0, 126.5, -0.5, 0.49999997]) {
+            assert_eq!(round_half_even_small(x), x.round_ties_even(), "{x}");
+        }
     }
 }

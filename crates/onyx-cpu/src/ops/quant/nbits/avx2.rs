@@ -4,7 +4,8 @@
 //! A-block's 8 i32 lanes are converted and added, times the block's two scales, to 8 f32
 //! lanes summed once per output. A's values are stored per 32 with the even elements first
 //! (see [`permute_for_avx2`]), so that the low and high nibbles of B's bytes meet them
-//! without shuffles.
+//! without shuffles. Blocks of 32 (the model builder's) go two at a time, or four at a time with
+//! AVX-512 VNNI where the CPU has it (`vpdpbusd` in place of `maddubs` and `madd`).
 
 use std::arch::x86_64::*;
 
@@ -136,7 +137,9 @@ pub(super) fn columns4(c: &[Column<'_>; 4], a: &Rows<'_>, out: &mut [f32]) {
     // SAFETY: the CPU has AVX2 and FMA, and the assertions bound every read as in `column`,
     // for each of the four columns.
     unsafe {
-        if a.a_block == 32 && per_block == 1 {
+        if a.a_block == 32 && per_block == 1 && vnni_available() {
+            columns4_block32_vnni(c, a, rows, out)
+        } else if a.a_block == 32 && per_block == 1 {
             columns4_block32(c, a, rows, out)
         } else {
             columns4_avx2(c, a, per_block, rows, out)
@@ -144,34 +147,121 @@ pub(super) fn columns4(c: &[Column<'_>; 4], a: &Rows<'_>, out: &mut [f32]) {
     }
 }
 
-/// [`columns4_avx2`] for blocks of 32 (the model builder's), two blocks a step: a block is
-/// one group of A and 16 bytes of each column, loaded into both halves of a register and
-/// shifted by 0 and 4 bits per half in one instruction.
+/// [`columns4_avx2`] for blocks of 32 (the model builder's), two blocks a step: 32 bytes of a
+/// column (two blocks) give the even elements of both blocks (low nibbles) and their odd ones
+/// (high nibbles) in two registers, whose lanes 0-3 are the first block and 4-7 the second;
+/// A's two groups are rearranged once to match for the four columns. The two products per
+/// pair of bytes add in i16 (|sum| ≤ 4·15·127), one `madd` makes the blocks' i32 sums, and one
+/// FMA adds them times each lane's block scales.
 // SAFETY: for callers: only `columns4` calls it, after asserting AVX2/FMA and every bound it
 // reads; with blocks of 32, block `ab` is A's bytes `32 ab..32 ab + 32` of the row and each
-// column's bytes `16 ab..16 ab + 16`.
+// column's bytes `16 ab..16 ab + 16` and scale `ab`.
 #[target_feature(enable = "avx2,fma")]
 unsafe fn columns4_block32(c: &[Column<'_>; 4], a: &Rows<'_>, rows: usize, out: &mut [f32]) {
     let blocks = a.a_blocks;
     let weights = [c[0].weights.as_ptr(), c[1].weights.as_ptr(), c[2].weights.as_ptr(), c[3].weights.as_ptr()];
     let scales = [c[0].scales.as_ptr(), c[1].scales.as_ptr(), c[2].scales.as_ptr(), c[3].scales.as_ptr()];
     for r in 0..rows {
-        let mut even = [_mm256_setzero_ps(); 4];
-        let mut odd = [_mm256_setzero_ps(); 4];
+        let mut acc = [_mm256_setzero_ps(); 4];
         let a_row = a.values.as_ptr().add(r * blocks * 32);
         let a_scales = a.scales.as_ptr().add(r * blocks);
         let mut ab = 0;
         while ab + 2 <= blocks {
-            block32(&mut even, &weights, &scales, a_row, *a_scales.add(ab), ab);
-            block32(&mut odd, &weights, &scales, a_row, *a_scales.add(ab + 1), ab + 1);
+            pair32(&mut acc, &weights, &scales, a_row, a_scales, ab);
             ab += 2;
         }
         if ab < blocks {
-            block32(&mut even, &weights, &scales, a_row, *a_scales.add(ab), ab);
+            block32(&mut acc, &weights, &scales, a_row, *a_scales.add(ab), ab);
         }
         let sums = &a.scaled_sums[r * blocks..][..blocks];
         for k in 0..4 {
-            out[k * rows + r] += hsum(_mm256_add_ps(even[k], odd[k])) - correction(sums, c[k].zero_scales, 1);
+            out[k * rows + r] += hsum(acc[k]) - correction(sums, c[k].zero_scales, 1);
+        }
+    }
+}
+
+/// Blocks `ab` and `ab + 1` (of 32) of four columns into `acc`, as [`columns4_block32`]
+/// describes.
+// SAFETY: for callers: `columns4_block32` and `columns4_block32_vnni`, with `ab + 2` blocks
+// within the bounds they were called with.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn pair32(acc: &mut [__m256; 4], weights: &[*const u8; 4], scales: &[*const f32; 4], a_row: *const i8, a_scales: *const f32, ab: usize) {
+    let low4 = _mm256_set1_epi8(0x0f);
+    let ones = _mm256_set1_epi16(1);
+    let pair = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
+    let a0 = _mm256_loadu_si256(a_row.add(32 * ab) as *const __m256i);
+    let a1 = _mm256_loadu_si256(a_row.add(32 * ab + 32) as *const __m256i);
+    let (a_even, a_odd) = (_mm256_permute2x128_si256(a0, a1, 0x20), _mm256_permute2x128_si256(a0, a1, 0x31));
+    let sa = _mm256_set_m128(_mm_set1_ps(*a_scales.add(ab + 1)), _mm_set1_ps(*a_scales.add(ab)));
+    for k in 0..4 {
+        let bytes = _mm256_loadu_si256(weights[k].add(16 * ab) as *const __m256i);
+        let even = _mm256_maddubs_epi16(_mm256_and_si256(bytes, low4), a_even);
+        let odd = _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4), a_odd);
+        let dot = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_add_epi16(even, odd), ones));
+        let sb = _mm256_castpd_ps(_mm256_castpd128_pd256(_mm_load_sd(scales[k].add(ab) as *const f64)));
+        let sb = _mm256_permutevar8x32_ps(sb, pair);
+        acc[k] = _mm256_fmadd_ps(dot, _mm256_mul_ps(sa, sb), acc[k]);
+    }
+}
+
+/// Whether this CPU has AVX-512 with VNNI (`vpdpbusd`: four u8 × i8 products added into each
+/// i32 lane in one instruction).
+pub(super) fn vnni_available() -> bool {
+    available()
+        && std::arch::is_x86_feature_detected!("avx512f")
+        && std::arch::is_x86_feature_detected!("avx512bw")
+        && std::arch::is_x86_feature_detected!("avx512vnni")
+}
+
+/// [`columns4_block32`] with AVX-512 VNNI, four blocks a step: 64 bytes of a column give the
+/// even and odd elements of four blocks, 128-bit lane k holding block k; two `vpdpbusd` make
+/// each block's i32 sums, and one FMA adds them times each lane's block scales. A's four groups
+/// are rearranged once (two lane shuffles) for the four columns. The last blocks take
+/// [`pair32`] and [`block32`].
+// SAFETY: for callers: only `columns4` calls it, after asserting every bound it reads and
+// checking AVX2, FMA, AVX-512F/BW and VNNI; with blocks of 32, block `ab` is A's bytes
+// `32 ab..32 ab + 32` of the row and each column's bytes `16 ab..16 ab + 16` and scale `ab`.
+#[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vnni")]
+unsafe fn columns4_block32_vnni(c: &[Column<'_>; 4], a: &Rows<'_>, rows: usize, out: &mut [f32]) {
+    let blocks = a.a_blocks;
+    let low4 = _mm512_set1_epi8(0x0f);
+    let quad = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    let weights = [c[0].weights.as_ptr(), c[1].weights.as_ptr(), c[2].weights.as_ptr(), c[3].weights.as_ptr()];
+    let scales = [c[0].scales.as_ptr(), c[1].scales.as_ptr(), c[2].scales.as_ptr(), c[3].scales.as_ptr()];
+    for r in 0..rows {
+        let mut wide = [_mm512_setzero_ps(); 4];
+        let mut acc = [_mm256_setzero_ps(); 4];
+        let a_row = a.values.as_ptr().add(r * blocks * 32);
+        let a_scales = a.scales.as_ptr().add(r * blocks);
+        let mut ab = 0;
+        while ab + 4 <= blocks {
+            // Lanes of z0: even and odd elements of blocks ab, ab + 1; of z1: ab + 2, ab + 3.
+            let z0 = _mm512_loadu_si512(a_row.add(32 * ab) as *const _);
+            let z1 = _mm512_loadu_si512(a_row.add(32 * ab + 64) as *const _);
+            let a_even = _mm512_shuffle_i64x2(z0, z1, 0b10_00_10_00);
+            let a_odd = _mm512_shuffle_i64x2(z0, z1, 0b11_01_11_01);
+            let sa = _mm512_permutexvar_ps(quad, _mm512_castps128_ps512(_mm_loadu_ps(a_scales.add(ab))));
+            for k in 0..4 {
+                let bytes = _mm512_loadu_si512(weights[k].add(16 * ab) as *const _);
+                let even = _mm512_and_si512(bytes, low4);
+                let odd = _mm512_and_si512(_mm512_srli_epi16(bytes, 4), low4);
+                let sums = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), even, a_even), odd, a_odd);
+                let sb = _mm512_permutexvar_ps(quad, _mm512_castps128_ps512(_mm_loadu_ps(scales[k].add(ab))));
+                wide[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), _mm512_mul_ps(sa, sb), wide[k]);
+            }
+            ab += 4;
+        }
+        while ab + 2 <= blocks {
+            pair32(&mut acc, &weights, &scales, a_row, a_scales, ab);
+            ab += 2;
+        }
+        if ab < blocks {
+            block32(&mut acc, &weights, &scales, a_row, *a_scales.add(ab), ab);
+        }
+        let sums = &a.scaled_sums[r * blocks..][..blocks];
+        for k in 0..4 {
+            out[k * rows + r] += _mm512_reduce_add_ps(wide[k]) + hsum(acc[k]) - correction(sums, c[k].zero_scales, 1);
         }
     }
 }
@@ -296,7 +386,7 @@ mod tests {
             return;
         }
         let mut rng = fastrand::Rng::with_seed(5);
-        for (block, a_block, a_blocks, rows) in [(32, 32, 7, 1), (64, 64, 3, 3), (512, 256, 4, 2), (128, 128, 1, 5)] {
+        for (block, a_block, a_blocks, rows) in [(32, 32, 7, 1), (32, 32, 8, 3), (32, 32, 13, 2), (32, 32, 6, 1), (64, 64, 3, 3), (512, 256, 4, 2), (128, 128, 1, 5)] {
             let weights: Vec<u8> = (0..a_blocks * a_block / 2).map(|_| rng.u8(..)).collect();
             let blocks = a_blocks * a_block / block;
             let scales: Vec<f32> = (0..blocks).map(|_| rng.f32() - 0.5).collect();
@@ -317,12 +407,28 @@ mod tests {
             // Four columns: this one and three with their bytes rotated.
             let rotated: Vec<Vec<u8>> = (1..4).map(|k| weights.iter().map(|&b| b.rotate_left(k)).collect()).collect();
             let cols = [c, Column { weights: &rotated[0], ..c }, Column { weights: &rotated[1], ..c }, Column { weights: &rotated[2], ..c }];
-            let mut got = vec![0f32; 4 * rows];
-            columns4(&cols, &Rows { values: &permuted, ..natural }, &mut got);
-            for (k, col) in cols.iter().enumerate() {
-                let want = scalar(col, &zero_points, &values, &natural, rows);
-                for (g, w) in got[k * rows..][..rows].iter().zip(&want) {
-                    assert!((g - w).abs() <= 1e-4 * w.abs().max(1.0), "block {block}, column {k}: {g} vs {w}");
+            let a = Rows { values: &permuted, ..natural };
+            let mut results = vec![("dispatched", vec![0f32; 4 * rows])];
+            columns4(&cols, &a, &mut results[0].1);
+            if block == 32 {
+                // Each block-32 kernel, whichever the dispatch picks on this CPU.
+                let mut pairs = vec![0f32; 4 * rows];
+                // SAFETY: `available()` was checked above; the bounds are those `columns4` asserted.
+                unsafe { columns4_block32(&cols, &a, rows, &mut pairs) };
+                results.push(("pairs", pairs));
+                if vnni_available() {
+                    let mut quads = vec![0f32; 4 * rows];
+                    // SAFETY: as above, and the CPU has AVX-512 VNNI.
+                    unsafe { columns4_block32_vnni(&cols, &a, rows, &mut quads) };
+                    results.push(("vnni", quads));
+                }
+            }
+            for (kernel, got) in &results {
+                for (k, col) in cols.iter().enumerate() {
+                    let want = scalar(col, &zero_points, &values, &natural, rows);
+                    for (g, w) in got[k * rows..][..rows].iter().zip(&want) {
+                        assert!((g - w).abs() <= 1e-4 * w.abs().max(1.0), "{kernel}, block {block}, column {k}: {g} vs {w}");
+                    }
                 }
             }
         }
