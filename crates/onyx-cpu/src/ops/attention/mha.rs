@@ -157,10 +157,12 @@ fn int32s<'a>(at: &Location, views: &'a [Option<TensorView<'_>>], i: usize) -> R
     }
 }
 
+/// Each input's shape, `None` where absent.
 fn shapes_of<'a>(views: &'a [Option<TensorView<'_>>]) -> Vec<Option<&'a [usize]>> {
     views.iter().map(|v| v.as_ref().map(|v| v.shape())).collect()
 }
 
+/// Input `i` widened to f32, `None` where absent.
 fn f32s_of(views: &[Option<TensorView<'_>>], i: usize) -> Result<Option<Vec<f32>>> {
     views[i].as_ref().map(util::to_f32).transpose()
 }
@@ -234,7 +236,7 @@ impl Kernel for PackedKernel {
         let get = |i| f32s_of(&views, i);
         let (x, w) = (get(Packed::INPUT)?.unwrap_or_default(), get(Packed::WEIGHTS)?.unwrap_or_default());
         let (rows, cols) = (s.batch * s.seq, 2 * n * d + n * dv);
-        let di = x.len() / rows.max(1);
+        let di = w.len() / cols;
         let mut qkv = onyx_core::host_pool::take_zeroed::<f32>(rows * cols);
         gemm(1.0, MatRef::row_major(&x, rows, di), MatRef::row_major(&w, di, cols), 0.0, MatMut::row_major(&mut qkv, rows, cols))?;
         let bias = get(Packed::BIAS)?;

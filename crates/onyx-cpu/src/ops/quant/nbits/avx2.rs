@@ -165,14 +165,7 @@ unsafe fn columns4_block32(c: &[Column<'_>; 4], a: &Rows<'_>, rows: usize, out: 
         let mut acc = [_mm256_setzero_ps(); 4];
         let a_row = a.values.as_ptr().add(r * blocks * 32);
         let a_scales = a.scales.as_ptr().add(r * blocks);
-        let mut ab = 0;
-        while ab + 2 <= blocks {
-            pair32(&mut acc, &weights, &scales, a_row, a_scales, ab);
-            ab += 2;
-        }
-        if ab < blocks {
-            block32(&mut acc, &weights, &scales, a_row, *a_scales.add(ab), ab);
-        }
+        blocks32(&mut acc, &weights, &scales, a_row, a_scales, 0, blocks);
         let sums = &a.scaled_sums[r * blocks..][..blocks];
         for k in 0..4 {
             out[k * rows + r] += hsum(acc[k]) - correction(sums, c[k].zero_scales, 1);
@@ -205,6 +198,22 @@ unsafe fn pair32(acc: &mut [__m256; 4], weights: &[*const u8; 4], scales: &[*con
     }
 }
 
+/// Blocks `from..blocks` (of 32) of four columns into `acc`: two a step ([`pair32`]), the last
+/// one alone ([`block32`]).
+// SAFETY: for callers: as for [`pair32`], with every block below `blocks` within bounds.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn blocks32(acc: &mut [__m256; 4], weights: &[*const u8; 4], scales: &[*const f32; 4], a_row: *const i8, a_scales: *const f32, from: usize, blocks: usize) {
+    let mut ab = from;
+    while ab + 2 <= blocks {
+        pair32(acc, weights, scales, a_row, a_scales, ab);
+        ab += 2;
+    }
+    if ab < blocks {
+        block32(acc, weights, scales, a_row, *a_scales.add(ab), ab);
+    }
+}
+
 /// Whether this CPU has AVX-512 with VNNI (`vpdpbusd`: four u8 × i8 products added into each
 /// i32 lane in one instruction).
 pub(super) fn vnni_available() -> bool {
@@ -218,7 +227,7 @@ pub(super) fn vnni_available() -> bool {
 /// even and odd elements of four blocks, 128-bit lane k holding block k; two `vpdpbusd` make
 /// each block's i32 sums, and one FMA adds them times each lane's block scales. A's four groups
 /// are rearranged once (two lane shuffles) for the four columns. The last blocks take
-/// [`pair32`] and [`block32`].
+/// [`blocks32`].
 // SAFETY: for callers: only `columns4` calls it, after asserting every bound it reads and
 // checking AVX2, FMA, AVX-512F/BW and VNNI; with blocks of 32, block `ab` is A's bytes
 // `32 ab..32 ab + 32` of the row and each column's bytes `16 ab..16 ab + 16` and scale `ab`.
@@ -252,13 +261,7 @@ unsafe fn columns4_block32_vnni(c: &[Column<'_>; 4], a: &Rows<'_>, rows: usize, 
             }
             ab += 4;
         }
-        while ab + 2 <= blocks {
-            pair32(&mut acc, &weights, &scales, a_row, a_scales, ab);
-            ab += 2;
-        }
-        if ab < blocks {
-            block32(&mut acc, &weights, &scales, a_row, *a_scales.add(ab), ab);
-        }
+        blocks32(&mut acc, &weights, &scales, a_row, a_scales, ab, blocks);
         let sums = &a.scaled_sums[r * blocks..][..blocks];
         for k in 0..4 {
             out[k * rows + r] += _mm512_reduce_add_ps(wide[k]) + hsum(acc[k]) - correction(sums, c[k].zero_scales, 1);
