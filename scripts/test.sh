@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Runs every test of Onyx on a fresh machine: installs the Python reference tools (ONNX and
-# ONNX Runtime compute the expected outputs), generates the test models, then one `cargo test`.
+# Runs every test of Onyx on a fresh machine: installs the Python reference tools (ONNX, ONNX
+# Runtime and onnxruntime-genai compute the expected outputs), generates the test models, then one `cargo test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-python3 -m pip install --quiet --disable-pip-version-check onnx==1.22.0 onnxruntime==1.32.0 numpy pillow==13.0.0
+python3 -m pip install --quiet --disable-pip-version-check onnx==1.22.0 onnxruntime==1.32.0 onnxruntime-genai==0.18.0 numpy pillow==13.0.0
 
 # The wgpu tests need a Vulkan driver: on a machine without a GPU, Mesa's software one
 # (lavapipe). With CI=true a wgpu test that finds no adapter fails instead of skipping.
@@ -20,6 +20,7 @@ python3 scripts/make_test_models.py "$models"
 python3 scripts/make_malformed_models.py "$models/malformed"
 python3 scripts/make_llm_op_cases.py "$models/llm_ops"
 python3 scripts/make_llm_model_refs.py "$models/llm_models"
+python3 scripts/make_genai_refs.py "$models/genai"
 export ONYX_TEST_MODELS="$models"
 
 # ONNX's backend node tests (from the onnx wheel, cached in .cache/) for the conformance test,

@@ -34,7 +34,7 @@ fn mib(bytes: u64) -> f64 {
 }
 
 /// Peak resident memory of this process in bytes (Linux `VmHWM`; 0 where unknown).
-fn peak_host_bytes() -> u64 {
+pub(crate) fn peak_host_bytes() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     status
         .lines()

@@ -1,7 +1,8 @@
-//! `onyx`: inspect, run and benchmark ONNX models.
+//! `onyx`: inspect, run and benchmark ONNX models; generate text with LLM folders.
 
 mod bench;
 mod devices;
+mod generate;
 mod info;
 mod optimize;
 mod profile_cpu;
@@ -77,6 +78,8 @@ enum Command {
     Optimize(optimize::OptimizeArgs),
     /// The execution providers compiled in and the devices each one sees.
     Devices,
+    /// Generates text with an onnxruntime-genai model folder, streamed to stdout.
+    Generate(generate::GenerateArgs),
 }
 
 /// Options that shape the session, shared by info, run and bench.
@@ -144,13 +147,14 @@ fn main() -> ExitCode {
     }));
     let cli = Cli::parse();
     let result = std::panic::catch_unwind(|| match cli.command {
-        Command::Info { model, json, session } => info::info(&model, json, &session),
-        Command::Run { model, inputs, output_dir, session } => run::run(&model, &inputs, output_dir.as_deref(), &session),
+        Command::Generate(args) => generate::generate(&args).map_err(|e| e.to_string()),
+        Command::Info { model, json, session } => info::info(&model, json, &session).map_err(|e| e.to_string()),
+        Command::Run { model, inputs, output_dir, session } => run::run(&model, &inputs, output_dir.as_deref(), &session).map_err(|e| e.to_string()),
         Command::Bench { model, inputs, warmup, runs, json, profile, session } => {
-            bench::bench(&model, &inputs, bench::Options { warmup, runs, json, profile }, &session)
+            bench::bench(&model, &inputs, bench::Options { warmup, runs, json, profile }, &session).map_err(|e| e.to_string())
         }
-        Command::Optimize(args) => optimize::optimize(&args),
-        Command::Devices => devices::devices(),
+        Command::Optimize(args) => optimize::optimize(&args).map_err(|e| e.to_string()),
+        Command::Devices => devices::devices().map_err(|e| e.to_string()),
     });
     match result {
         Ok(Ok(())) => ExitCode::SUCCESS,

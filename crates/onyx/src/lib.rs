@@ -1,7 +1,8 @@
 //! # Onyx
 //!
 //! An ONNX inference runtime whose data can live on the GPU. This crate is the facade users
-//! depend on: load a model, pick execution providers, run it.
+//! depend on: load a model, pick execution providers, run it; generate text with an
+//! onnxruntime-genai model folder through [`genai`].
 //!
 //! ```no_run
 //! use onyx::{SessionBuilder, Tensor, TensorView};
@@ -17,24 +18,9 @@
 //! # Ok(()) }
 //! ```
 
-mod builder;
-pub mod npy;
-mod provider;
+pub use onyx_runtime::*;
 
-pub use builder::SessionBuilder;
-pub use onyx_core::ep::{self, ExecutionProvider};
-pub use onyx_core::{
-    element_count, ir, types, DataType, Device, Element, Error, HostBuffer, InputValue, IoBinding, Location, Map, NodeAssignment, NodeTime, FOLDED,
-    OptimizationLevel, OutputTarget, Optional, Outputs, Result, Sequence, Session, SessionOptions, Tensor, TensorData,
-    TensorView, Value,
-};
-pub use onyx_cpu::CpuProvider;
-pub use onyx_onnx::{load_model, load_model_from_bytes};
-pub use onyx_onnx::{model_to_bytes, save_model, save_model_with_options, SaveOptions};
-pub use onyx_core::optimizer;
-pub use provider::{compiled_devices, provider_names, Provider};
-#[cfg(feature = "wgpu")]
-pub use provider::shared_wgpu;
-/// The wgpu execution provider: device tensors, the application's own device and queue.
-#[cfg(feature = "wgpu")]
-pub use onyx_wgpu as gpu;
+/// LLM generation with onnxruntime-genai model folders (its `Model`, `Tokenizer`,
+/// `GeneratorParams` and `Generator`).
+#[cfg(feature = "genai")]
+pub use onyx_genai as genai;
