@@ -2,7 +2,7 @@
 scripts/make_llm_models.py), for Onyx's generation tests (crates/onyx/tests/genai.rs).
 
 Run: python3 scripts/make_genai_refs.py OUTDIR
-Needs: onnxruntime-genai (written against 0.18.0, CPU), numpy. Deterministic. Writes
+Needs: onnxruntime-genai (written against 0.18.0, CPU), jinja2 (3.1.6), numpy. Deterministic. Writes
 OUTDIR/manifest.json, a list of records:
 
   {"op": "generate", "folder": "models/llm/<name>", "name": ..., "prompt_ids": [...],
@@ -20,6 +20,14 @@ OUTDIR/manifest.json, a list of records:
       Only texts every character of which the tiny vocabulary holds are kept (genai's tokenizer
       gives -1 for a byte outside it where Hugging Face's drops it; the models' tokenizers are
       trained on a small corpus): the byte-level folder below covers the rest.
+
+  {"op": "chat", "template": str, "messages": JSON text, "tools": JSON text or null,
+   "add_generation_prompt": bool, "rendered": str (or "error"), "genai_rendered": str (or
+   "genai_error")}
+      Chat templates in the styles of ChatML, Llama 3, Gemma and Phi-3 with llama-cpu-fp32's
+      special tokens, rendered by Jinja2 set up as transformers sets it up (the reference:
+      models' templates are written for it), and by genai's apply_chat_template, for
+      comparison: genai 0.18 keeps the whitespace around block tags that transformers trims.
 
 The byte-level folder OUTDIR/bytes_tokenizer is llama-cpu-fp32's model with a tokenizer.json
 written here whose vocabulary holds all 256 bytes (GPT-2's byte-to-character map) plus merges,
@@ -49,6 +57,63 @@ TEXTS = [
     "mixed: ascii, ünïcödé, 한국어, العربية",
     "",
 ]
+
+# Chat templates in the styles of the common model families (written here, not copied from a
+# model), with the features Hugging Face templates use: trimmed blocks, loop variables,
+# namespace(), Python string methods, filters, tojson, raise_exception, special tokens.
+CHAT_TEMPLATES = {
+    "chatml_tools": (
+        "{% if tools %}<|im_start|>system\n{% if messages[0].role == 'system' %}{{ messages[0].content }}\n\n{% endif %}"
+        "Tools:\n{% for tool in tools %}{{ tool | tojson }}\n{% endfor %}<|im_end|>\n"
+        "{% elif messages[0].role == 'system' %}<|im_start|>system\n{{ messages[0].content }}<|im_end|>\n{% endif %}"
+        "{% for message in messages %}\n"
+        "  {% if message.role != 'system' or loop.first == false %}\n"
+        "<|im_start|>{{ message.role }}\n{{ message.content | trim }}<|im_end|>\n"
+        "  {% endif %}\n"
+        "{% endfor %}\n"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    ),
+    "header_blocks": (
+        "{{ bos_token }}{% set ns = namespace(system='') %}"
+        "{% for message in messages %}{% if message['role'] == 'system' %}{% set ns.system = message['content'].strip() %}{% endif %}{% endfor %}"
+        "{% if ns.system %}<|start_header_id|>system<|end_header_id|>\n\n{{ ns.system }}<|eot_id|>{% endif %}"
+        "{% for message in messages if message['role'] != 'system' %}"
+        "<|start_header_id|>{{ message['role'] }}<|end_header_id|>\n\n{{ message['content'] | trim }}<|eot_id|>"
+        "{% endfor %}"
+        "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}"
+    ),
+    "alternating_roles": (
+        "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}"
+        "{% for message in messages %}"
+        "{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+        "{% set role = 'model' if message['role'] == 'assistant' else message['role'] %}"
+        "<start_of_turn>{{ role }}\n{{ message['content'] | trim }}<end_of_turn>\n"
+        "{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
+    ),
+    "tagged_turns": (
+        "{% for message in messages %}{% if message['role'] == 'user' %}{{ '<|user|>\n' + message['content'] + '<|end|>\n' }}"
+        "{% elif message['role'] == 'assistant' %}{{ '<|assistant|>\n' + message['content'] + '<|end|>\n' }}"
+        "{% else %}{{ '<|' + message['role'] + '|>\n' + message['content'] + '<|end|>\n' }}{% endif %}{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% else %}{{ eos_token }}{% endif %}"
+    ),
+}
+
+CHATS = {
+    "one_turn": [{"role": "user", "content": "Hello, who are you?"}],
+    "system_multi_turn": [
+        {"role": "system", "content": "  You are terse.  "},
+        {"role": "user", "content": "héllo 日本 😀"},
+        {"role": "assistant", "content": "Hi."},
+        {"role": "user", "content": "  Again?\n"},
+    ],
+    "alternating": [
+        {"role": "user", "content": "a"},
+        {"role": "assistant", "content": "b"},
+        {"role": "user", "content": "c"},
+    ],
+}
+
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
 
 OPTION_SETS = {
     "greedy": {},
@@ -105,6 +170,52 @@ def tokenize_records(tokenizer, folder_name, in_outdir=False):
         if any(t < 0 for t in ids):
             continue
         records.append({"op": "tokenize", "folder": folder_name, "in_outdir": in_outdir, "text": text, "ids": ids, "decoded": tokenizer.decode(np.array(ids, dtype=np.int32))})
+    return records
+
+
+def transformers_environment():
+    """A Jinja environment set up as transformers sets up its chat templates' (blocks trimmed
+    and left-stripped, loop controls, Python's json.dumps as tojson, raise_exception)."""
+    from jinja2.exceptions import TemplateError
+    from jinja2.ext import loopcontrols
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    def raise_exception(message):
+        raise TemplateError(message)
+
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    return env
+
+
+def chat_records(tokenizer):
+    """Each template for each chat (both values of add_generation_prompt, with and without
+    tools) rendered as transformers renders it ("rendered", or "error"), and by genai
+    ("genai_rendered", or "genai_error"); the special tokens are llama-cpu-fp32's."""
+    from jinja2.exceptions import TemplateError
+    env = transformers_environment()
+    records = []
+    for template_name, template in CHAT_TEMPLATES.items():
+        for chat_name, messages in CHATS.items():
+            for add_generation_prompt in (True, False):
+                for tools in ([None, TOOLS] if template_name == "chatml_tools" else [None]):
+                    record = {"op": "chat", "template": template, "name": f"{template_name}/{chat_name}/{add_generation_prompt}/{tools is not None}", "messages": json.dumps(messages, ensure_ascii=False), "tools": json.dumps(tools) if tools else None, "add_generation_prompt": add_generation_prompt}
+                    try:
+                        record["rendered"] = env.from_string(template).render(messages=messages, tools=tools, add_generation_prompt=add_generation_prompt, bos_token="<s>", eos_token="</s>", pad_token="<pad>", unk_token="<unk>")
+                    except TemplateError as e:
+                        record["error"] = str(e)
+                    try:
+                        kwargs = {"template_str": template, "add_generation_prompt": add_generation_prompt}
+                        if tools:
+                            kwargs["tools"] = record["tools"]
+                        record["genai_rendered"] = tokenizer.apply_chat_template(record["messages"], **kwargs)
+                    except RuntimeError as e:
+                        record["genai_error"] = str(e)
+                    records.append(record)
     return records
 
 
@@ -183,6 +294,7 @@ def main():
         if tokenizer_json not in seen_tokenizers:
             seen_tokenizers.add(tokenizer_json)
             records.extend(tokenize_records(tokenizer, name))
+    records.extend(chat_records(og.Tokenizer(cpu_model(MODELS / "llama-cpu-fp32"))))
     bytes_dir = out / "bytes_tokenizer"
     write_bytes_tokenizer(bytes_dir)
     records.extend(tokenize_records(og.Tokenizer(cpu_model(bytes_dir)), "bytes_tokenizer", in_outdir=True))

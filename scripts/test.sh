@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-python3 -m pip install --quiet --disable-pip-version-check onnx==1.22.0 onnxruntime==1.32.0 onnxruntime-genai==0.18.0 numpy pillow==13.0.0
+python3 -m pip install --quiet --disable-pip-version-check onnx==1.22.0 onnxruntime==1.32.0 onnxruntime-genai==0.18.0 jinja2==3.1.6 numpy pillow==13.0.0
 
 # The wgpu tests need a Vulkan driver: on a machine without a GPU, Mesa's software one
 # (lavapipe). With CI=true a wgpu test that finds no adapter fails instead of skipping.

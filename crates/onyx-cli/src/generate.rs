@@ -19,8 +19,12 @@ pub struct GenerateArgs {
     #[arg(long, conflicts_with = "input_ids")]
     prompt: Option<String>,
     /// The prompt as token ids: 1,2,3.
-    #[arg(long, value_delimiter = ',', num_args = 1)]
+    #[arg(long, value_delimiter = ',', num_args = 1, conflicts_with = "chat")]
     input_ids: Option<Vec<i32>>,
+    /// An interactive chat through the folder's chat template: a user turn per line of stdin,
+    /// the history kept in the cache between turns.
+    #[arg(long, conflicts_with = "prompt")]
+    chat: bool,
     /// Tokens at which generation stops, prompt included (genai's max_length).
     #[arg(long)]
     max_length: Option<usize>,
@@ -69,14 +73,37 @@ pub fn generate(args: &GenerateArgs) -> Result<()> {
     let tokenizer = Tokenizer::new(&config)?;
     let params = search_params(&config, args)?;
 
+    if args.chat {
+        return chat(&model, &tokenizer, &params, args.json);
+    }
     let input_tokens = match (&args.prompt, &args.input_ids) {
         (Some(text), _) => tokenizer.encode(text)?,
         (None, Some(ids)) => ids.clone(),
-        (None, None) => return Err(onyx::genai::Error::InvalidArgument("give the prompt: --prompt TEXT or --input-ids 1,2,3".into())),
+        (None, None) => return Err(onyx::genai::Error::InvalidArgument("give the prompt: --prompt TEXT, --input-ids 1,2,3 or --chat".into())),
     };
     let mut generator = Generator::new(&model, &params)?;
+    let turn = run_turn(&mut generator, &tokenizer, &input_tokens)?;
+    if args.json {
+        let _ = writeln!(std::io::stdout(), "{}", turn.report(&tokenizer, &generator, &model)?);
+    }
+    Ok(())
+}
+
+/// One prompt's generation: the new input tokens, the tokens made and when.
+struct Turn {
+    input_tokens: Vec<i32>,
+    output_tokens: Vec<i32>,
+    start: Instant,
+    prompt_seconds: f64,
+    first_token: Instant,
+    end: Instant,
+}
+
+/// Appends `input_tokens`, generates until EOS or max_length, streams the text to stdout.
+fn run_turn(generator: &mut Generator, tokenizer: &Tokenizer, input_tokens: &[i32]) -> Result<Turn> {
     let start = Instant::now();
-    generator.append_tokens(&input_tokens)?;
+    let before = generator.token_count() + input_tokens.len();
+    generator.append_tokens(input_tokens)?;
     let prompt_seconds = start.elapsed().as_secs_f64();
     let mut stream = tokenizer.create_stream();
     let mut stdout = std::io::stdout().lock();
@@ -90,29 +117,63 @@ pub fn generate(args: &GenerateArgs) -> Result<()> {
     }
     let end = Instant::now();
     let _ = writeln!(stdout);
-    let mut output_tokens = generator.get_sequence(0)?[input_tokens.len()..].to_vec();
+    let mut output_tokens = generator.get_sequence(0)?[before..].to_vec();
     // genai's sequence leaves a generated EOS out; the report includes it.
-    if let Some(&eos) = generator.get_next_tokens().first().filter(|t| config.eos_token_ids().contains(&(**t as i64))) {
-        output_tokens.push(eos);
-    }
-    if args.json {
-        let first = first_token.unwrap_or(end);
-        let decoded = output_tokens.len().saturating_sub(1);
-        let decode_seconds = (end - first).as_secs_f64();
-        let report = serde_json::json!({
-            "input_tokens": input_tokens,
-            "output_tokens": output_tokens,
-            "text": tokenizer.decode(&output_tokens)?,
-            "time_to_first_token_ms": (first - start).as_secs_f64() * 1e3,
-            "prompt_tokens_per_s": input_tokens.len() as f64 / prompt_seconds,
+    output_tokens.extend(generator.generated_eos());
+    Ok(Turn { input_tokens: input_tokens.to_vec(), output_tokens, start, prompt_seconds, first_token: first_token.unwrap_or(end), end })
+}
+
+impl Turn {
+    /// The `--json` line.
+    fn report(&self, tokenizer: &Tokenizer, generator: &Generator, model: &Model) -> Result<serde_json::Value> {
+        let decoded = self.output_tokens.len().saturating_sub(1);
+        let decode_seconds = (self.end - self.first_token).as_secs_f64();
+        Ok(serde_json::json!({
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "text": tokenizer.decode(&self.output_tokens)?,
+            "time_to_first_token_ms": (self.first_token - self.start).as_secs_f64() * 1e3,
+            "prompt_tokens_per_s": self.input_tokens.len() as f64 / self.prompt_seconds,
             "decode_tokens_per_s": if decoded > 0 { decoded as f64 / decode_seconds } else { 0.0 },
             "peak_host_bytes": crate::bench::peak_host_bytes(),
             "cache_bytes": generator.cache_bytes(),
             "provider": model.session().provider_names(),
-        });
-        let _ = writeln!(stdout, "{report}");
+        }))
     }
-    Ok(())
+}
+
+/// `--chat`: each line of stdin is a user turn; the whole history is rendered through the
+/// folder's chat template, and only the tokens after what the cache already holds run.
+fn chat(model: &Arc<Model>, tokenizer: &Tokenizer, params: &GeneratorParams, json: bool) -> Result<()> {
+    if tokenizer.chat_template().is_none() {
+        return Err(onyx::genai::Error::InvalidArgument("--chat: the model folder has no chat template (tokenizer_config.json chat_template or chat_template.jinja)".into()));
+    }
+    let mut generator = Generator::new(model, params)?;
+    let mut messages: Vec<serde_json::Value> = vec![];
+    let stdin = std::io::stdin();
+    loop {
+        eprint!("> ");
+        let mut line = String::new();
+        if stdin.read_line(&mut line).map_err(|e| onyx::genai::Error::InvalidArgument(format!("reading stdin: {e}")))? == 0 {
+            return Ok(());
+        }
+        messages.push(serde_json::json!({"role": "user", "content": line.trim_end_matches(['\n', '\r'])}));
+        let prompt = tokenizer.apply_chat_template(None, &serde_json::Value::Array(messages.clone()).to_string(), None, true)?;
+        let ids = tokenizer.encode(&prompt)?;
+        if ids.is_empty() {
+            return Err(onyx::genai::Error::InvalidArgument("--chat: the chat template rendered no tokens".into()));
+        }
+        // Keep the cache of the history the new rendering starts with; run the rest.
+        let held = generator.get_sequence(0)?;
+        let common = held.iter().zip(&ids).take_while(|(a, b)| a == b).count().min(ids.len() - 1);
+        generator.rewind_to(common)?;
+        let turn = run_turn(&mut generator, tokenizer, &ids[common..])?;
+        let reply = tokenizer.decode(&turn.output_tokens)?;
+        messages.push(serde_json::json!({"role": "assistant", "content": reply}));
+        if json {
+            println!("{}", turn.report(tokenizer, &generator, model)?);
+        }
+    }
 }
 
 /// `--provider` replaces the folder's providers; `--provider-option` sets options of the

@@ -108,6 +108,11 @@ impl Generator {
         self.next_token.as_ref().map(std::slice::from_ref).unwrap_or(&[])
     }
 
+    /// The EOS token that ended the generation, if one did (the sequence leaves it out).
+    pub fn generated_eos(&self) -> Option<i32> {
+        self.next_token.filter(|t| self.done && self.model.config().eos_token_ids().contains(&(*t as i64)))
+    }
+
     /// Sequence `index`'s tokens, prompt included, EOS not (as genai; index 0: the only one
     /// for now).
     pub fn get_sequence(&self, index: usize) -> Result<&[i32]> {

@@ -28,10 +28,12 @@
 //! | `config` | genai_config.json: every key of genai 0.18, unknown keys as warnings |
 //! | `providers` | genai's provider names and options mapped to Onyx's EPs |
 //! | `model` | the decoder's session and the names of its inputs and outputs |
-//! | `tokenizer` | tokenizer.json, chat templates, streaming decode |
+//! | `tokenizer` | tokenizer.json, streaming decode |
+//! | `chat` | chat templates rendered as transformers renders them |
 //! | `search` | search options, logits processing, greedy and sampling |
 //! | `generator` | the loop: runs, the KV cache on the device, rewind |
 
+mod chat;
 mod config;
 mod error;
 mod generator;

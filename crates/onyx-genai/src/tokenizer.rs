@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::chat::{self, SpecialTokens, SPECIAL_TOKEN_KEYS};
 use crate::config::Config;
 use crate::error::{invalid, Error, Result};
 
@@ -13,6 +14,7 @@ pub struct Tokenizer {
     vocab_size: usize,
     /// The chat template's source, if the folder has one.
     chat_template: Option<String>,
+    special_tokens: SpecialTokens,
 }
 
 impl Tokenizer {
@@ -27,8 +29,8 @@ impl Tokenizer {
         let file = dir.join("tokenizer.json");
         let bytes = std::fs::read(&file).map_err(|e| Error::File { file: file.clone(), message: format!("cannot read: {e}") })?;
         let inner = tokenizers::Tokenizer::from_bytes(&bytes).map_err(|e| Error::File { file, message: format!("not a tokenizer: {e}") })?;
-        let chat_template = read_chat_template(dir)?;
-        Ok(Tokenizer { inner, vocab_size, chat_template })
+        let (chat_template, special_tokens) = read_tokenizer_config(dir)?;
+        Ok(Tokenizer { inner, vocab_size, chat_template, special_tokens })
     }
 
     /// The ids of `text`, with the special tokens its post-processor adds (BOS for Llama).
@@ -68,6 +70,14 @@ impl Tokenizer {
         self.chat_template.as_deref()
     }
 
+    /// Renders a chat (`messages`: a JSON list of `{"role": ..., "content": ...}`; `tools`: a
+    /// JSON list) into the prompt text, with `template` or the folder's own (genai's
+    /// `apply_chat_template`); `add_generation_prompt` ends it with the assistant's turn.
+    pub fn apply_chat_template(&self, template: Option<&str>, messages: &str, tools: Option<&str>, add_generation_prompt: bool) -> Result<String> {
+        let template = template.or(self.chat_template.as_deref()).ok_or_else(|| invalid("the model folder has no chat template (tokenizer_config.json chat_template or chat_template.jinja): pass one"))?;
+        chat::render(template, messages, tools, add_generation_prompt, &self.special_tokens)
+    }
+
     fn checked_ids(&self, ids: &[i32]) -> Result<Vec<u32>> {
         ids.iter()
             .map(|&id| match u32::try_from(id) {
@@ -78,11 +88,12 @@ impl Tokenizer {
     }
 }
 
-/// `tokenizer_config.json`'s chat template; `chat_template.jinja` wins over it, as in
-/// transformers.
-fn read_chat_template(dir: &Path) -> Result<Option<String>> {
+/// `tokenizer_config.json`'s chat template and named special tokens; `chat_template.jinja`
+/// wins over the config's template, as in transformers.
+fn read_tokenizer_config(dir: &Path) -> Result<(Option<String>, SpecialTokens)> {
     let file: PathBuf = dir.join("tokenizer_config.json");
     let mut template = None;
+    let mut special = SpecialTokens::default();
     if let Ok(text) = std::fs::read_to_string(&file) {
         let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| Error::File { file: file.clone(), message: e.to_string() })?;
         template = match json.get("chat_template") {
@@ -92,12 +103,20 @@ fn read_chat_template(dir: &Path) -> Result<Option<String>> {
             Some(serde_json::Value::Array(named)) => named.iter().find(|t| t["name"] == "default").and_then(|t| t["template"].as_str()).map(str::to_string),
             Some(other) => return Err(Error::File { file, message: format!("chat_template: expected a string or a list of named templates, got {other}") }),
         };
+        for key in SPECIAL_TOKEN_KEYS {
+            let token = match json.get(key) {
+                Some(serde_json::Value::String(s)) => Some(s.clone()),
+                Some(v) => v.get("content").and_then(|c| c.as_str()).map(str::to_string),
+                None => None,
+            };
+            special.names.extend(token.map(|t| (key, t)));
+        }
     }
     let jinja = dir.join("chat_template.jinja");
     if let Ok(text) = std::fs::read_to_string(&jinja) {
         template = Some(text);
     }
-    Ok(template)
+    Ok((template, special))
 }
 
 /// Decodes generated tokens one at a time. Each piece is whole UTF-8 characters (a token that

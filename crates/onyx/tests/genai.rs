@@ -267,3 +267,22 @@ fn bad_input_is_a_clear_error() {
     assert!(err.contains("tokenizer.json: not a tokenizer"), "{err}");
     std::fs::remove_dir_all(&tmp).unwrap();
 }
+
+#[test]
+fn chat_templates_render_as_transformers_renders_them() {
+    let dir = manifest_dir("genai");
+    let tokenizer = Tokenizer::new(&Config::new(folder("llama-cpu-fp32")).unwrap()).unwrap();
+    let mut checked = 0;
+    for r in cases(&dir).into_iter().filter(|r| r["op"] == "chat") {
+        let got = tokenizer.apply_chat_template(r["template"].as_str(), r["messages"].as_str().unwrap(), r["tools"].as_str(), r["add_generation_prompt"] == true);
+        match (got, r["rendered"].as_str(), r["error"].as_str()) {
+            (Ok(text), Some(want), _) => assert_eq!(text, want, "{}", r["name"]),
+            (Err(e), None, Some(want)) => assert!(e.to_string().contains(want), "{}: {e}, expected {want:?}", r["name"]),
+            (got, _, _) => panic!("{}: got {got:?}, expected {}", r["name"], r),
+        }
+        checked += 1;
+    }
+    assert!(checked >= 30, "{checked} renderings");
+    let err = tokenizer.apply_chat_template(None, "[]", None, true).unwrap_err().to_string();
+    assert!(err.contains("no chat template"), "{err}");
+}
