@@ -13,6 +13,9 @@ OUTDIR/manifest.json, a list of records:
       (genai's provider list cleared). Greedy from token ids (two seeded random prompts), from
       a text prompt (encoded by genai's tokenizer), with repetition_penalty,
       no_repeat_ngram_size and min_length, and top_k = 1 sampling.
+  {"op": "beam", ..., "sequences": [[...], ...]}
+      Beam search (num_beams 4, and 3 with length_penalty 0.6 without early stopping): genai's
+      returned sequences, best first.
       A folder where genai itself fails (llama-cpu-fp16 in 0.18) has no records; the script
       says so.
   {"op": "tokenize", "folder": ..., "text": str, "ids": [...], "decoded": str}
@@ -119,6 +122,8 @@ OPTION_SETS = {
     "greedy": {},
     "penalties": {"repetition_penalty": 1.3, "no_repeat_ngram_size": 2, "min_length": 20},
     "top_k_1": {"do_sample": True, "top_k": 1, "temperature": 0.7},
+    "beam4": {"num_beams": 4, "num_return_sequences": 4},
+    "beam3_lp": {"num_beams": 3, "num_return_sequences": 2, "length_penalty": 0.6, "early_stopping": False},
 }
 
 
@@ -154,6 +159,10 @@ def generate(model, prompt, options, eos):
     generator = og.Generator(model, params)
     generator.append_tokens(np.array(prompt, dtype=np.int32))
     gaps = []
+    if options.get("num_beams", 1) > 1:
+        while not generator.is_done():
+            generator.generate_next_token()
+        return [[int(t) for t in generator.get_sequence(i)] for i in range(options["num_return_sequences"])], None
     while not generator.is_done():
         sequence = [int(t) for t in generator.get_sequence(0)]
         generator.generate_next_token()
@@ -284,6 +293,9 @@ def main():
             for option_name, options in sets.items():
                 try:
                     sequence, gaps = generate(model, ids, options, eos)
+                    if gaps is None:  # beam search: every returned sequence, best first
+                        records.append({"op": "beam", "folder": name, "name": f"{folder.name}/{prompt_name}/{option_name}", "prompt_ids": ids, "options": options, "sequences": sequence})
+                        continue
                 except RuntimeError as e:
                     # genai 0.18 fails on llama-cpu-fp16 (MultiHeadAttention) at the first
                     # decode step: ORT's "Shape mismatch attempting to re-use buffer".

@@ -108,16 +108,23 @@ fn run_turn(generator: &mut Generator, tokenizer: &Tokenizer, input_tokens: &[i3
     let mut stream = tokenizer.create_stream();
     let mut stdout = std::io::stdout().lock();
     let mut first_token = None;
+    // Beams reorder until the end: their text is printed once the best is known.
+    let beams = generator.params().search.num_beams > 1;
     while !generator.is_done() {
         generator.generate_next_token()?;
         first_token.get_or_insert_with(Instant::now);
-        let piece = stream.decode(generator.get_next_tokens()[0])?;
-        // A closed stdout (`| head`) ends the output, not the generation's error.
-        let _ = write!(stdout, "{piece}").and_then(|_| stdout.flush());
+        if !beams {
+            let piece = stream.decode(generator.get_next_tokens()[0])?;
+            // A closed stdout (`| head`) ends the output, not the generation's error.
+            let _ = write!(stdout, "{piece}").and_then(|_| stdout.flush());
+        }
     }
     let end = Instant::now();
-    let _ = writeln!(stdout);
     let mut output_tokens = generator.get_sequence(0)?[before..].to_vec();
+    if beams {
+        let _ = write!(stdout, "{}", tokenizer.decode(&output_tokens)?);
+    }
+    let _ = writeln!(stdout);
     // genai's sequence leaves a generated EOS out; the report includes it.
     output_tokens.extend(generator.generated_eos());
     Ok(Turn { input_tokens: input_tokens.to_vec(), output_tokens, start, prompt_seconds, first_token: first_token.unwrap_or(end), end })

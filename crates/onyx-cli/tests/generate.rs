@@ -93,3 +93,12 @@ fn bad_input_exits_1_with_a_message() {
         assert!(stderr.contains(message), "{args:?}: {stderr}");
     }
 }
+
+#[test]
+fn beam_search_prints_the_best_beam() {
+    let out = onyx(&["generate", &folder("qwen2-cpu-fp32"), "--input-ids", "22,28,59,53", "--max-length", "16", "--num-beams", "3", "--json"]);
+    let report = json_lines(&out).pop().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with(report["text"].as_str().unwrap()), "{text}");
+    assert!(ids(&report["output_tokens"]).len() <= 12);
+}

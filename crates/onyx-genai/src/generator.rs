@@ -4,44 +4,50 @@
 //! The cache grows with the sequence: each step feeds the previous step's `present.*` outputs
 //! back as `past_key_values.*`, left on the device that computed them (the GPU's when the model
 //! runs on one), so a short chat on a long-context model holds a short cache and `max_length`
-//! is a limit, not an allocation. Windowed layers keep their fixed window.
+//! is a limit, not an allocation. Windowed layers keep their fixed window. Beam search runs its
+//! beams as the rows of one batch and reorders the cache rows on the device.
 
 use std::sync::Arc;
 
-use onyx_runtime::{DataType, Device, HostBuffer, IoBinding, Tensor, Value};
+use onyx_runtime::{DataType, Device, IoBinding, Tensor, Value};
 
+use crate::beam::BeamSearch;
 use crate::error::{invalid, Result};
 use crate::model::{DecoderIo, Model};
 use crate::search::{self, GeneratorParams};
 
-/// One sequence being generated (genai's `Generator`, one prompt per generator for now).
+/// One prompt being generated (genai's `Generator`): one sequence, or `num_beams` beams.
 pub struct Generator {
     model: Arc<Model>,
     params: GeneratorParams,
-    tokens: Vec<i32>,
-    /// The last chosen token (an EOS is not appended to `tokens`, as in genai).
-    next_token: Option<i32>,
-    /// Per layer, the key and value cache of the first `cached` tokens (none before the first
-    /// run).
+    /// The sequences: one, or one per beam (all of one length).
+    rows: Vec<Vec<i32>>,
+    /// The last chosen token of each row (an EOS is not appended to the row, as in genai).
+    next_tokens: Vec<i32>,
+    /// Per layer, the key and value cache of the first `cached` tokens of each row (none
+    /// before the first run).
     cache: Option<Vec<[Tensor; 2]>>,
     cached: usize,
     /// The last run's logits output, as the model gave it.
     logits: Option<Tensor>,
-    /// Whether `logits` belong to the last token of `tokens`.
+    /// Whether `logits` belong to the last token of the rows.
     fresh: bool,
     done: bool,
     rng: fastrand::Rng,
+    beams: Option<BeamSearch>,
+    /// Beam search's result, best first, once done.
+    returned: Vec<Vec<i32>>,
 }
 
 impl Generator {
     /// A generator of `model` with `params` (its search options are checked here).
     pub fn new(model: &Arc<Model>, params: &GeneratorParams) -> Result<Generator> {
         let s = &params.search;
-        if s.num_beams > 1 {
-            return Err(invalid(format!("num_beams {}: beam search is not supported yet (use num_beams 1)", s.num_beams)));
+        if s.num_return_sequences > s.num_beams {
+            return Err(invalid(format!("num_return_sequences {} is above num_beams {}", s.num_return_sequences, s.num_beams)));
         }
-        if s.num_return_sequences > 1 {
-            return Err(invalid(format!("num_return_sequences {}: one sequence per prompt without beam search", s.num_return_sequences)));
+        if s.num_beams > 1 && s.do_sample {
+            return Err(invalid("do_sample with num_beams > 1: beam sampling is not supported (genai neither)"));
         }
         if params.max_length == 0 {
             return Err(invalid("max_length is 0 and the model has no context_length: set max_length"));
@@ -50,25 +56,44 @@ impl Generator {
         if context > 0 && params.max_length > context {
             return Err(invalid(format!("max_length {} is above the model's context_length {context}", params.max_length)));
         }
-        Ok(Generator { model: model.clone(), params: params.clone(), tokens: vec![], next_token: None, cache: None, cached: 0, logits: None, fresh: false, done: false, rng: search::rng_for(s) })
+        let beams = (s.num_beams > 1).then(|| BeamSearch::new(s));
+        Ok(Generator {
+            model: model.clone(),
+            params: params.clone(),
+            rows: vec![vec![]; s.num_beams.max(1)],
+            next_tokens: vec![],
+            cache: None,
+            cached: 0,
+            logits: None,
+            fresh: false,
+            done: false,
+            rng: search::rng_for(s),
+            beams,
+            returned: vec![],
+        })
     }
 
     /// Appends tokens (a prompt, or a user's turn after generated text) and runs the model on
-    /// them; the cache of what came before is kept.
+    /// them; the cache of what came before is kept. With beam search, only the prompt.
     pub fn append_tokens(&mut self, tokens: &[i32]) -> Result<()> {
         if tokens.is_empty() {
             return Err(invalid("append_tokens: no tokens given"));
+        }
+        if self.beams.is_some() && self.token_count() > 0 {
+            return Err(invalid("append_tokens: with beam search only the prompt can be appended"));
         }
         let vocab = self.model.config().model.vocab_size;
         if let Some(bad) = tokens.iter().find(|&&t| t < 0 || t as usize >= vocab) {
             return Err(invalid(format!("token id {bad} is outside the vocabulary of {vocab} tokens")));
         }
-        let total = self.tokens.len() + tokens.len();
+        let total = self.token_count() + tokens.len();
         if total > self.params.max_length {
             return Err(invalid(format!("{total} tokens (prompt and history) exceed max_length {}", self.params.max_length)));
         }
-        self.tokens.extend_from_slice(tokens);
-        self.next_token = None;
+        for row in &mut self.rows {
+            row.extend_from_slice(tokens);
+        }
+        self.next_tokens.clear();
         self.done = false;
         self.compute_logits()
     }
@@ -76,56 +101,77 @@ impl Generator {
     /// Chooses the next token from the last logits (running the model on the last token first
     /// when needed) and appends it.
     pub fn generate_next_token(&mut self) -> Result<()> {
-        if self.tokens.is_empty() {
+        if self.token_count() == 0 {
             return Err(invalid("generate_next_token: append a prompt first"));
         }
-        if self.done {
+        if self.is_done() {
             return Err(invalid("generate_next_token: the generation is done (EOS or max_length reached)"));
         }
         if !self.fresh {
             self.compute_logits()?;
         }
         let mut logits = self.last_logits()?;
-        let eos = self.model.config().eos_token_ids();
-        search::process_logits(&mut logits, &self.tokens, &self.params.search, eos);
-        let token = if self.params.search.do_sample { search::sample(&logits, &self.params.search, &mut self.rng) } else { search::greedy(&logits) };
-        self.next_token = Some(token);
-        self.done = eos.contains(&(token as i64));
-        if !self.done {
-            self.tokens.push(token);
-            self.fresh = false;
+        let eos = self.model.config().eos_token_ids().to_vec();
+        for (row, l) in self.rows.iter().zip(&mut logits) {
+            search::process_logits(l, row, &self.params.search, &eos);
+        }
+        self.fresh = false;
+        match self.beams.take() {
+            Some(mut beams) => {
+                let step = beams.step(&logits, &self.rows, &eos);
+                if step.tokens.len() < self.rows.len() {
+                    return Err(invalid("beam search: fewer candidates than beams (is the vocabulary smaller than 2 * num_beams?)"));
+                }
+                self.reorder(&step.parents)?;
+                for (row, &t) in self.rows.iter_mut().zip(&step.tokens) {
+                    row.push(t);
+                }
+                self.next_tokens = step.tokens;
+                if beams.is_done() || self.token_count() >= self.params.max_length {
+                    self.returned = beams.finish(&self.rows);
+                    self.done = true;
+                }
+                self.beams = Some(beams);
+            }
+            None => {
+                let token = if self.params.search.do_sample { search::sample(&logits[0], &self.params.search, &mut self.rng) } else { search::greedy(&logits[0]) };
+                self.next_tokens = vec![token];
+                self.done = eos.contains(&(token as i64));
+                if !self.done {
+                    self.rows[0].push(token);
+                }
+            }
         }
         Ok(())
     }
 
-    /// Whether EOS was chosen or the sequence reached max_length.
+    /// Whether EOS was chosen (every beam finished) or the sequence reached max_length.
     pub fn is_done(&self) -> bool {
-        self.done || self.tokens.len() >= self.params.max_length
+        self.done || self.token_count() >= self.params.max_length
     }
 
-    /// The token each sequence chose last (an EOS too, which the sequence does not hold).
+    /// The token each sequence (each beam) chose last (an EOS too, which the sequence does
+    /// not hold).
     pub fn get_next_tokens(&self) -> &[i32] {
-        self.next_token.as_ref().map(std::slice::from_ref).unwrap_or(&[])
+        &self.next_tokens
     }
 
     /// The EOS token that ended the generation, if one did (the sequence leaves it out).
     pub fn generated_eos(&self) -> Option<i32> {
-        self.next_token.filter(|t| self.done && self.model.config().eos_token_ids().contains(&(*t as i64)))
+        let eos = self.model.config().eos_token_ids();
+        self.next_tokens.first().copied().filter(|t| self.done && self.beams.is_none() && eos.contains(&(*t as i64)))
     }
 
-    /// Sequence `index`'s tokens, prompt included, EOS not (as genai; index 0: the only one
-    /// for now).
+    /// Sequence `index`'s tokens, prompt included, EOS not (as genai). Beam search: once done,
+    /// the `num_return_sequences` best, best first; before, the running beams.
     pub fn get_sequence(&self, index: usize) -> Result<&[i32]> {
-        if index == 0 {
-            Ok(&self.tokens)
-        } else {
-            Err(invalid(format!("sequence {index} does not exist (this generator has 1)")))
-        }
+        let all = if self.returned.is_empty() { &self.rows } else { &self.returned };
+        all.get(index).map(Vec::as_slice).ok_or_else(|| invalid(format!("sequence {index} does not exist (this generator has {})", all.len())))
     }
 
     /// Tokens in the sequence, prompt included.
     pub fn token_count(&self) -> usize {
-        self.tokens.len()
+        self.rows[0].len()
     }
 
     /// The last run's output `name`: `logits` (as the model gave them, every position the run
@@ -147,27 +193,28 @@ impl Generator {
     }
 
     /// Keeps the first `length` tokens and forgets the rest (genai's `rewind_to`); the next
-    /// token is generated after them. Where the cache can be cut (on the host, no windowed
-    /// layer) it is; otherwise the kept tokens run again at the next step.
+    /// token is generated after them. The cache is cut on its device; a windowed layer's
+    /// cache cannot be cut, so then the kept tokens run again at the next step.
     pub fn rewind_to(&mut self, length: usize) -> Result<()> {
-        if length > self.tokens.len() {
-            return Err(invalid(format!("rewind_to {length}: the sequence has only {} tokens", self.tokens.len())));
+        if self.beams.is_some() {
+            return Err(invalid("rewind_to is not supported with beam search"));
         }
-        self.tokens.truncate(length);
-        self.next_token = None;
+        if length > self.token_count() {
+            return Err(invalid(format!("rewind_to {length}: the sequence has only {} tokens", self.token_count())));
+        }
+        self.rows[0].truncate(length);
+        self.next_tokens.clear();
         self.fresh = false;
         self.done = false;
         // The last kept token runs again to give the next logits: the cache keeps the others.
         let keep = length.saturating_sub(1).min(self.cached);
         if keep < self.cached {
-            let io = self.model.io();
-            let cuttable = io.layers.iter().all(|l| l.window.is_none()) && self.model.cache_device() == Device::Cpu;
+            let model = self.model.clone();
+            let cuttable = model.io().layers.iter().all(|l| l.window.is_none());
             match self.cache.as_mut() {
                 Some(cache) if cuttable && keep > 0 => {
-                    for layer in cache.iter_mut() {
-                        for t in layer.iter_mut() {
-                            *t = cut_cache(t, keep)?;
-                        }
+                    for t in cache.iter_mut().flatten() {
+                        *t = model.cache_ops().positions(t, keep)?;
                     }
                     self.cached = keep;
                 }
@@ -201,27 +248,29 @@ impl Generator {
             0 => usize::MAX,
             n => n,
         };
-        while self.cached < self.tokens.len() {
-            let end = self.tokens.len().min(self.cached.saturating_add(chunk));
+        while self.cached < self.token_count() {
+            let end = self.token_count().min(self.cached.saturating_add(chunk));
             self.run(end)?;
         }
         self.fresh = true;
         Ok(())
     }
 
-    /// One run over `tokens[cached..end]`.
+    /// One run over `rows[..][cached..end]`. Before the first run every row is the same
+    /// prompt: it runs once and its cache is copied to every row.
     fn run(&mut self, end: usize) -> Result<()> {
         let model = self.model.clone();
         let io = model.io();
-        let new = &self.tokens[self.cached..end];
-        let (past, total) = (self.cached, end);
+        let batch = if self.cache.is_none() { 1 } else { self.rows.len() };
+        let (past, total, new) = (self.cached, end, end - self.cached);
+        let new_tokens = self.rows[..batch].iter().flat_map(|r| r[past..end].iter().map(|&t| t as i64));
         let mut binding = IoBinding::new();
-        binding.bind_input(io.input_ids.0.clone(), integers(io.input_ids.1, vec![1, new.len()], new.iter().map(|&t| t as i64))?);
+        binding.bind_input(io.input_ids.0.clone(), integers(io.input_ids.1, vec![batch, new], new_tokens)?);
         if let Some((name, dtype)) = &io.attention_mask {
-            binding.bind_input(name.clone(), integers(*dtype, vec![1, total], std::iter::repeat_n(1, total))?);
+            binding.bind_input(name.clone(), integers(*dtype, vec![batch, total], std::iter::repeat_n(1, batch * total))?);
         }
         if let Some((name, dtype)) = &io.position_ids {
-            binding.bind_input(name.clone(), integers(*dtype, vec![1, new.len()], (past..total).map(|p| p as i64))?);
+            binding.bind_input(name.clone(), integers(*dtype, vec![batch, new], (0..batch).flat_map(|_| (past..total).map(|p| p as i64)))?);
         }
         let cache = match self.cache.take() {
             Some(cache) => cache,
@@ -245,24 +294,50 @@ impl Generator {
         }
         self.cache = Some(next);
         self.cached = end;
+        if batch < self.rows.len() {
+            self.reorder(&vec![0; self.rows.len()])?;
+        }
         Ok(())
     }
 
-    /// The last position's logits as f32.
-    fn last_logits(&self) -> Result<Vec<f32>> {
+    /// Makes row `i` of the cache a copy of row `parents[i]`, and the same for the sequences.
+    fn reorder(&mut self, parents: &[usize]) -> Result<()> {
+        let identity = parents.iter().enumerate().all(|(i, &p)| i == p) && self.cache.as_ref().is_none_or(|c| c[0][0].shape()[0] == parents.len());
+        if identity {
+            return Ok(());
+        }
+        let indices: Vec<i64> = parents.iter().map(|&p| p as i64).collect();
+        if let Some(cache) = self.cache.as_mut() {
+            let ops = self.model.cache_ops();
+            for t in cache.iter_mut().flatten() {
+                *t = ops.rows(t, &indices)?;
+            }
+        }
+        let rows: Vec<Vec<i32>> = parents.iter().map(|&p| self.rows[p].clone()).collect();
+        self.rows = rows;
+        Ok(())
+    }
+
+    /// The last position's logits of each row, as f32 (a batch-1 prompt run serves every row).
+    fn last_logits(&self) -> Result<Vec<Vec<f32>>> {
         let logits = self.logits.as_ref().ok_or_else(|| invalid("the model has not run yet"))?;
         let vocab = self.model.config().model.vocab_size;
-        let width = *logits.shape().last().unwrap_or(&0);
-        if width != vocab || logits.is_empty() {
-            return Err(invalid(format!("logits of shape {:?}: expected the last dimension to be vocab_size {vocab}", logits.shape())));
+        let shape = logits.shape();
+        if shape.last() != Some(&vocab) || logits.is_empty() {
+            return Err(invalid(format!("logits of shape {shape:?}: expected the last dimension to be vocab_size {vocab}")));
         }
-        let start = logits.len() - vocab;
-        Ok(match logits.dtype() {
-            DataType::Float => logits.as_slice::<f32>()?[start..].to_vec(),
-            DataType::Float16 => logits.as_slice::<half::f16>()?[start..].iter().map(|x| x.to_f32()).collect(),
-            DataType::BFloat16 => logits.as_slice::<half::bf16>()?[start..].iter().map(|x| x.to_f32()).collect(),
-            other => return Err(invalid(format!("logits of type {other:?}: expected a float type"))),
-        })
+        let batch = shape[0].max(1);
+        let per_row = logits.len() / batch;
+        let row = |b: usize| -> Result<Vec<f32>> {
+            let range = (b + 1) * per_row - vocab..(b + 1) * per_row;
+            Ok(match logits.dtype() {
+                DataType::Float => logits.as_slice::<f32>()?[range].to_vec(),
+                DataType::Float16 => logits.as_slice::<half::f16>()?[range].iter().map(|x| x.to_f32()).collect(),
+                DataType::BFloat16 => logits.as_slice::<half::bf16>()?[range].iter().map(|x| x.to_f32()).collect(),
+                other => return Err(invalid(format!("logits of type {other:?}: expected a float type"))),
+            })
+        };
+        (0..self.rows.len()).map(|r| row(r.min(batch - 1))).collect()
     }
 }
 
@@ -274,7 +349,8 @@ fn integers(dtype: DataType, shape: Vec<usize>, values: impl Iterator<Item = i64
     })
 }
 
-/// The cache before the first run: no positions, or a windowed layer's zero-filled window.
+/// The cache before the first run (batch 1): no positions, or a windowed layer's zero-filled
+/// window.
 fn empty_cache(io: &DecoderIo) -> Result<Vec<[Tensor; 2]>> {
     io.layers
         .iter()
@@ -283,19 +359,4 @@ fn empty_cache(io: &DecoderIo) -> Result<Vec<[Tensor; 2]>> {
             Ok([Tensor::zeros(io.cache_dtype, shape.clone())?, Tensor::zeros(io.cache_dtype, shape)?])
         })
         .collect()
-}
-
-/// The first `keep` positions of a host cache tensor `[batch, heads, length, head_size]`.
-fn cut_cache(t: &Tensor, keep: usize) -> Result<Tensor> {
-    let &[batch, heads, length, size] = t.shape() else {
-        return Err(invalid(format!("cache of shape {:?}: expected rank 4", t.shape())));
-    };
-    let elem = t.dtype().bit_width() / 8;
-    let bytes = t.view()?.bytes()?;
-    let (row, kept) = (length * size * elem, keep * size * elem);
-    let mut out = Vec::with_capacity(batch * heads * kept);
-    for chunk in bytes.chunks_exact(row) {
-        out.extend_from_slice(&chunk[..kept]);
-    }
-    Ok(Tensor::from_bytes(t.dtype(), vec![batch, heads, keep, size], HostBuffer::from_vec(out))?)
 }

@@ -31,8 +31,12 @@
 //! | `tokenizer` | tokenizer.json, streaming decode |
 //! | `chat` | chat templates rendered as transformers renders them |
 //! | `search` | search options, logits processing, greedy and sampling |
+//! | `beam` | beam search's scoring |
+//! | `cache_ops` | cache rows and positions chosen on the cache's device |
 //! | `generator` | the loop: runs, the KV cache on the device, rewind |
 
+mod beam;
+mod cache_ops;
 mod chat;
 mod config;
 mod error;

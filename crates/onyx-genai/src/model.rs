@@ -3,6 +3,7 @@
 use onyx_runtime::types::{Dim, ValueType};
 use onyx_runtime::{DataType, Device, OptimizationLevel, Session, SessionBuilder};
 
+use crate::cache_ops::CacheOps;
 use crate::config::Config;
 use crate::error::{invalid, Error, Result};
 use crate::providers;
@@ -14,6 +15,7 @@ pub struct Model {
     session: Session,
     io: DecoderIo,
     cache_device: Device,
+    cache_ops: CacheOps,
 }
 
 /// The decoder's inputs and outputs that generation feeds and reads.
@@ -62,8 +64,8 @@ impl Model {
         }
         let cache_device = instances.iter().map(|p| p.device()).find(|d| *d != Device::Cpu).unwrap_or(Device::Cpu);
         let mut builder = SessionBuilder::new().with_cpu_fallback(options.disable_cpu_ep_fallback != Some(true));
-        for instance in instances {
-            builder = builder.with_provider(instance);
+        for instance in &instances {
+            builder = builder.with_provider(instance.clone());
         }
         if let Some(threads) = options.intra_op_num_threads {
             builder = builder.with_intra_threads(threads);
@@ -74,7 +76,7 @@ impl Model {
         let path = config.decoder_path();
         let session = builder.commit_from_file(&path).map_err(|e| Error::File { file: path.clone(), message: e.to_string() })?;
         let io = DecoderIo::resolve(config, &session).map_err(|message| Error::File { file: path, message })?;
-        Ok(Model { config: config.clone(), session, io, cache_device })
+        Ok(Model { config: config.clone(), session, io, cache_device, cache_ops: CacheOps::new(instances, cache_device) })
     }
 
     /// The configuration the model was loaded with.
@@ -94,6 +96,10 @@ impl Model {
 
     pub(crate) fn io(&self) -> &DecoderIo {
         &self.io
+    }
+
+    pub(crate) fn cache_ops(&self) -> &CacheOps {
+        &self.cache_ops
     }
 }
 

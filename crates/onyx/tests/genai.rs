@@ -286,3 +286,54 @@ fn chat_templates_render_as_transformers_renders_them() {
     let err = tokenizer.apply_chat_template(None, "[]", None, true).unwrap_err().to_string();
     assert!(err.contains("no chat template"), "{err}");
 }
+
+/// Beam search on the CPU (all folders) or on the GPU folders' own providers; returns the
+/// records run and how many matched genai's every returned sequence.
+fn check_beams(cpu: bool) -> (usize, usize) {
+    let dir = manifest_dir("genai");
+    let mut models: BTreeMap<String, Arc<Model>> = BTreeMap::new();
+    let (mut run, mut same, mut differ) = (0, 0, vec![]);
+    for r in cases(&dir).into_iter().filter(|r| r["op"] == "beam") {
+        let name = r["folder"].as_str().unwrap();
+        if !cpu && name.contains("-cpu-") {
+            continue;
+        }
+        let model = models.entry(name.to_string()).or_insert_with(|| load(&root().join(name), cpu)).clone();
+        let p = params(&model, &r["options"], 32);
+        let mut g = Generator::new(&model, &p).unwrap();
+        g.append_tokens(&ids(&r["prompt_ids"])).unwrap();
+        while !g.is_done() {
+            g.generate_next_token().unwrap();
+        }
+        let want: Vec<Vec<i32>> = r["sequences"].as_array().unwrap().iter().map(ids).collect();
+        let got: Vec<Vec<i32>> = (0..want.len()).map(|i| g.get_sequence(i).unwrap().to_vec()).collect();
+        run += 1;
+        if got == want {
+            same += 1;
+        } else {
+            differ.push(format!("{}:\n  onyx  {got:?}\n  genai {want:?}", r["name"]));
+        }
+        // fp32 folders round least: their beams must match exactly.
+        assert!(!name.contains("fp32") || got == want, "{}", differ.last().unwrap());
+    }
+    eprintln!("beam search: {same} of {run} match genai's sequences; differing (float16/int4 near-ties): {differ:#?}");
+    (run, same)
+}
+
+#[test]
+fn beam_search_matches_onnxruntime_genai() {
+    let (run, same) = check_beams(true);
+    // Sums of log-probabilities over many steps amplify float16 and int4 rounding: exact on
+    // fp32, most of the rest.
+    assert!(run >= 70 && same * 10 >= run * 7, "{same} of {run} beam searches match");
+}
+
+#[cfg(feature = "wgpu")]
+#[test]
+fn beam_search_matches_onnxruntime_genai_on_the_gpu() {
+    if reference::wgpu_options().is_none() {
+        return;
+    }
+    let (run, same) = check_beams(false);
+    assert!(run >= 50 && same * 10 >= run * 7, "{same} of {run} beam searches match");
+}
