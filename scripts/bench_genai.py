@@ -28,7 +28,7 @@ import pathlib
 import platform
 import subprocess
 import sys
-import tempfile
+import shutil
 
 import numpy as np
 
@@ -70,12 +70,15 @@ print(json.dumps({
 
 
 def bench_folder(model_dir, threads):
-    """A folder of symbolic links to the model's files with genai_config.json set to the CPU
-    and `threads` intra-op threads."""
-    tmp = pathlib.Path(tempfile.mkdtemp(prefix="bench-genai-"))
+    """A folder of hard links to the model's files (Onyx reads external data only inside the
+    model's own folder, so no symbolic links) with genai_config.json set to the CPU and
+    `threads` intra-op threads."""
+    tmp = model_dir.parent / f"{model_dir.name}-bench"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
     for f in model_dir.iterdir():
         if f.name != "genai_config.json":
-            os.symlink(f.resolve(), tmp / f.name)
+            os.link(f, tmp / f.name)
     config = json.loads((model_dir / "genai_config.json").read_text())
     options = config["model"]["decoder"].setdefault("session_options", {})
     options["provider_options"] = []

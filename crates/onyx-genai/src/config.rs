@@ -30,6 +30,12 @@ pub struct Config {
     /// Keys of the file Onyx does not know, as paths (`model.decoder.foo`).
     #[serde(skip)]
     warnings: Vec<String>,
+    /// Onyx's option (not a genai key): compute the logits of every position a run feeds, as
+    /// genai does, for callers that read them through `get_output("logits")`. Off by default:
+    /// generation reads the last position's only, and the model then computes only those
+    /// (the language-model head is the largest product of a prompt step).
+    #[serde(skip)]
+    pub all_position_logits: bool,
 }
 
 /// `model`: what the decoder is and how its inputs and outputs are named.

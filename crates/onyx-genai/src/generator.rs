@@ -174,8 +174,9 @@ impl Generator {
         self.rows[0].len()
     }
 
-    /// The last run's output `name`: `logits` (as the model gave them, every position the run
-    /// computed) or a `present.*` cache tensor (on the cache's device).
+    /// The last run's output `name`: `logits` (the last position's, `[batch, 1, vocab]`; every
+    /// position the run fed with [`crate::Config::all_position_logits`]) or a `present.*` cache
+    /// tensor (on the cache's device).
     pub fn get_output(&self, name: &str) -> Result<Tensor> {
         let io = self.model.io();
         if name == io.logits {

@@ -28,6 +28,7 @@
 //! | `config` | genai_config.json: every key of genai 0.18, unknown keys as warnings |
 //! | `providers` | genai's provider names and options mapped to Onyx's EPs |
 //! | `model` | the decoder's session and the names of its inputs and outputs |
+//! | `last_logits` | the graph rewrite that computes the last position's logits only |
 //! | `tokenizer` | tokenizer.json, streaming decode |
 //! | `chat` | chat templates rendered as transformers renders them |
 //! | `search` | search options, logits processing, greedy and sampling |
@@ -41,6 +42,7 @@ mod chat;
 mod config;
 mod error;
 mod generator;
+mod last_logits;
 mod model;
 mod providers;
 mod search;

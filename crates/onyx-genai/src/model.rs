@@ -6,7 +6,7 @@ use onyx_runtime::{DataType, Device, OptimizationLevel, Session, SessionBuilder}
 use crate::cache_ops::CacheOps;
 use crate::config::Config;
 use crate::error::{invalid, Error, Result};
-use crate::providers;
+use crate::{last_logits, providers};
 
 /// A loaded model folder: its configuration and the decoder's session on the configured
 /// providers. `Send + Sync`: many [`crate::Generator`]s on many threads share one.
@@ -74,7 +74,12 @@ impl Model {
             builder = builder.with_optimization_level(optimization_level(level)?);
         }
         let path = config.decoder_path();
-        let session = builder.commit_from_file(&path).map_err(|e| Error::File { file: path.clone(), message: e.to_string() })?;
+        let file_error = |e: onyx_runtime::Error| Error::File { file: path.clone(), message: e.to_string() };
+        let mut graph_model = onyx_runtime::load_model(&path).map_err(file_error)?;
+        if !config.all_position_logits {
+            last_logits::keep_last_position(&mut graph_model.graph, &config.model.decoder.outputs.logits);
+        }
+        let session = builder.commit_from_model(graph_model).map_err(file_error)?;
         let io = DecoderIo::resolve(config, &session).map_err(|message| Error::File { file: path, message })?;
         Ok(Model { config: config.clone(), session, io, cache_device, cache_ops: CacheOps::new(instances, cache_device) })
     }

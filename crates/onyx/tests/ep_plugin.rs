@@ -45,6 +45,8 @@ fn to_device(shape: Vec<usize>, data: &[f32]) -> Result<Value> {
 struct TestEp {
     uploads: AtomicUsize,
     downloads: AtomicUsize,
+    /// The node of every kernel built, in order.
+    builds: std::sync::Mutex<Vec<String>>,
 }
 
 struct Elementwise {
@@ -85,6 +87,7 @@ impl ExecutionProvider for TestEp {
         matches!(ctx.node.op_type.as_str(), "Relu" | "Add")
     }
     fn build_kernel(&self, ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
+        self.builds.lock().unwrap().push(ctx.node.name.clone());
         Ok(Box::new(Elementwise { op: ctx.node.op_type.clone() }))
     }
     fn upload(&self, tensor: TensorView<'_>) -> Result<Tensor> {
@@ -248,4 +251,22 @@ fn plans_for_new_input_shapes_are_cached_and_share_uploaded_weights() {
         // Plans made for new shapes reuse the device copy of B instead of uploading it again.
         assert_eq!(ep.uploads.load(Ordering::SeqCst), uploads_at_creation + 2 * (i + 1), "run {i} (N={n})");
     }
+}
+
+#[test]
+fn plans_for_new_shapes_share_the_kernels_of_nodes_whose_inputs_did_not_change() {
+    // X[N,5] → MatMul(W) [cpu] → h1; Relu(B) [test] → b2 (the same [3] in every plan);
+    // Add(h1, b2) [test] → Y (its input shape follows N).
+    let mut m = dynamic_model();
+    m.graph.nodes = vec![node("MatMul", "mm", &["X", "W"], &["h1"]), node("Relu", "relu", &["B"], &["b2"]), node("Add", "add", &["h1", "b2"], &["Y"])];
+    let ep = Arc::new(TestEp::default());
+    let session = SessionBuilder::new().with_provider(ep.clone()).with_optimization_level(onyx::OptimizationLevel::Disable).commit_from_model(m.clone()).unwrap();
+    let cpu = SessionBuilder::new().with_optimization_level(onyx::OptimizationLevel::Disable).commit_from_model(m).unwrap();
+    for n in [2, 3, 4, 3] {
+        assert_eq!(run_y(&session, n), run_y(&cpu, n), "N={n}");
+    }
+    let builds = ep.builds.lock().unwrap().clone();
+    let count = |name: &str| builds.iter().filter(|b| *b == name).count();
+    assert_eq!(count("relu"), 1, "{builds:?}");
+    assert_eq!(count("add"), 4, "the general plan's and one per new N: {builds:?}");
 }

@@ -337,3 +337,26 @@ fn beam_search_matches_onnxruntime_genai_on_the_gpu() {
     let (run, same) = check_beams(false);
     assert!(run >= 50 && same * 10 >= run * 7, "{same} of {run} beam searches match");
 }
+
+#[test]
+fn only_the_last_positions_logits_are_computed_unless_asked() {
+    let mut config = Config::new(folder("gemma2-cpu-fp32")).unwrap();
+    config.clear_providers();
+    let last = Arc::new(Model::from_config(&config).unwrap());
+    config.all_position_logits = true;
+    let all = Arc::new(Model::from_config(&config).unwrap());
+    let prompt = [22, 28, 59, 53, 63];
+    let logits = |model: &Arc<Model>| {
+        let p = params(model, &Json::Object(Default::default()), 20);
+        let mut g = Generator::new(model, &p).unwrap();
+        g.append_tokens(&prompt).unwrap();
+        g.get_output("logits").unwrap()
+    };
+    let (l, a) = (logits(&last), logits(&all));
+    assert_eq!(l.shape(), [1, 1, 260]);
+    assert_eq!(a.shape(), [1, 5, 260]);
+    let (l, a) = (l.as_slice::<f32>().unwrap(), a.as_slice::<f32>().unwrap());
+    for (x, y) in l.iter().zip(&a[4 * 260..]) {
+        assert!((x - y).abs() <= 1e-4 * (1.0 + y.abs()), "{x} vs {y}");
+    }
+}

@@ -6,6 +6,7 @@ pub mod limits;
 mod options;
 mod outputs;
 mod plan;
+mod kernel_cache;
 mod plan_cache;
 mod spin;
 mod validate;
@@ -74,6 +75,7 @@ impl Session {
                 uploads: Default::default(),
                 limits: options.limits,
                 host_pool: host_pool_enabled(&options).then(Default::default),
+                kernels: Default::default(),
             };
         let known: HashMap<String, Inferred> =
             inputs.iter().map(|i| (i.name.clone(), Inferred::of_type(i.ty.clone()))).collect();

@@ -28,6 +28,8 @@ pub(crate) struct Providers {
     /// The session's pool of host buffers, which CPU kernels take their outputs from (`None`
     /// when disabled).
     pub host_pool: Option<crate::host_pool::HostPool>,
+    /// Kernels shared by the plans made for other input shapes.
+    pub kernels: Arc<super::kernel_cache::KernelCache>,
 }
 
 /// Device copies of a model's initializers, keyed by the address and length of their host
@@ -88,7 +90,7 @@ impl Providers {
 pub(crate) enum StepKind {
     /// Runs a node's kernel.
     /// `provider` is the index of the kernel's provider in [`Providers::list`].
-    Kernel { kernel: Box<dyn Kernel>, provider: usize, at: Location, wanted: Vec<bool> },
+    Kernel { kernel: Arc<dyn Kernel>, provider: usize, at: Location, wanted: Vec<bool> },
     /// Moves its one input to `to` (a no-op if it is already there).
     Copy { to: Device },
 }
@@ -332,8 +334,8 @@ pub(crate) fn build_plan(
     // The kernels are built while the constants are copied: a GPU EP's kernels make their
     // shaders and start compiling them while the weights are uploaded.
     let pending = std::mem::take(&mut b.pending);
-    let build_kernels = || -> Result<Vec<Box<dyn Kernel>>> {
-        kernel_steps.iter().map(|k| providers.list[k.provider].build_kernel(&contexts.of(k.node)?)).collect()
+    let build_kernels = || -> Result<Vec<Arc<dyn Kernel>>> {
+        kernel_steps.iter().map(|k| providers.kernels.get_or_build(k.provider, &*providers.list[k.provider], &contexts.of(k.node)?)).collect()
     };
     let (kernels, copied) = if pending.is_empty() {
         (build_kernels(), Ok(vec![]))
@@ -385,7 +387,7 @@ struct KernelStep<'g> {
 }
 
 /// The plan's steps in order: each node's kernel step after the copy steps placed before it.
-fn merge_steps(copies: Vec<Step>, nodes: Vec<KernelStep<'_>>, kernels: Vec<Box<dyn Kernel>>) -> Vec<Step> {
+fn merge_steps(copies: Vec<Step>, nodes: Vec<KernelStep<'_>>, kernels: Vec<Arc<dyn Kernel>>) -> Vec<Step> {
     let mut steps = Vec::with_capacity(copies.len() + nodes.len());
     let mut copies = copies.into_iter();
     let mut merged = 0;
@@ -617,7 +619,7 @@ mod tests {
     /// node reads as it is) each get their own shape from the cache of device copies.
     #[test]
     fn device_copies_of_shared_bytes_keep_each_constant_shape() {
-        let providers = Providers { list: vec![], has_fallback: false, uploads: Default::default(), limits: Default::default(), host_pool: None };
+        let providers = Providers { list: vec![], has_fallback: false, uploads: Default::default(), limits: Default::default(), host_pool: None, kernels: Default::default() };
         let w = crate::Tensor::from_vec(vec![2, 3], vec![1f32, 2., 3., 4., 5., 6.]).unwrap();
         let reshaped = w.reshaped(vec![3, 2]).unwrap();
         let cache = DeviceConstants::default();
@@ -639,7 +641,7 @@ mod tests {
         };
         // Copies 0 and 1 before node 100, none between 100 and 101, copy 2 before 102, copy 3 after.
         let nodes = vec![placed(100, 2), placed(101, 2), placed(102, 3)];
-        let kernels: Vec<Box<dyn Kernel>> = (0..3).map(|_| Box::new(NoKernel) as Box<dyn Kernel>).collect();
+        let kernels: Vec<Arc<dyn Kernel>> = (0..3).map(|_| Arc::new(NoKernel) as Arc<dyn Kernel>).collect();
         let steps = merge_steps((0..4).map(copy_of).collect(), nodes, kernels);
         let order: Vec<String> = steps
             .iter()
