@@ -303,7 +303,7 @@ impl Generator {
 
     /// Makes row `i` of the cache a copy of row `parents[i]`, and the same for the sequences.
     fn reorder(&mut self, parents: &[usize]) -> Result<()> {
-        let identity = parents.iter().enumerate().all(|(i, &p)| i == p) && self.cache.as_ref().is_none_or(|c| c[0][0].shape()[0] == parents.len());
+        let identity = parents.iter().enumerate().all(|(i, &p)| i == p) && self.cache.as_ref().is_none_or(|c| c.first().is_none_or(|layer| layer[0].shape().first() == Some(&parents.len())));
         if identity {
             return Ok(());
         }

@@ -63,7 +63,7 @@ fn find_head(graph: &Graph, logits: &str) -> Option<usize> {
             return None;
         }
         match node.op_type.as_str() {
-            "MatMul" | "MatMulNBits" => return Some(i),
+            "MatMul" | "MatMulNBits" => return (!node.inputs.is_empty()).then_some(i),
             op if PER_POSITION.contains(&op) => {
                 // One input flows from the head; the others are constants.
                 let flowing: Vec<&String> = node.inputs.iter().filter(|v| !v.is_empty() && !graph.initializers.contains_key(*v) && !is_constant_node(graph, v)).collect();
