@@ -593,6 +593,9 @@ def mnb_cases():
         mnb_case(4, 16, 77, 129, (33,), "sym", 0, f16, 314),
         mnb_case(4, 64, 200, 37, (2, 3), "u8", 0, f16, 315, bias=True),
         mnb_case(4, 32, 200, 37, (5,), "float", 4, f16, 316),
+        # The builder's CPU form (symmetric, block 32, accuracy 4), whole and partial steps of 4 blocks.
+        mnb_case(4, 32, 200, 37, (3,), "sym", 4, f32, 317),
+        mnb_case(4, 32, 520, 41, (1,), "sym", 4, f32, 318),
         # 8 bits
         mnb_case(8, 32, 200, 37, (1,), "u8", 4, f32, 321),
         mnb_case(8, 16, 77, 129, (5,), "sym", 0, f32, 322),

@@ -182,7 +182,10 @@ impl GpuHost {
 
     fn print(&self) {
         let (dispatches, record_us, reused) = self.per_run();
-        println!("wgpu device open {:.2} ms (adapter and device, inside session create without --profile)", self.open_ms);
+        println!(
+            "wgpu device open {:.2} ms (adapter and device, inside session create without --profile)",
+            self.open_ms
+        );
         println!(
             "wgpu pipelines   {} for the session, {:.1} ms of compiling (background threads, summed; \
              the first run waits for any not done)",

@@ -79,7 +79,11 @@ pub fn generate(args: &GenerateArgs) -> Result<()> {
     let input_tokens = match (&args.prompt, &args.input_ids) {
         (Some(text), _) => tokenizer.encode(text)?,
         (None, Some(ids)) => ids.clone(),
-        (None, None) => return Err(onyx::genai::Error::InvalidArgument("give the prompt: --prompt TEXT, --input-ids 1,2,3 or --chat".into())),
+        (None, None) => {
+            return Err(onyx::genai::Error::InvalidArgument(
+                "give the prompt: --prompt TEXT, --input-ids 1,2,3 or --chat".into(),
+            ))
+        }
     };
     let mut generator = Generator::new(&model, &params)?;
     let turn = run_turn(&mut generator, &tokenizer, &input_tokens)?;
@@ -127,7 +131,14 @@ fn run_turn(generator: &mut Generator, tokenizer: &Tokenizer, input_tokens: &[i3
     let _ = writeln!(stdout);
     // genai's sequence leaves a generated EOS out; the report includes it.
     output_tokens.extend(generator.generated_eos());
-    Ok(Turn { input_tokens: input_tokens.to_vec(), output_tokens, start, prompt_seconds, first_token: first_token.unwrap_or(end), end })
+    Ok(Turn {
+        input_tokens: input_tokens.to_vec(),
+        output_tokens,
+        start,
+        prompt_seconds,
+        first_token: first_token.unwrap_or(end),
+        end,
+    })
 }
 
 impl Turn {
@@ -161,11 +172,14 @@ fn chat(model: &Arc<Model>, tokenizer: &Tokenizer, params: &GeneratorParams, jso
     loop {
         eprint!("> ");
         let mut line = String::new();
-        if stdin.read_line(&mut line).map_err(|e| onyx::genai::Error::InvalidArgument(format!("reading stdin: {e}")))? == 0 {
+        if stdin.read_line(&mut line).map_err(|e| onyx::genai::Error::InvalidArgument(format!("reading stdin: {e}")))?
+            == 0
+        {
             return Ok(());
         }
         messages.push(serde_json::json!({"role": "user", "content": line.trim_end_matches(['\n', '\r'])}));
-        let prompt = tokenizer.apply_chat_template(None, &serde_json::Value::Array(messages.clone()).to_string(), None, true)?;
+        let prompt =
+            tokenizer.apply_chat_template(None, &serde_json::Value::Array(messages.clone()).to_string(), None, true)?;
         let ids = tokenizer.encode(&prompt)?;
         if ids.is_empty() {
             return Err(onyx::genai::Error::InvalidArgument("--chat: the chat template rendered no tokens".into()));
@@ -192,10 +206,20 @@ fn apply_providers(config: &mut Config, args: &GenerateArgs) -> Result<()> {
             config.append_provider(&p.to_ascii_lowercase())?;
         }
     }
-    let pairs = parse_pairs(&args.provider_options, "--provider-option").map_err(|e| onyx::genai::Error::InvalidArgument(e.to_string()))?;
+    let pairs = parse_pairs(&args.provider_options, "--provider-option")
+        .map_err(|e| onyx::genai::Error::InvalidArgument(e.to_string()))?;
     for (key, value) in pairs {
-        let gpu = config.model.decoder.session_options.provider_options.iter().find(|p| p.name != "cpu").map(|p| p.name.clone());
-        let gpu = gpu.ok_or_else(|| onyx::genai::Error::InvalidArgument(format!("--provider-option {key}: no GPU provider given")))?;
+        let gpu = config
+            .model
+            .decoder
+            .session_options
+            .provider_options
+            .iter()
+            .find(|p| p.name != "cpu")
+            .map(|p| p.name.clone());
+        let gpu = gpu.ok_or_else(|| {
+            onyx::genai::Error::InvalidArgument(format!("--provider-option {key}: no GPU provider given"))
+        })?;
         config.set_provider_option(&gpu, &key, &value)?;
     }
     Ok(())

@@ -44,18 +44,14 @@ pub fn info(path: &Path, as_json: bool, args: &SessionArgs) -> Result<()> {
     let mut histogram: BTreeMap<String, usize> = BTreeMap::new();
     count_ops(graph, &mut histogram);
     let parameters: usize = graph.initializers.values().map(|t| t.len()).sum();
-    let parameter_bytes: usize =
-        graph.initializers.values().map(|t| t.dtype().byte_len(t.len()).unwrap_or(0)).sum();
+    let parameter_bytes: usize = graph.initializers.values().map(|t| t.dtype().byte_len(t.len()).unwrap_or(0)).sum();
     let session = args.builder()?.commit_from_model(model.clone());
     let (inputs, outputs): (Vec<ValueInfo>, Vec<ValueInfo>) = match &session {
         Ok(s) => (s.inputs().to_vec(), s.outputs().to_vec()),
         Err(_) => (graph.runtime_inputs().cloned().collect(), graph.outputs.clone()),
     };
-    let opsets: BTreeMap<String, i64> = model
-        .opsets
-        .iter()
-        .map(|(d, v)| (if d.is_empty() { "ai.onnx".to_string() } else { d.clone() }, *v))
-        .collect();
+    let opsets: BTreeMap<String, i64> =
+        model.opsets.iter().map(|(d, v)| (if d.is_empty() { "ai.onnx".to_string() } else { d.clone() }, *v)).collect();
     if as_json {
         let nodes: Json = match &session {
             Ok(s) => assignments(s).into_iter().map(|(n, o, p)| json!({"name": n, "op": o, "provider": p})).collect(),
@@ -127,7 +123,8 @@ fn assignments(s: &Session) -> Vec<(String, String, String)> {
 
 fn count_ops(graph: &onyx::ir::Graph, histogram: &mut BTreeMap<String, usize>) {
     for node in &graph.nodes {
-        let name = if node.domain.is_empty() { node.op_type.clone() } else { format!("{}::{}", node.domain, node.op_type) };
+        let name =
+            if node.domain.is_empty() { node.op_type.clone() } else { format!("{}::{}", node.domain, node.op_type) };
         *histogram.entry(name).or_default() += 1;
         for g in node.subgraphs() {
             count_ops(g, histogram);

@@ -111,7 +111,8 @@ impl SessionArgs {
         let mut providers = self.providers.iter().map(|p| p.parse::<Provider>()).collect::<Result<Vec<_>>>()?;
         for (key, value) in parse_pairs(&self.provider_options, "--provider-option")? {
             let gpu = providers.iter_mut().find(|p| !matches!(p, Provider::Cpu));
-            let gpu = gpu.ok_or_else(|| Error::InvalidArgument(format!("--provider-option {key}: no GPU provider given")))?;
+            let gpu =
+                gpu.ok_or_else(|| Error::InvalidArgument(format!("--provider-option {key}: no GPU provider given")))?;
             gpu.set_option(&key, &value)?;
         }
         let level: OptimizationLevel = self.optimization.parse()?;
@@ -149,9 +150,12 @@ fn main() -> ExitCode {
     let result = std::panic::catch_unwind(|| match cli.command {
         Command::Generate(args) => generate::generate(&args).map_err(|e| e.to_string()),
         Command::Info { model, json, session } => info::info(&model, json, &session).map_err(|e| e.to_string()),
-        Command::Run { model, inputs, output_dir, session } => run::run(&model, &inputs, output_dir.as_deref(), &session).map_err(|e| e.to_string()),
+        Command::Run { model, inputs, output_dir, session } => {
+            run::run(&model, &inputs, output_dir.as_deref(), &session).map_err(|e| e.to_string())
+        }
         Command::Bench { model, inputs, warmup, runs, json, profile, session } => {
-            bench::bench(&model, &inputs, bench::Options { warmup, runs, json, profile }, &session).map_err(|e| e.to_string())
+            bench::bench(&model, &inputs, bench::Options { warmup, runs, json, profile }, &session)
+                .map_err(|e| e.to_string())
         }
         Command::Optimize(args) => optimize::optimize(&args).map_err(|e| e.to_string()),
         Command::Devices => devices::devices().map_err(|e| e.to_string()),

@@ -134,7 +134,12 @@ impl CpuProfile {
         println!("{:<26} {:>9} {:>9} {:>7} {:>7}", "op (provider)", "us/run", "best us", "share", "calls");
         for (op, o) in &self.by_op {
             let us = o.us / runs;
-            println!("{op:<26} {us:>9.1} {:>9.1} {:>6.1}% {:>7.0}", o.best_us, 100.0 * us / total.max(1e-9), o.calls as f64 / runs);
+            println!(
+                "{op:<26} {us:>9.1} {:>9.1} {:>6.1}% {:>7.0}",
+                o.best_us,
+                100.0 * us / total.max(1e-9),
+                o.calls as f64 / runs
+            );
         }
         println!();
         println!("{:>8} {:>8} {:>6}  {:<16} {:<28} shapes", "us/run", "best us", "share", "op", "node");
@@ -205,7 +210,10 @@ mod tests {
         assert_eq!(p.by_op[0], ("Conv (cpu)".to_string(), OpTotal { calls: 5, us: 75.0, best_us: 30.0 }));
         assert_eq!(p.nodes[0].node, "c");
         // Node a's best run is the first (10 us): the second called it twice, 15 us in all.
-        assert_eq!((p.nodes[1].node.as_str(), p.nodes[1].calls, p.nodes[1].us, p.nodes[1].best_us), ("a", 3, 25.0, 10.0));
+        assert_eq!(
+            (p.nodes[1].node.as_str(), p.nodes[1].calls, p.nodes[1].us, p.nodes[1].best_us),
+            ("a", 3, 25.0, 10.0)
+        );
         assert_eq!(p.best_us(), 31.0);
         let json = p.json();
         assert_eq!(json["nodes"][2]["us_per_run"], 0.5);

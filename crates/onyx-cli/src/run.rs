@@ -29,8 +29,7 @@ pub fn run(model: &Path, inputs: &[String], output_dir: Option<&Path>, args: &Se
     let inputs = gather_inputs(&session, inputs)?;
     let outputs = session.run(inputs)?;
     if let Some(dir) = output_dir {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| onyx::Error::Io { path: dir.display().to_string(), source: e })?;
+        std::fs::create_dir_all(dir).map_err(|e| onyx::Error::Io { path: dir.display().to_string(), source: e })?;
     }
     for (name, value) in outputs.iter() {
         println!("{}", summary::describe(name, value));

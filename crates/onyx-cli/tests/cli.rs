@@ -72,7 +72,9 @@ fn bench_prints_json_on_the_last_line() {
     let stdout = text(&out.stdout);
     let last = stdout.lines().last().unwrap();
     let json: serde_json::Value = serde_json::from_str(last).unwrap();
-    for key in ["session_create_ms", "first_run_ms", "p50_ms", "p90_ms", "p99_ms", "min_ms", "mean_ms", "peak_host_bytes"] {
+    for key in
+        ["session_create_ms", "first_run_ms", "p50_ms", "p90_ms", "p99_ms", "min_ms", "mean_ms", "peak_host_bytes"]
+    {
         assert!(json[key].is_number(), "{key} missing in {last}");
     }
     assert!(json["min_ms"].as_f64() <= json["p50_ms"].as_f64());
@@ -112,7 +114,10 @@ fn errors_exit_1_with_a_message_and_usage_errors_exit_2() {
     let out = onyx(&["run", &digits(), "--input", &format!("image={}", wrong.display())]);
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1));
-    assert!(err.contains("input 'image'") && err.contains("float[batch,1,8,8]") && err.contains("float[1,64]"), "{err}");
+    assert!(
+        err.contains("input 'image'") && err.contains("float[batch,1,8,8]") && err.contains("float[1,64]"),
+        "{err}"
+    );
     assert_eq!(onyx(&["frobnicate"]).status.code(), Some(2));
     assert_eq!(onyx(&["run"]).status.code(), Some(2));
     std::fs::remove_dir_all(&dir).ok();

@@ -17,7 +17,11 @@ fn folder(name: &str) -> String {
 
 fn json_lines(out: &Output) -> Vec<Json> {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| serde_json::from_str::<Json>(l).ok()).filter(Json::is_object).collect()
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Json>(l).ok())
+        .filter(Json::is_object)
+        .collect()
 }
 
 fn ids(v: &Json) -> Vec<i64> {
@@ -27,15 +31,28 @@ fn ids(v: &Json) -> Vec<i64> {
 #[test]
 fn a_text_prompt_and_its_ids_generate_the_same_tokens_with_the_json_contract() {
     let dir = folder("qwen2-cpu-int4");
-    let by_text = json_lines(&onyx(&["generate", &dir, "--prompt", "onyx runs the cache", "--max-length", "20", "--json"])).pop().unwrap();
-    for key in ["input_tokens", "output_tokens", "text", "time_to_first_token_ms", "prompt_tokens_per_s", "decode_tokens_per_s", "peak_host_bytes"] {
+    let by_text =
+        json_lines(&onyx(&["generate", &dir, "--prompt", "onyx runs the cache", "--max-length", "20", "--json"]))
+            .pop()
+            .unwrap();
+    for key in [
+        "input_tokens",
+        "output_tokens",
+        "text",
+        "time_to_first_token_ms",
+        "prompt_tokens_per_s",
+        "decode_tokens_per_s",
+        "peak_host_bytes",
+    ] {
         assert!(by_text.get(key).is_some(), "no {key} in {by_text}");
     }
     let input = ids(&by_text["input_tokens"]);
     let output = ids(&by_text["output_tokens"]);
     assert!(!input.is_empty() && !output.is_empty() && input.len() + output.len() <= 20 + 1, "{by_text}");
     let list: Vec<String> = input.iter().map(|t| t.to_string()).collect();
-    let by_ids = json_lines(&onyx(&["generate", &dir, "--input-ids", &list.join(","), "--max-length", "20", "--json"])).pop().unwrap();
+    let by_ids = json_lines(&onyx(&["generate", &dir, "--input-ids", &list.join(","), "--max-length", "20", "--json"]))
+        .pop()
+        .unwrap();
     assert_eq!(by_ids["output_tokens"], by_text["output_tokens"]);
     assert_eq!(by_ids["text"], by_text["text"]);
 }
@@ -43,7 +60,27 @@ fn a_text_prompt_and_its_ids_generate_the_same_tokens_with_the_json_contract() {
 #[test]
 fn a_seed_reproduces_sampled_text() {
     let dir = folder("llama-cpu-int4");
-    let sample = |seed: &str| json_lines(&onyx(&["generate", &dir, "--input-ids", "22,28,59", "--max-length", "30", "--do-sample", "--top-k", "0", "--temperature", "1.5", "--seed", seed, "--json"])).pop().unwrap()["output_tokens"].clone();
+    let sample = |seed: &str| {
+        json_lines(&onyx(&[
+            "generate",
+            &dir,
+            "--input-ids",
+            "22,28,59",
+            "--max-length",
+            "30",
+            "--do-sample",
+            "--top-k",
+            "0",
+            "--temperature",
+            "1.5",
+            "--seed",
+            seed,
+            "--json",
+        ]))
+        .pop()
+        .unwrap()["output_tokens"]
+            .clone()
+    };
     assert_eq!(sample("7"), sample("7"));
     assert_ne!(sample("7"), sample("8"));
 }
@@ -96,7 +133,17 @@ fn bad_input_exits_1_with_a_message() {
 
 #[test]
 fn beam_search_prints_the_best_beam() {
-    let out = onyx(&["generate", &folder("qwen2-cpu-fp32"), "--input-ids", "22,28,59,53", "--max-length", "16", "--num-beams", "3", "--json"]);
+    let out = onyx(&[
+        "generate",
+        &folder("qwen2-cpu-fp32"),
+        "--input-ids",
+        "22,28,59,53",
+        "--max-length",
+        "16",
+        "--num-beams",
+        "3",
+        "--json",
+    ]);
     let report = json_lines(&out).pop().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.starts_with(report["text"].as_str().unwrap()), "{text}");

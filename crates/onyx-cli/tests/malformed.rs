@@ -14,7 +14,11 @@ fn corpus() -> PathBuf {
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/testmodels"));
     let dir = base.join("malformed");
-    assert!(dir.join("malformed.json").exists(), "no malformed corpus in {}: run `bash scripts/test.sh`", dir.display());
+    assert!(
+        dir.join("malformed.json").exists(),
+        "no malformed corpus in {}: run `bash scripts/test.sh`",
+        dir.display()
+    );
     dir
 }
 

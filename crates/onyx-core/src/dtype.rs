@@ -40,9 +40,32 @@ impl DataType {
     pub const ALL: [DataType; 26] = {
         use DataType::*;
         [
-            Float, Uint8, Int8, Uint16, Int16, Int32, Int64, String, Bool, Float16, Double, Uint32, Uint64,
-            Complex64, Complex128, BFloat16, Float8E4M3FN, Float8E4M3FNUZ, Float8E5M2, Float8E5M2FNUZ, Uint4,
-            Int4, Float4E2M1, Float8E8M0, Uint2, Int2,
+            Float,
+            Uint8,
+            Int8,
+            Uint16,
+            Int16,
+            Int32,
+            Int64,
+            String,
+            Bool,
+            Float16,
+            Double,
+            Uint32,
+            Uint64,
+            Complex64,
+            Complex128,
+            BFloat16,
+            Float8E4M3FN,
+            Float8E4M3FNUZ,
+            Float8E5M2,
+            Float8E5M2FNUZ,
+            Uint4,
+            Int4,
+            Float4E2M1,
+            Float8E8M0,
+            Uint2,
+            Int2,
         ]
     };
 
@@ -81,8 +104,16 @@ impl DataType {
         use DataType::*;
         matches!(
             self,
-            Float | Double | Float16 | BFloat16 | Float8E4M3FN | Float8E4M3FNUZ | Float8E5M2 | Float8E5M2FNUZ
-                | Float4E2M1 | Float8E8M0
+            Float
+                | Double
+                | Float16
+                | BFloat16
+                | Float8E4M3FN
+                | Float8E4M3FNUZ
+                | Float8E5M2
+                | Float8E5M2FNUZ
+                | Float4E2M1
+                | Float8E8M0
         )
     }
 

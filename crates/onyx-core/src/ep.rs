@@ -111,7 +111,12 @@ pub trait Kernel: Send + Sync {
     /// Like [`Kernel::run`], with input `donated.0` handed over as the value `donated.1` (its
     /// entry in `inputs` is `None`): the run reads it no more, so the kernel may reuse its
     /// buffer for an output (see `host_pool::reclaim`). The default reads it like any input.
-    fn run_donated(&self, inputs: &[Option<ValueRef<'_>>], donated: (usize, Value), wanted: &[bool]) -> Result<Vec<Value>> {
+    fn run_donated(
+        &self,
+        inputs: &[Option<ValueRef<'_>>],
+        donated: (usize, Value),
+        wanted: &[bool],
+    ) -> Result<Vec<Value>> {
         let (i, value) = donated;
         self.run(&with_input(inputs, i, &value), wanted)
     }

@@ -73,7 +73,11 @@ pub enum Error {
     Limit { what: String, size: u64, unit: String, option: String, limit: u64 },
     /// I/O on a model or data file.
     #[error("{path}: {source}")]
-    Io { path: String, #[source] source: std::io::Error },
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// Result with [`Error`].
@@ -98,9 +102,13 @@ impl Error {
     /// Prefixes a node location to errors raised by kernels that did not know it.
     pub fn at(self, loc: &Location) -> Self {
         match self {
-            Error::DType { expected, found } => Error::Node { at: loc.clone(), message: format!("dtype mismatch: expected {expected}, found {found}") },
+            Error::DType { expected, found } => {
+                Error::Node { at: loc.clone(), message: format!("dtype mismatch: expected {expected}, found {found}") }
+            }
             Error::InvalidArgument(m) => Error::Node { at: loc.clone(), message: m },
-            Error::ValueKind { expected, found } => Error::Node { at: loc.clone(), message: format!("expected a {expected}, found a {found}") },
+            Error::ValueKind { expected, found } => {
+                Error::Node { at: loc.clone(), message: format!("expected a {expected}, found a {found}") }
+            }
             other => other,
         }
     }

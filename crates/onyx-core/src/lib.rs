@@ -11,14 +11,16 @@ pub mod host_pool;
 pub mod ir;
 pub mod ops;
 pub mod optimizer;
+pub mod session;
 mod tensor;
 pub mod types;
-pub mod session;
 mod value;
 
 pub use device::Device;
 pub use dtype::DataType;
 pub use error::{Error, Location, Result};
+pub use session::{
+    IoBinding, NodeAssignment, NodeTime, OptimizationLevel, OutputTarget, Outputs, Session, SessionOptions, FOLDED,
+};
 pub use tensor::{element_count, ByteSource, Element, HostBuffer, Tensor, TensorData, TensorView, ViewData};
 pub use value::{InputValue, Map, Optional, Sequence, Value};
-pub use session::{IoBinding, NodeAssignment, NodeTime, OptimizationLevel, OutputTarget, Outputs, Session, SessionOptions, FOLDED};

@@ -233,10 +233,7 @@ impl Tensor {
             TensorData::Host(b) => ViewData::Bytes(b.bytes()),
             TensorData::Strings(s) => ViewData::Strings(s),
             TensorData::Device(b) => {
-                return Err(Error::Device(format!(
-                    "tensor is on {}; download it to the host first",
-                    b.device()
-                )))
+                return Err(Error::Device(format!("tensor is on {}; download it to the host first", b.device())))
             }
         };
         Ok(TensorView { dtype: self.dtype, shape: &self.shape, data })

@@ -71,7 +71,11 @@ struct Ranges {
 
 impl Ranges {
     fn new(n: usize, count: usize, grain: usize) -> Self {
-        Ranges { n, grain: grain.max(1), next: (0..count).map(|r| AtomicUsize::new(Self::start(n, count, r))).collect() }
+        Ranges {
+            n,
+            grain: grain.max(1),
+            next: (0..count).map(|r| AtomicUsize::new(Self::start(n, count, r))).collect(),
+        }
     }
 
     fn start(n: usize, count: usize, r: usize) -> usize {
@@ -223,7 +227,11 @@ mod tests {
         let got = pool.install(|| {
             try_for_each_chunk_mut(&mut data, 7, &|i, c| {
                 c.fill(100);
-                if i % 4 == 1 { Err(i) } else { Ok(()) }
+                if i % 4 == 1 {
+                    Err(i)
+                } else {
+                    Ok(())
+                }
             })
         });
         assert!(matches!(got, Err(i) if i % 4 == 1), "{got:?}");

@@ -30,7 +30,15 @@ impl BeamSearch {
         let k = search.num_beams;
         // Every beam starts as a copy of the prompt: only the first is live at the first step.
         let scores = (0..k).map(|i| if i == 0 { 0.0 } else { -1e9 }).collect();
-        BeamSearch { num_beams: k, length_penalty: search.length_penalty, early_stopping: search.early_stopping, num_return_sequences: search.num_return_sequences.min(k), scores, finished: vec![], done: false }
+        BeamSearch {
+            num_beams: k,
+            length_penalty: search.length_penalty,
+            early_stopping: search.early_stopping,
+            num_return_sequences: search.num_return_sequences.min(k),
+            scores,
+            finished: vec![],
+            done: false,
+        }
     }
 
     pub fn is_done(&self) -> bool {
@@ -114,7 +122,12 @@ mod tests {
     use super::*;
 
     fn search(k: usize, early: bool) -> BeamSearch {
-        BeamSearch::new(&SearchConfig { num_beams: k, early_stopping: early, num_return_sequences: k, ..SearchConfig::default() })
+        BeamSearch::new(&SearchConfig {
+            num_beams: k,
+            early_stopping: early,
+            num_return_sequences: k,
+            ..SearchConfig::default()
+        })
     }
 
     #[test]

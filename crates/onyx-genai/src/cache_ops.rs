@@ -71,7 +71,12 @@ impl CacheOps {
 
 fn tensor_info(name: &str, dtype: DataType, dims: &[&str]) -> ValueInfo {
     let shape = dims.iter().map(|d| Dim::Symbol(d.to_string())).collect();
-    ValueInfo { name: name.into(), ty: ValueType::Tensor(TensorType { dtype, shape: Some(shape) }), denotations: vec![], doc: String::new() }
+    ValueInfo {
+        name: name.into(),
+        ty: ValueType::Tensor(TensorType { dtype, shape: Some(shape) }),
+        denotations: vec![],
+        doc: String::new(),
+    }
 }
 
 fn ints(name: &str, values: Vec<i64>) -> Result<(String, Tensor)> {
@@ -83,11 +88,24 @@ fn graph(op: Op, dtype: DataType) -> Result<IrModel> {
     let cache = ["batch", "heads", "length", "head_size"];
     let (node, initializers) = match op {
         Op::Rows => (
-            Node { name: "rows".into(), op_type: "Gather".into(), inputs: vec!["x".into(), "arg".into()], outputs: vec!["y".into()], attributes: vec![Attribute { name: "axis".into(), value: AttrValue::Int(0) }], ..Node::default() },
+            Node {
+                name: "rows".into(),
+                op_type: "Gather".into(),
+                inputs: vec!["x".into(), "arg".into()],
+                outputs: vec!["y".into()],
+                attributes: vec![Attribute { name: "axis".into(), value: AttrValue::Int(0) }],
+                ..Node::default()
+            },
             vec![],
         ),
         Op::Positions => (
-            Node { name: "positions".into(), op_type: "Slice".into(), inputs: vec!["x".into(), "starts".into(), "arg".into(), "axes".into()], outputs: vec!["y".into()], ..Node::default() },
+            Node {
+                name: "positions".into(),
+                op_type: "Slice".into(),
+                inputs: vec!["x".into(), "starts".into(), "arg".into(), "axes".into()],
+                outputs: vec!["y".into()],
+                ..Node::default()
+            },
             vec![ints("starts", vec![0])?, ints("axes", vec![2])?],
         ),
     };

@@ -380,7 +380,8 @@ impl Config {
     pub fn new(dir: impl AsRef<Path>) -> Result<Config> {
         let dir = dir.as_ref();
         let file = dir.join(CONFIG_FILE);
-        let text = std::fs::read_to_string(&file).map_err(|e| Error::File { file: file.clone(), message: format!("cannot read: {e}") })?;
+        let text = std::fs::read_to_string(&file)
+            .map_err(|e| Error::File { file: file.clone(), message: format!("cannot read: {e}") })?;
         let mut config = Config::from_json(&text).map_err(|message| Error::File { file, message })?;
         config.dir = dir.to_path_buf();
         Ok(config)
@@ -392,10 +393,11 @@ impl Config {
         let mut json = serde_json::Deserializer::from_str(text);
         let mut note = |path: serde_ignored::Path<'_>| unknown.push(path.to_string());
         let ignored = serde_ignored::Deserializer::new(&mut json, &mut note);
-        let mut config: Config = serde_path_to_error::deserialize(ignored).map_err(|e| match e.path().to_string().as_str() {
-            "." => e.inner().to_string(),
-            path => format!("{path}: {}", e.inner()),
-        })?;
+        let mut config: Config =
+            serde_path_to_error::deserialize(ignored).map_err(|e| match e.path().to_string().as_str() {
+                "." => e.inner().to_string(),
+                path => format!("{path}: {}", e.inner()),
+            })?;
         json.end().map_err(|e| e.to_string())?;
         config.warnings = unknown;
         config.check()?;
@@ -407,7 +409,13 @@ impl Config {
         if m.vocab_size == 0 {
             return Err("model.vocab_size: expected a positive size, got 0".into());
         }
-        for (key, id) in m.eos_token_id.iter().map(|id| ("eos_token_id", *id)).chain(m.bos_token_id.map(|id| ("bos_token_id", id))).chain(m.pad_token_id.map(|id| ("pad_token_id", id))) {
+        for (key, id) in m
+            .eos_token_id
+            .iter()
+            .map(|id| ("eos_token_id", *id))
+            .chain(m.bos_token_id.map(|id| ("bos_token_id", id)))
+            .chain(m.pad_token_id.map(|id| ("pad_token_id", id)))
+        {
             if id < 0 || id as usize >= m.vocab_size {
                 return Err(format!("model.{key}: {id} is outside the vocabulary of {} tokens", m.vocab_size));
             }
@@ -417,7 +425,10 @@ impl Config {
                 return Err("model.decoder.sliding_window.window_size: expected a positive size, got 0".into());
             }
             if let Some(bad) = w.layers.iter().flatten().find(|&&l| l >= m.decoder.num_hidden_layers) {
-                return Err(format!("model.decoder.sliding_window.layers: layer {bad} does not exist (num_hidden_layers is {})", m.decoder.num_hidden_layers));
+                return Err(format!(
+                    "model.decoder.sliding_window.layers: layer {bad} does not exist (num_hidden_layers is {})",
+                    m.decoder.num_hidden_layers
+                ));
             }
         }
         Ok(())
@@ -458,7 +469,10 @@ impl Config {
     pub fn set_provider_option(&mut self, provider: &str, key: &str, value: &str) -> Result<()> {
         self.append_provider(provider)?;
         let list = &mut self.model.decoder.session_options.provider_options;
-        let entry = list.iter_mut().find(|p| p.name == provider).ok_or_else(|| invalid(format!("provider '{provider}' is not listed")))?;
+        let entry = list
+            .iter_mut()
+            .find(|p| p.name == provider)
+            .ok_or_else(|| invalid(format!("provider '{provider}' is not listed")))?;
         entry.options.retain(|(k, _)| k != key);
         entry.options.push((key.to_string(), value.to_string()));
         Ok(())
@@ -501,7 +515,10 @@ mod tests {
         assert_eq!(c.max_length(), 64, "max_length is capped by the context");
         let dml = &c.model.decoder.session_options.provider_options[0];
         assert_eq!(dml.name, "dml");
-        assert_eq!(dml.options, [("hardware_vendor_id".to_string(), "4318".to_string()), ("device_id".to_string(), "1".to_string())]);
+        assert_eq!(
+            dml.options,
+            [("hardware_vendor_id".to_string(), "4318".to_string()), ("device_id".to_string(), "1".to_string())]
+        );
         assert!(c.warnings().is_empty(), "{:?}", c.warnings());
     }
 
@@ -514,7 +531,8 @@ mod tests {
 
     #[test]
     fn malformed_values_name_their_key() {
-        let err = Config::from_json(&MINIMAL.replace("\"num_hidden_layers\": 2", "\"num_hidden_layers\": \"two\"")).unwrap_err();
+        let err = Config::from_json(&MINIMAL.replace("\"num_hidden_layers\": 2", "\"num_hidden_layers\": \"two\""))
+            .unwrap_err();
         assert!(err.starts_with("model.decoder.num_hidden_layers:"), "{err}");
         let err = Config::from_json(&MINIMAL.replace("[2, 3]", "[2, 30]")).unwrap_err();
         assert!(err.contains("model.eos_token_id: 30 is outside"), "{err}");
@@ -528,7 +546,10 @@ mod tests {
         let mut c = Config::from_json(MINIMAL).unwrap();
         c.clear_providers();
         c.set_provider_option("webgpu", "device_id", "0").unwrap();
-        assert_eq!(c.model.decoder.session_options.provider_options, [ProviderConfig { name: "webgpu".into(), options: vec![("device_id".into(), "0".into())] }]);
+        assert_eq!(
+            c.model.decoder.session_options.provider_options,
+            [ProviderConfig { name: "webgpu".into(), options: vec![("device_id".into(), "0".into())] }]
+        );
         assert!(c.append_provider("tpu").unwrap_err().to_string().contains("unknown provider 'tpu'"));
     }
 }

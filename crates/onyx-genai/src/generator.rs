@@ -44,7 +44,10 @@ impl Generator {
     pub fn new(model: &Arc<Model>, params: &GeneratorParams) -> Result<Generator> {
         let s = &params.search;
         if s.num_return_sequences > s.num_beams {
-            return Err(invalid(format!("num_return_sequences {} is above num_beams {}", s.num_return_sequences, s.num_beams)));
+            return Err(invalid(format!(
+                "num_return_sequences {} is above num_beams {}",
+                s.num_return_sequences, s.num_beams
+            )));
         }
         if s.num_beams > 1 && s.do_sample {
             return Err(invalid("do_sample with num_beams > 1: beam sampling is not supported (genai neither)"));
@@ -54,7 +57,10 @@ impl Generator {
         }
         let context = model.config().model.context_length;
         if context > 0 && params.max_length > context {
-            return Err(invalid(format!("max_length {} is above the model's context_length {context}", params.max_length)));
+            return Err(invalid(format!(
+                "max_length {} is above the model's context_length {context}",
+                params.max_length
+            )));
         }
         let beams = (s.num_beams > 1).then(|| BeamSearch::new(s));
         Ok(Generator {
@@ -88,7 +94,10 @@ impl Generator {
         }
         let total = self.token_count() + tokens.len();
         if total > self.params.max_length {
-            return Err(invalid(format!("{total} tokens (prompt and history) exceed max_length {}", self.params.max_length)));
+            return Err(invalid(format!(
+                "{total} tokens (prompt and history) exceed max_length {}",
+                self.params.max_length
+            )));
         }
         for row in &mut self.rows {
             row.extend_from_slice(tokens);
@@ -120,7 +129,9 @@ impl Generator {
             Some(mut beams) => {
                 let step = beams.step(&logits, &self.rows, &eos);
                 if step.tokens.len() < self.rows.len() {
-                    return Err(invalid("beam search: fewer candidates than beams (is the vocabulary smaller than 2 * num_beams?)"));
+                    return Err(invalid(
+                        "beam search: fewer candidates than beams (is the vocabulary smaller than 2 * num_beams?)",
+                    ));
                 }
                 self.reorder(&step.parents)?;
                 for (row, &t) in self.rows.iter_mut().zip(&step.tokens) {
@@ -134,7 +145,11 @@ impl Generator {
                 self.beams = Some(beams);
             }
             None => {
-                let token = if self.params.search.do_sample { search::sample(&logits[0], &self.params.search, &mut self.rng) } else { search::greedy(&logits[0]) };
+                let token = if self.params.search.do_sample {
+                    search::sample(&logits[0], &self.params.search, &mut self.rng)
+                } else {
+                    search::greedy(&logits[0])
+                };
                 self.next_tokens = vec![token];
                 self.done = eos.contains(&(token as i64));
                 if !self.done {
@@ -166,7 +181,9 @@ impl Generator {
     /// the `num_return_sequences` best, best first; before, the running beams.
     pub fn get_sequence(&self, index: usize) -> Result<&[i32]> {
         let all = if self.returned.is_empty() { &self.rows } else { &self.returned };
-        all.get(index).map(Vec::as_slice).ok_or_else(|| invalid(format!("sequence {index} does not exist (this generator has {})", all.len())))
+        all.get(index)
+            .map(Vec::as_slice)
+            .ok_or_else(|| invalid(format!("sequence {index} does not exist (this generator has {})", all.len())))
     }
 
     /// Tokens in the sequence, prompt included.
@@ -268,10 +285,14 @@ impl Generator {
         let mut binding = IoBinding::new();
         binding.bind_input(io.input_ids.0.clone(), integers(io.input_ids.1, vec![batch, new], new_tokens)?);
         if let Some((name, dtype)) = &io.attention_mask {
-            binding.bind_input(name.clone(), integers(*dtype, vec![batch, total], std::iter::repeat_n(1, batch * total))?);
+            binding
+                .bind_input(name.clone(), integers(*dtype, vec![batch, total], std::iter::repeat_n(1, batch * total))?);
         }
         if let Some((name, dtype)) = &io.position_ids {
-            binding.bind_input(name.clone(), integers(*dtype, vec![batch, new], (0..batch).flat_map(|_| (past..total).map(|p| p as i64)))?);
+            binding.bind_input(
+                name.clone(),
+                integers(*dtype, vec![batch, new], (0..batch).flat_map(|_| (past..total).map(|p| p as i64)))?,
+            );
         }
         let cache = match self.cache.take() {
             Some(cache) => cache,
@@ -280,10 +301,13 @@ impl Generator {
         let device = model.cache_device();
         for (l, [key, value]) in io.layers.iter().zip(cache) {
             binding.bind_input(l.past_key.clone(), key).bind_input(l.past_value.clone(), value);
-            binding.bind_output_to_device(l.present_key.clone(), device).bind_output_to_device(l.present_value.clone(), device);
+            binding
+                .bind_output_to_device(l.present_key.clone(), device)
+                .bind_output_to_device(l.present_value.clone(), device);
         }
         binding.bind_output_to_device(io.logits.clone(), Device::Cpu);
-        let mut outputs: std::collections::HashMap<String, Value> = model.session().run_with_binding(binding)?.into_vec().into_iter().collect();
+        let mut outputs: std::collections::HashMap<String, Value> =
+            model.session().run_with_binding(binding)?.into_vec().into_iter().collect();
         let mut take = |name: &str| -> Result<Tensor> {
             let value = outputs.remove(name).ok_or_else(|| invalid(format!("the decoder gave no output '{name}'")))?;
             Ok(value.into_tensor()?)
@@ -303,7 +327,11 @@ impl Generator {
 
     /// Makes row `i` of the cache a copy of row `parents[i]`, and the same for the sequences.
     fn reorder(&mut self, parents: &[usize]) -> Result<()> {
-        let identity = parents.iter().enumerate().all(|(i, &p)| i == p) && self.cache.as_ref().is_none_or(|c| c.first().is_none_or(|layer| layer[0].shape().first() == Some(&parents.len())));
+        let identity = parents.iter().enumerate().all(|(i, &p)| i == p)
+            && self
+                .cache
+                .as_ref()
+                .is_none_or(|c| c.first().is_none_or(|layer| layer[0].shape().first() == Some(&parents.len())));
         if identity {
             return Ok(());
         }
@@ -325,7 +353,9 @@ impl Generator {
         let vocab = self.model.config().model.vocab_size;
         let shape = logits.shape();
         if shape.last() != Some(&vocab) || logits.is_empty() {
-            return Err(invalid(format!("logits of shape {shape:?}: expected the last dimension to be vocab_size {vocab}")));
+            return Err(invalid(format!(
+                "logits of shape {shape:?}: expected the last dimension to be vocab_size {vocab}"
+            )));
         }
         let batch = shape[0].max(1);
         let per_row = logits.len() / batch;

@@ -66,7 +66,11 @@ fn find_head(graph: &Graph, logits: &str) -> Option<usize> {
             "MatMul" | "MatMulNBits" => return (!node.inputs.is_empty()).then_some(i),
             op if PER_POSITION.contains(&op) => {
                 // One input flows from the head; the others are constants.
-                let flowing: Vec<&String> = node.inputs.iter().filter(|v| !v.is_empty() && !graph.initializers.contains_key(*v) && !is_constant_node(graph, v)).collect();
+                let flowing: Vec<&String> = node
+                    .inputs
+                    .iter()
+                    .filter(|v| !v.is_empty() && !graph.initializers.contains_key(*v) && !is_constant_node(graph, v))
+                    .collect();
                 let [from] = flowing.as_slice() else {
                     return None;
                 };
@@ -86,7 +90,11 @@ fn chain_values(graph: &Graph, logits: &str) -> Vec<String> {
         if matches!(node.op_type.as_str(), "MatMul" | "MatMulNBits") {
             break;
         }
-        match node.inputs.iter().find(|v| !v.is_empty() && !graph.initializers.contains_key(*v) && !is_constant_node(graph, v)) {
+        match node
+            .inputs
+            .iter()
+            .find(|v| !v.is_empty() && !graph.initializers.contains_key(*v) && !is_constant_node(graph, v))
+        {
             Some(v) => {
                 values.push(v.clone());
                 value = v.clone();
@@ -98,7 +106,8 @@ fn chain_values(graph: &Graph, logits: &str) -> Vec<String> {
 }
 
 fn uses(graph: &Graph, value: &str) -> usize {
-    graph.nodes.iter().flat_map(|n| n.inputs.iter().chain(&n.implicit_inputs)).filter(|v| *v == value).count() + graph.outputs.iter().filter(|o| o.name == value).count()
+    graph.nodes.iter().flat_map(|n| n.inputs.iter().chain(&n.implicit_inputs)).filter(|v| *v == value).count()
+        + graph.outputs.iter().filter(|o| o.name == value).count()
 }
 
 fn is_constant_node(graph: &Graph, value: &str) -> bool {
@@ -111,17 +120,35 @@ mod tests {
 
     fn logits_output() -> Vec<onyx_runtime::types::ValueInfo> {
         let dims = vec![Dim::Symbol("batch".into()), Dim::Symbol("sequence".into()), Dim::Fixed(1)];
-        let ty = ValueType::Tensor(onyx_runtime::types::TensorType { dtype: onyx_runtime::DataType::Float, shape: Some(dims) });
+        let ty = ValueType::Tensor(onyx_runtime::types::TensorType {
+            dtype: onyx_runtime::DataType::Float,
+            shape: Some(dims),
+        });
         vec![onyx_runtime::types::ValueInfo { name: "logits".into(), ty, denotations: vec![], doc: String::new() }]
     }
 
     fn node(op: &str, inputs: &[&str], output: &str) -> Node {
-        Node { name: output.into(), op_type: op.into(), inputs: inputs.iter().map(|s| s.to_string()).collect(), outputs: vec![output.into()], ..Node::default() }
+        Node {
+            name: output.into(),
+            op_type: op.into(),
+            inputs: inputs.iter().map(|s| s.to_string()).collect(),
+            outputs: vec![output.into()],
+            ..Node::default()
+        }
     }
 
     #[test]
     fn slices_the_head_input_through_soft_capping_only() {
-        let mut g = Graph { nodes: vec![node("SimplifiedLayerNormalization", &["x", "w"], "h"), node("MatMul", &["h", "W"], "m"), node("Div", &["m", "c"], "d"), node("Tanh", &["d"], "logits")], outputs: logits_output(), ..Graph::default() };
+        let mut g = Graph {
+            nodes: vec![
+                node("SimplifiedLayerNormalization", &["x", "w"], "h"),
+                node("MatMul", &["h", "W"], "m"),
+                node("Div", &["m", "c"], "d"),
+                node("Tanh", &["d"], "logits"),
+            ],
+            outputs: logits_output(),
+            ..Graph::default()
+        };
         for c in ["w", "W", "c"] {
             g.initializers.insert(c.into(), Tensor::from_vec(vec![1], vec![1.0f32]).unwrap());
         }
@@ -133,7 +160,15 @@ mod tests {
         assert_eq!(t.shape.as_ref().unwrap()[1], Dim::Fixed(1), "the logits output now has one position");
 
         // A head output that something else reads too is left alone.
-        let mut shared = Graph { nodes: vec![node("MatMul", &["h", "W"], "m"), node("Tanh", &["m"], "logits"), node("Relu", &["m"], "other")], outputs: logits_output(), ..Graph::default() };
+        let mut shared = Graph {
+            nodes: vec![
+                node("MatMul", &["h", "W"], "m"),
+                node("Tanh", &["m"], "logits"),
+                node("Relu", &["m"], "other"),
+            ],
+            outputs: logits_output(),
+            ..Graph::default()
+        };
         shared.initializers.insert("W".into(), Tensor::from_vec(vec![1], vec![1.0f32]).unwrap());
         assert!(!keep_last_position(&mut shared, "logits"));
     }

@@ -48,7 +48,10 @@ mod providers;
 mod search;
 mod tokenizer;
 
-pub use config::{Config, DecoderConfig, DecoderInputs, DecoderOutputs, ModelConfig, ProviderConfig, SearchConfig, SessionOptionsConfig, SlidingWindow, CONFIG_FILE};
+pub use config::{
+    Config, DecoderConfig, DecoderInputs, DecoderOutputs, ModelConfig, ProviderConfig, SearchConfig,
+    SessionOptionsConfig, SlidingWindow, CONFIG_FILE,
+};
 pub use error::{Error, Result};
 pub use generator::Generator;
 pub use model::Model;

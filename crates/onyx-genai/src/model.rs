@@ -52,9 +52,20 @@ impl Model {
     /// Loads the model `config` describes, on the providers it lists (as the API or CLI may have
     /// changed them).
     pub fn from_config(config: &Config) -> Result<Model> {
-        for (key, present) in [("encoder", config.model.encoder.is_some()), ("vision", config.model.vision.is_some()), ("speech", config.model.speech.is_some()), ("embedding", config.model.embedding.is_some()), ("decoder.pipeline", config.model.decoder.pipeline.is_some())] {
+        for (key, present) in [
+            ("encoder", config.model.encoder.is_some()),
+            ("vision", config.model.vision.is_some()),
+            ("speech", config.model.speech.is_some()),
+            ("embedding", config.model.embedding.is_some()),
+            ("decoder.pipeline", config.model.decoder.pipeline.is_some()),
+        ] {
             if present {
-                return Err(Error::File { file: config.dir.join(crate::config::CONFIG_FILE), message: format!("model.{key}: models of several parts are not supported yet (only decoder-only models)") });
+                return Err(Error::File {
+                    file: config.dir.join(crate::config::CONFIG_FILE),
+                    message: format!(
+                        "model.{key}: models of several parts are not supported yet (only decoder-only models)"
+                    ),
+                });
             }
         }
         let options = &config.model.decoder.session_options;
@@ -81,7 +92,13 @@ impl Model {
         }
         let session = builder.commit_from_model(graph_model).map_err(file_error)?;
         let io = DecoderIo::resolve(config, &session).map_err(|message| Error::File { file: path, message })?;
-        Ok(Model { config: config.clone(), session, io, cache_device, cache_ops: CacheOps::new(instances, cache_device) })
+        Ok(Model {
+            config: config.clone(),
+            session,
+            io,
+            cache_device,
+            cache_ops: CacheOps::new(instances, cache_device),
+        })
     }
 
     /// The configuration the model was loaded with.
@@ -133,7 +150,9 @@ impl DecoderIo {
             match tensor_type(name) {
                 None => Ok(None),
                 Some((dtype @ (DataType::Int64 | DataType::Int32), _)) => Ok(Some((name.to_string(), dtype))),
-                Some((other, _)) => Err(format!("input '{name}' (model.decoder.inputs.{key}): expected int64 or int32, found {other:?}")),
+                Some((other, _)) => Err(format!(
+                    "input '{name}' (model.decoder.inputs.{key}): expected int64 or int32, found {other:?}"
+                )),
             }
         };
         let input_ids = integer("input_ids", &inputs.input_ids)?.ok_or_else(|| format!("the decoder has no input '{}' (model.decoder.inputs.input_ids); inputs_embeds models are not supported yet", inputs.input_ids))?;
@@ -148,17 +167,27 @@ impl DecoderIo {
         };
         let mut layers = vec![];
         let (mut cache_dtype, mut head_size) = (None, decoder.head_size);
-        let mut kv_heads = if decoder.num_key_value_heads > 0 { decoder.num_key_value_heads } else { decoder.num_attention_heads };
+        let mut kv_heads =
+            if decoder.num_key_value_heads > 0 { decoder.num_key_value_heads } else { decoder.num_attention_heads };
         for layer in 0..decoder.num_hidden_layers {
             let name = |template: &str| template.replace("%d", &layer.to_string());
-            let l = LayerIo { past_key: name(&inputs.past_key_names), past_value: name(&inputs.past_value_names), present_key: name(&outputs.present_key_names), present_value: name(&outputs.present_value_names), window: None };
+            let l = LayerIo {
+                past_key: name(&inputs.past_key_names),
+                past_value: name(&inputs.past_value_names),
+                present_key: name(&outputs.present_key_names),
+                present_value: name(&outputs.present_value_names),
+                window: None,
+            };
             let mut window = None;
             for past in [&l.past_key, &l.past_value] {
                 let Some((dtype, shape)) = tensor_type(past) else {
                     return Err(format!("the decoder has no input '{past}' (model.decoder.inputs.past_key_names / past_value_names, layer {layer} of num_hidden_layers {})", decoder.num_hidden_layers));
                 };
                 if cache_dtype.is_some_and(|d| d != dtype) {
-                    return Err(format!("input '{past}': the cache is {dtype:?} here and {:?} in another layer", cache_dtype.unwrap_or(dtype)));
+                    return Err(format!(
+                        "input '{past}': the cache is {dtype:?} here and {:?} in another layer",
+                        cache_dtype.unwrap_or(dtype)
+                    ));
                 }
                 cache_dtype = Some(dtype);
                 let dims = shape.ok_or_else(|| format!("input '{past}': expected a cache of rank 4 [batch, kv_heads, length, head_size], found an unknown rank"))?;
@@ -189,6 +218,15 @@ impl DecoderIo {
         if kv_heads == 0 || head_size == 0 {
             return Err("the cache's heads and head size are neither in the decoder's input shapes nor in model.decoder (num_key_value_heads, head_size)".into());
         }
-        Ok(DecoderIo { input_ids, attention_mask, position_ids, logits: outputs.logits.clone(), layers, cache_dtype: cache_dtype.unwrap_or(DataType::Float), kv_heads, head_size })
+        Ok(DecoderIo {
+            input_ids,
+            attention_mask,
+            position_ids,
+            logits: outputs.logits.clone(),
+            layers,
+            cache_dtype: cache_dtype.unwrap_or(DataType::Float),
+            kv_heads,
+            head_size,
+        })
     }
 }

@@ -21,8 +21,17 @@ use crate::error::{invalid, Result};
 pub const PROVIDER_NAMES: [&str; 5] = ["cpu", "dml", "webgpu", "cuda", "wgpu"];
 
 /// Options of ONNX Runtime's providers that have no Onyx counterpart.
-const ORT_ONLY_OPTIONS: [&str; 9] =
-    ["enable_graph_capture", "enableGraphCapture", "validationMode", "enable_cuda_graph", "disable_metacommands", "storageBufferCacheMode", "enable_skip_layer_norm_strict_mode", "prefer_nhwc", "hardware_device_id"];
+const ORT_ONLY_OPTIONS: [&str; 9] = [
+    "enable_graph_capture",
+    "enableGraphCapture",
+    "validationMode",
+    "enable_cuda_graph",
+    "disable_metacommands",
+    "storageBufferCacheMode",
+    "enable_skip_layer_norm_strict_mode",
+    "prefer_nhwc",
+    "hardware_device_id",
+];
 
 pub(crate) fn check_name(name: &str) -> Result<()> {
     if PROVIDER_NAMES.contains(&name) {
@@ -61,7 +70,10 @@ fn resolve_one(entry: &ProviderConfig) -> Result<Provider> {
             "hardware_device_type" => match value.to_ascii_uppercase().as_str() {
                 "GPU" => {}
                 "CPU" => provider.set_option("device_type", "cpu").map_err(bad)?,
-                _ => return Err(invalid(format!("provider '{}' option hardware_device_type: expected GPU or CPU, got '{value}' (Onyx runs no NPU)", entry.name))),
+                _ => return Err(invalid(format!(
+                    "provider '{}' option hardware_device_type: expected GPU or CPU, got '{value}' (Onyx runs no NPU)",
+                    entry.name
+                ))),
             },
             _ => provider.set_option(key, value).map_err(bad)?,
         }
@@ -74,7 +86,10 @@ mod tests {
     use super::*;
 
     fn entry(name: &str, options: &[(&str, &str)]) -> ProviderConfig {
-        ProviderConfig { name: name.into(), options: options.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect() }
+        ProviderConfig {
+            name: name.into(),
+            options: options.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        }
     }
 
     #[test]
@@ -83,7 +98,11 @@ mod tests {
         let err = resolve(&[entry("openvino", &[])]).err().unwrap().to_string();
         assert!(err.contains("unknown provider 'openvino'"), "{err}");
         if cfg!(feature = "wgpu") {
-            let gpu = resolve(&[entry("dml", &[("enable_graph_capture", "1"), ("device_id", "0"), ("hardware_vendor_id", "4318")])]).unwrap();
+            let gpu = resolve(&[entry(
+                "dml",
+                &[("enable_graph_capture", "1"), ("device_id", "0"), ("hardware_vendor_id", "4318")],
+            )])
+            .unwrap();
             assert_eq!(gpu.len(), 1);
             let err = resolve(&[entry("webgpu", &[("performance_preference", "fastest")])]).err().unwrap().to_string();
             assert!(err.contains("performance_preference"), "{err}");

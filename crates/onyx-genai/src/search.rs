@@ -54,8 +54,14 @@ impl GeneratorParams {
             "diversity_penalty" => s.diversity_penalty = value as f32,
             "random_seed" => s.random_seed = value as i64,
             "batch_size" if value == 1.0 => {}
-            "batch_size" => return Err(invalid(format!("search option batch_size: Onyx runs one prompt per generator for now, got {value}"))),
-            "top_p" | "temperature" | "repetition_penalty" => return Err(invalid(format!("search option {name}: {value} is out of range"))),
+            "batch_size" => {
+                return Err(invalid(format!(
+                    "search option batch_size: Onyx runs one prompt per generator for now, got {value}"
+                )))
+            }
+            "top_p" | "temperature" | "repetition_penalty" => {
+                return Err(invalid(format!("search option {name}: {value} is out of range")))
+            }
             other => return Err(invalid(format!("unknown search option '{other}'"))),
         }
         Ok(())
@@ -191,7 +197,12 @@ mod tests {
     #[test]
     fn penalties_follow_genai() {
         let mut logits = vec![2.0, -2.0, 1.0, 4.0];
-        process_logits(&mut logits, &[0, 1, 1], &SearchConfig { repetition_penalty: 2.0, min_length: 5, ..Default::default() }, &[3]);
+        process_logits(
+            &mut logits,
+            &[0, 1, 1],
+            &SearchConfig { repetition_penalty: 2.0, min_length: 5, ..Default::default() },
+            &[3],
+        );
         assert_eq!(logits, [1.0, -4.0, 1.0, f32::NEG_INFINITY]);
         let mut logits = vec![0.0; 5];
         no_repeat_ngram(&mut logits, &[1, 2, 3, 1, 2], 3);
@@ -215,10 +226,14 @@ mod tests {
             let mut keep = w.len();
             if p > 0.0 {
                 let mut c = 0.0;
-                keep = w.iter().position(|x| {
-                    c += x / z;
-                    c >= p as f64
-                }).unwrap() + 1;
+                keep = w
+                    .iter()
+                    .position(|x| {
+                        c += x / z;
+                        c >= p as f64
+                    })
+                    .unwrap()
+                    + 1;
             }
             let zk: f64 = w[..keep].iter().sum();
             let draws = 60_000;
@@ -231,7 +246,10 @@ mod tests {
                 let want = if j < keep { w[j] / zk } else { 0.0 };
                 let got = counts[i] as f64 / draws as f64;
                 let sigma = (want * (1.0 - want) / draws as f64).sqrt();
-                assert!((got - want).abs() <= 5.0 * sigma + 1e-9, "k={k} p={p} t={t}: token {i} drawn {got}, expected {want}");
+                assert!(
+                    (got - want).abs() <= 5.0 * sigma + 1e-9,
+                    "k={k} p={p} t={t}: token {i} drawn {got}, expected {want}"
+                );
             }
             let outside: usize = (0..logits.len()).filter(|i| !order[..keep].contains(i)).map(|i| counts[i]).sum();
             assert_eq!(outside, 0, "k={k} p={p}: drew tokens outside top-k/top-p");

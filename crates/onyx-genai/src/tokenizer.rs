@@ -27,8 +27,10 @@ impl Tokenizer {
     /// or above `vocab_size` are refused by [`Tokenizer::decode`].
     pub fn from_dir(dir: &Path, vocab_size: usize) -> Result<Tokenizer> {
         let file = dir.join("tokenizer.json");
-        let bytes = std::fs::read(&file).map_err(|e| Error::File { file: file.clone(), message: format!("cannot read: {e}") })?;
-        let inner = tokenizers::Tokenizer::from_bytes(&bytes).map_err(|e| Error::File { file, message: format!("not a tokenizer: {e}") })?;
+        let bytes = std::fs::read(&file)
+            .map_err(|e| Error::File { file: file.clone(), message: format!("cannot read: {e}") })?;
+        let inner = tokenizers::Tokenizer::from_bytes(&bytes)
+            .map_err(|e| Error::File { file, message: format!("not a tokenizer: {e}") })?;
         let (chat_template, special_tokens) = read_tokenizer_config(dir)?;
         Ok(Tokenizer { inner, vocab_size, chat_template, special_tokens })
     }
@@ -73,7 +75,13 @@ impl Tokenizer {
     /// Renders a chat (`messages`: a JSON list of `{"role": ..., "content": ...}`; `tools`: a
     /// JSON list) into the prompt text, with `template` or the folder's own (genai's
     /// `apply_chat_template`); `add_generation_prompt` ends it with the assistant's turn.
-    pub fn apply_chat_template(&self, template: Option<&str>, messages: &str, tools: Option<&str>, add_generation_prompt: bool) -> Result<String> {
+    pub fn apply_chat_template(
+        &self,
+        template: Option<&str>,
+        messages: &str,
+        tools: Option<&str>,
+        add_generation_prompt: bool,
+    ) -> Result<String> {
         let template = template.or(self.chat_template.as_deref()).ok_or_else(|| invalid("the model folder has no chat template (tokenizer_config.json chat_template or chat_template.jinja): pass one"))?;
         chat::render(template, messages, tools, add_generation_prompt, &self.special_tokens)
     }
@@ -95,13 +103,21 @@ fn read_tokenizer_config(dir: &Path) -> Result<(Option<String>, SpecialTokens)> 
     let mut template = None;
     let mut special = SpecialTokens::default();
     if let Ok(text) = std::fs::read_to_string(&file) {
-        let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| Error::File { file: file.clone(), message: e.to_string() })?;
+        let json: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| Error::File { file: file.clone(), message: e.to_string() })?;
         template = match json.get("chat_template") {
             None | Some(serde_json::Value::Null) => None,
             Some(serde_json::Value::String(s)) => Some(s.clone()),
             // A list of named templates: the one named "default".
-            Some(serde_json::Value::Array(named)) => named.iter().find(|t| t["name"] == "default").and_then(|t| t["template"].as_str()).map(str::to_string),
-            Some(other) => return Err(Error::File { file, message: format!("chat_template: expected a string or a list of named templates, got {other}") }),
+            Some(serde_json::Value::Array(named)) => {
+                named.iter().find(|t| t["name"] == "default").and_then(|t| t["template"].as_str()).map(str::to_string)
+            }
+            Some(other) => {
+                return Err(Error::File {
+                    file,
+                    message: format!("chat_template: expected a string or a list of named templates, got {other}"),
+                })
+            }
         };
         for key in SPECIAL_TOKEN_KEYS {
             let token = match json.get(key) {
@@ -136,7 +152,9 @@ impl TokenizerStream<'_> {
     pub fn decode(&mut self, token: i32) -> Result<String> {
         let id = self.tokenizer.checked_ids(&[token])?[0];
         self.tokens.push(id);
-        let decode = |ids: &[u32]| self.tokenizer.inner.decode(ids, true).map_err(|e| invalid(format!("cannot decode the tokens: {e}")));
+        let decode = |ids: &[u32]| {
+            self.tokenizer.inner.decode(ids, true).map_err(|e| invalid(format!("cannot decode the tokens: {e}")))
+        };
         let before = decode(&self.tokens[self.prefix..self.read])?;
         let now = decode(&self.tokens[self.prefix..])?;
         if now.len() > before.len() && now.starts_with(&before) && !now.ends_with(char::REPLACEMENT_CHARACTER) {

@@ -12,7 +12,12 @@ use crate::tensor::tensor_from_proto;
 use crate::types::value_type;
 
 /// Converts an attribute of the node at `at`, which sits in a graph `depth` levels deep.
-pub(crate) fn attribute(mut p: AttributeProto, ext: &mut ExternalData, at: &Location, depth: usize) -> Result<Attribute> {
+pub(crate) fn attribute(
+    mut p: AttributeProto,
+    ext: &mut ExternalData,
+    at: &Location,
+    depth: usize,
+) -> Result<Attribute> {
     let name = p.name.clone().unwrap_or_default();
     if name.is_empty() {
         return Err(Error::attribute(at, "", "a named attribute", "an attribute without a name"));
@@ -149,33 +154,57 @@ mod tests {
             (T::Float, |p| p.f = Some(0.25), |v| matches!(v, AttrValue::Float(x) if *x == 0.25)),
             (T::Int, |p| p.i = Some(-7), |v| matches!(v, AttrValue::Int(-7))),
             (T::String, |p| p.s = Some(b"abc".to_vec()), |v| matches!(v, AttrValue::String(s) if s == b"abc")),
-            (T::Tensor, |p| p.t = Some(float_tensor("t", &[2], vec![1.0, -2.0])), |v| {
-                matches!(v, AttrValue::Tensor(t) if t.as_slice::<f32>().unwrap() == [1.0, -2.0])
-            }),
-            (T::Graph, |p| p.g = Some(small_graph()), |v| {
-                matches!(v, AttrValue::Graph(g) if g.nodes[0].op_type == "Relu" && g.inputs[0].name == "x")
-            }),
-            (T::SparseTensor, |p| p.sparse_tensor = Some(sparse()), |v| {
-                matches!(v, AttrValue::SparseTensor(t) if t.as_slice::<f32>().unwrap() == [0.0, 0.0, 2.5])
-            }),
-            (T::TypeProto, |p| p.tp = Some(int_type()), |v| {
-                matches!(v, AttrValue::Type(ValueType::Tensor(TensorType { dtype: DataType::Int64, shape: None })))
-            }),
-            (T::Floats, |p| p.floats = vec![1.5, 2.5, -3.0], |v| matches!(v, AttrValue::Floats(f) if f == &[1.5, 2.5, -3.0])),
+            (
+                T::Tensor,
+                |p| p.t = Some(float_tensor("t", &[2], vec![1.0, -2.0])),
+                |v| matches!(v, AttrValue::Tensor(t) if t.as_slice::<f32>().unwrap() == [1.0, -2.0]),
+            ),
+            (
+                T::Graph,
+                |p| p.g = Some(small_graph()),
+                |v| matches!(v, AttrValue::Graph(g) if g.nodes[0].op_type == "Relu" && g.inputs[0].name == "x"),
+            ),
+            (
+                T::SparseTensor,
+                |p| p.sparse_tensor = Some(sparse()),
+                |v| matches!(v, AttrValue::SparseTensor(t) if t.as_slice::<f32>().unwrap() == [0.0, 0.0, 2.5]),
+            ),
+            (
+                T::TypeProto,
+                |p| p.tp = Some(int_type()),
+                |v| matches!(v, AttrValue::Type(ValueType::Tensor(TensorType { dtype: DataType::Int64, shape: None }))),
+            ),
+            (
+                T::Floats,
+                |p| p.floats = vec![1.5, 2.5, -3.0],
+                |v| matches!(v, AttrValue::Floats(f) if f == &[1.5, 2.5, -3.0]),
+            ),
             (T::Ints, |p| p.ints = vec![3, -1], |v| matches!(v, AttrValue::Ints(i) if i == &[3, -1])),
-            (T::Strings, |p| p.strings = vec![b"x".to_vec(), vec![0xFF]], |v| {
-                matches!(v, AttrValue::Strings(s) if s == &[b"x".to_vec(), vec![0xFF]])
-            }),
-            (T::Tensors, |p| p.tensors = vec![float_tensor("a", &[1], vec![3.0]), float_tensor("b", &[], vec![4.0])], |v| {
-                matches!(v, AttrValue::Tensors(t) if t.len() == 2 && t[1].as_slice::<f32>().unwrap() == [4.0] && t[1].shape().is_empty())
-            }),
-            (T::Graphs, |p| p.graphs = vec![small_graph(), small_graph()], |v| matches!(v, AttrValue::Graphs(g) if g.len() == 2)),
-            (T::SparseTensors, |p| p.sparse_tensors = vec![sparse()], |v| {
-                matches!(v, AttrValue::SparseTensors(t) if t[0].as_slice::<f32>().unwrap() == [0.0, 0.0, 2.5])
-            }),
-            (T::TypeProtos, |p| p.type_protos = vec![int_type(), TypeProto::default()], |v| {
-                matches!(v, AttrValue::Types(t) if t.len() == 2 && t[1] == ValueType::Unknown)
-            }),
+            (
+                T::Strings,
+                |p| p.strings = vec![b"x".to_vec(), vec![0xFF]],
+                |v| matches!(v, AttrValue::Strings(s) if s == &[b"x".to_vec(), vec![0xFF]]),
+            ),
+            (
+                T::Tensors,
+                |p| p.tensors = vec![float_tensor("a", &[1], vec![3.0]), float_tensor("b", &[], vec![4.0])],
+                |v| matches!(v, AttrValue::Tensors(t) if t.len() == 2 && t[1].as_slice::<f32>().unwrap() == [4.0] && t[1].shape().is_empty()),
+            ),
+            (
+                T::Graphs,
+                |p| p.graphs = vec![small_graph(), small_graph()],
+                |v| matches!(v, AttrValue::Graphs(g) if g.len() == 2),
+            ),
+            (
+                T::SparseTensors,
+                |p| p.sparse_tensors = vec![sparse()],
+                |v| matches!(v, AttrValue::SparseTensors(t) if t[0].as_slice::<f32>().unwrap() == [0.0, 0.0, 2.5]),
+            ),
+            (
+                T::TypeProtos,
+                |p| p.type_protos = vec![int_type(), TypeProto::default()],
+                |v| matches!(v, AttrValue::Types(t) if t.len() == 2 && t[1] == ValueType::Unknown),
+            ),
         ]
     }
 
@@ -207,9 +236,15 @@ mod tests {
             (AttributeProto { r#type: Some(99), ..named(None) }, "type code 99"),
             (named(Some(AttributeType::Tensor)), "expected a TENSOR value, found none"),
             (named(Some(AttributeType::Graph)), "expected a GRAPH value"),
-            (AttributeProto { ref_attr_name: Some("alpha".into()), ..named(Some(AttributeType::Float)) }, "outside a function"),
+            (
+                AttributeProto { ref_attr_name: Some("alpha".into()), ..named(Some(AttributeType::Float)) },
+                "outside a function",
+            ),
             (AttributeProto { name: None, i: Some(1), ..named(Some(AttributeType::Int)) }, "without a name"),
-            (AttributeProto { t: Some(float_tensor("t", &[3], vec![1.0])), ..named(Some(AttributeType::Tensor)) }, "needs 3 values"),
+            (
+                AttributeProto { t: Some(float_tensor("t", &[3], vec![1.0])), ..named(Some(AttributeType::Tensor)) },
+                "needs 3 values",
+            ),
         ];
         for (p, needle) in cases {
             let err = convert(p).unwrap_err().to_string();

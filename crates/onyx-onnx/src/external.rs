@@ -174,9 +174,10 @@ fn parse_entries<'a>(entries: &'a [StringStringEntryProto], what: &str) -> Resul
 }
 
 fn parse_size(value: &str, key: &str, what: &str) -> Result<usize> {
-    value.trim().parse::<usize>().map_err(|_| {
-        Error::InvalidModel(format!("{what}: external data '{key}' is '{value}', expected a byte count"))
-    })
+    value
+        .trim()
+        .parse::<usize>()
+        .map_err(|_| Error::InvalidModel(format!("{what}: external data '{key}' is '{value}', expected a byte count")))
 }
 
 /// Rejects absolute locations and `..` that climbs above the model's folder.

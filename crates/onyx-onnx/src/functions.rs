@@ -148,7 +148,9 @@ impl Inliner {
     /// The function's nodes with names and attributes bound to `call`.
     fn instantiate(&mut self, f: &FunctionProto, call: &NodeProto, key: &Key) -> Result<Vec<NodeProto>> {
         let at = Location { node: call.name.clone().unwrap_or_default(), op: key.1.clone() };
-        for (kind, given, declared) in [("inputs", call.input.len(), f.input.len()), ("outputs", call.output.len(), f.output.len())] {
+        for (kind, given, declared) in
+            [("inputs", call.input.len(), f.input.len()), ("outputs", call.output.len(), f.output.len())]
+        {
             if given > declared {
                 return Err(Error::node(
                     &at,
@@ -157,11 +159,8 @@ impl Inliner {
             }
         }
         self.calls += 1;
-        let mut renamer = Renamer {
-            map: HashMap::new(),
-            prefix: format!("_{}{}_", key.1, self.calls),
-            taken: &mut self.taken_names,
-        };
+        let mut renamer =
+            Renamer { map: HashMap::new(), prefix: format!("_{}{}_", key.1, self.calls), taken: &mut self.taken_names };
         for (i, formal) in f.input.iter().enumerate() {
             renamer.map.insert(formal.clone(), call.input.get(i).cloned().unwrap_or_default());
         }

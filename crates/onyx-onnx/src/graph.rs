@@ -15,10 +15,7 @@ use crate::types::value_info;
 /// Converts a graph nested `depth` levels deep (0 for the main graph).
 pub(crate) fn graph(proto: GraphProto, ext: &mut ExternalData, depth: usize) -> Result<Graph> {
     if depth > crate::MAX_SUBGRAPH_DEPTH {
-        return Err(Error::InvalidModel(format!(
-            "subgraphs are nested more than {} deep",
-            crate::MAX_SUBGRAPH_DEPTH
-        )));
+        return Err(Error::InvalidModel(format!("subgraphs are nested more than {} deep", crate::MAX_SUBGRAPH_DEPTH)));
     }
     let name = proto.name.unwrap_or_default();
     let what = if depth == 0 { "the main graph".to_string() } else { format!("subgraph '{name}'") };

@@ -26,11 +26,7 @@ pub fn load_model(path: &Path) -> Result<Model> {
     // Mapped rather than read: decoding copies each tensor's bytes out of the file once, and a
     // read would first copy the whole file into a buffer (100 MB for resnet50). An empty file
     // cannot be mapped everywhere, and is rejected by `decode` anyway.
-    let decoded = if len == 0 {
-        decode(&[])
-    } else {
-        decode(&crate::external::map_read_only(&file).map_err(io)?)
-    };
+    let decoded = if len == 0 { decode(&[]) } else { decode(&crate::external::map_read_only(&file).map_err(io)?) };
     let proto = decoded.map_err(|e| crate::in_context(e, &path.display().to_string()))?;
     let folder = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
@@ -57,7 +53,8 @@ fn convert(mut proto: ModelProto, base_dir: Option<&Path>) -> Result<Model> {
     if proto.graph.is_none() {
         if proto.ir_version.is_none() && proto.opset_import.is_empty() {
             return Err(Error::Load(
-                "not a valid ONNX ModelProto: it decodes to an empty message (no ir_version, opset_import or graph)".into(),
+                "not a valid ONNX ModelProto: it decodes to an empty message (no ir_version, opset_import or graph)"
+                    .into(),
             ));
         }
         return Err(Error::InvalidModel("the model has no graph".into()));
@@ -67,11 +64,8 @@ fn convert(mut proto: ModelProto, base_dir: Option<&Path>) -> Result<Model> {
     merge_function_opsets(&mut opsets, function_opsets)?;
     let mut ext = ExternalData::new(base_dir);
     let main = graph(proto.graph.take().unwrap_or_default(), &mut ext, 0)?;
-    let metadata = proto
-        .metadata_props
-        .into_iter()
-        .map(|e| (e.key.unwrap_or_default(), e.value.unwrap_or_default()))
-        .collect();
+    let metadata =
+        proto.metadata_props.into_iter().map(|e| (e.key.unwrap_or_default(), e.value.unwrap_or_default())).collect();
     let mut model = Model {
         ir_version: proto.ir_version.unwrap_or(0),
         producer_name: proto.producer_name.unwrap_or_default(),

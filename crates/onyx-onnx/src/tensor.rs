@@ -195,7 +195,13 @@ fn packed_bytes(p: &TensorProto, dtype: DataType, count: usize, what: &str) -> R
 
 /// Truncates each value to the width of `T` after checking it fits that width's signed or
 /// unsigned range (`min..=max`).
-fn narrow<T: bytemuck::Pod + TryFrom<u32>>(values: &[i32], min: i32, max: i32, dtype: DataType, what: &str) -> Result<Vec<T>> {
+fn narrow<T: bytemuck::Pod + TryFrom<u32>>(
+    values: &[i32],
+    min: i32,
+    max: i32,
+    dtype: DataType,
+    what: &str,
+) -> Result<Vec<T>> {
     values
         .iter()
         .map(|&x| {
@@ -250,22 +256,72 @@ mod tests {
     fn typed_fields_of_every_type() {
         use DataType::*;
         let cases = vec![
-            Case { dtype: Float, dims: &[3], fill: |p| p.float_data = vec![1.5, -2.0, 3.25], want: le(&[1.5f32, -2.0, 3.25]) },
-            Case { dtype: Complex64, dims: &[2], fill: |p| p.float_data = vec![1.0, 2.0, 3.0, 4.0], want: le(&[1.0f32, 2.0, 3.0, 4.0]) },
-            Case { dtype: Double, dims: &[1, 3], fill: |p| p.double_data = vec![0.5, -7.0, 1e300], want: le(&[0.5f64, -7.0, 1e300]) },
-            Case { dtype: Complex128, dims: &[1], fill: |p| p.double_data = vec![1.0, -1.0], want: le(&[1.0f64, -1.0]) },
-            Case { dtype: Int64, dims: &[3], fill: |p| p.int64_data = vec![-1, i64::MAX, 7], want: le(&[-1i64, i64::MAX, 7]) },
+            Case {
+                dtype: Float,
+                dims: &[3],
+                fill: |p| p.float_data = vec![1.5, -2.0, 3.25],
+                want: le(&[1.5f32, -2.0, 3.25]),
+            },
+            Case {
+                dtype: Complex64,
+                dims: &[2],
+                fill: |p| p.float_data = vec![1.0, 2.0, 3.0, 4.0],
+                want: le(&[1.0f32, 2.0, 3.0, 4.0]),
+            },
+            Case {
+                dtype: Double,
+                dims: &[1, 3],
+                fill: |p| p.double_data = vec![0.5, -7.0, 1e300],
+                want: le(&[0.5f64, -7.0, 1e300]),
+            },
+            Case {
+                dtype: Complex128,
+                dims: &[1],
+                fill: |p| p.double_data = vec![1.0, -1.0],
+                want: le(&[1.0f64, -1.0]),
+            },
+            Case {
+                dtype: Int64,
+                dims: &[3],
+                fill: |p| p.int64_data = vec![-1, i64::MAX, 7],
+                want: le(&[-1i64, i64::MAX, 7]),
+            },
             Case { dtype: Uint64, dims: &[2], fill: |p| p.uint64_data = vec![u64::MAX, 3], want: le(&[u64::MAX, 3]) },
-            Case { dtype: Uint32, dims: &[3], fill: |p| p.uint64_data = vec![u32::MAX as u64, 0, 9], want: le(&[u32::MAX, 0, 9]) },
-            Case { dtype: Int32, dims: &[3], fill: |p| p.int32_data = vec![-5, 6, i32::MIN], want: le(&[-5i32, 6, i32::MIN]) },
-            Case { dtype: Int16, dims: &[3], fill: |p| p.int32_data = vec![-2, 300, -32768], want: le(&[-2i16, 300, -32768]) },
+            Case {
+                dtype: Uint32,
+                dims: &[3],
+                fill: |p| p.uint64_data = vec![u32::MAX as u64, 0, 9],
+                want: le(&[u32::MAX, 0, 9]),
+            },
+            Case {
+                dtype: Int32,
+                dims: &[3],
+                fill: |p| p.int32_data = vec![-5, 6, i32::MIN],
+                want: le(&[-5i32, 6, i32::MIN]),
+            },
+            Case {
+                dtype: Int16,
+                dims: &[3],
+                fill: |p| p.int32_data = vec![-2, 300, -32768],
+                want: le(&[-2i16, 300, -32768]),
+            },
             Case { dtype: Uint16, dims: &[2], fill: |p| p.int32_data = vec![65535, 1], want: le(&[65535u16, 1]) },
             Case { dtype: Int8, dims: &[3], fill: |p| p.int32_data = vec![-3, 4, -128], want: le(&[-3i8, 4, -128]) },
             Case { dtype: Uint8, dims: &[3], fill: |p| p.int32_data = vec![255, 0, 17], want: vec![255, 0, 17] },
             Case { dtype: Bool, dims: &[3], fill: |p| p.int32_data = vec![1, 0, 5], want: vec![1, 0, 1] },
             // float16 1.0 = 0x3C00, -2.0 = 0xC000 (what onnx.helper.make_tensor writes).
-            Case { dtype: Float16, dims: &[2], fill: |p| p.int32_data = vec![15360, 49152], want: le(&[f16::from_f32(1.0), f16::from_f32(-2.0)]) },
-            Case { dtype: BFloat16, dims: &[2], fill: |p| p.int32_data = vec![0x3FC0, 0xC040], want: le(&[bf16::from_f32(1.5), bf16::from_f32(-3.0)]) },
+            Case {
+                dtype: Float16,
+                dims: &[2],
+                fill: |p| p.int32_data = vec![15360, 49152],
+                want: le(&[f16::from_f32(1.0), f16::from_f32(-2.0)]),
+            },
+            Case {
+                dtype: BFloat16,
+                dims: &[2],
+                fill: |p| p.int32_data = vec![0x3FC0, 0xC040],
+                want: le(&[bf16::from_f32(1.5), bf16::from_f32(-3.0)]),
+            },
             Case { dtype: Float8E4M3FN, dims: &[2], fill: |p| p.int32_data = vec![0x38, 0xC0], want: vec![0x38, 0xC0] },
             Case { dtype: Float8E4M3FNUZ, dims: &[1], fill: |p| p.int32_data = vec![0x40], want: vec![0x40] },
             Case { dtype: Float8E5M2, dims: &[1], fill: |p| p.int32_data = vec![0x3C], want: vec![0x3C] },
@@ -366,11 +422,41 @@ mod tests {
             Bad { fill: |p| p.data_type = Some(42), needle: "element type code 42" },
             Bad { fill: |p| p.segment = Some(Default::default()), needle: "segmented" },
             Bad { fill: |p| p.data_location = Some(3), needle: "data_location 3" },
-            Bad { fill: |p| { p.data_type = Some(DataType::Int8.onnx_code()); p.int32_data = vec![1, 2, 3, 4, 5, 300] }, needle: "value 300 does not fit a int8" },
-            Bad { fill: |p| { p.data_type = Some(DataType::Uint32.onnx_code()); p.uint64_data = vec![1 << 40; 6] }, needle: "does not fit a uint32" },
-            Bad { fill: |p| { p.data_type = Some(DataType::Int4.onnx_code()); p.int32_data = vec![1; 6] }, needle: "needs 3 values, found 6 in int32_data (packed 2 per value)" },
-            Bad { fill: |p| { p.data_type = Some(DataType::String.onnx_code()); p.raw_data = Some(vec![1]) }, needle: "string_data, not raw_data" },
-            Bad { fill: |p| { p.data_type = Some(DataType::String.onnx_code()); p.string_data = vec![vec![]] }, needle: "needs 6 values, found 1 in string_data" },
+            Bad {
+                fill: |p| {
+                    p.data_type = Some(DataType::Int8.onnx_code());
+                    p.int32_data = vec![1, 2, 3, 4, 5, 300]
+                },
+                needle: "value 300 does not fit a int8",
+            },
+            Bad {
+                fill: |p| {
+                    p.data_type = Some(DataType::Uint32.onnx_code());
+                    p.uint64_data = vec![1 << 40; 6]
+                },
+                needle: "does not fit a uint32",
+            },
+            Bad {
+                fill: |p| {
+                    p.data_type = Some(DataType::Int4.onnx_code());
+                    p.int32_data = vec![1; 6]
+                },
+                needle: "needs 3 values, found 6 in int32_data (packed 2 per value)",
+            },
+            Bad {
+                fill: |p| {
+                    p.data_type = Some(DataType::String.onnx_code());
+                    p.raw_data = Some(vec![1])
+                },
+                needle: "string_data, not raw_data",
+            },
+            Bad {
+                fill: |p| {
+                    p.data_type = Some(DataType::String.onnx_code());
+                    p.string_data = vec![vec![]]
+                },
+                needle: "needs 6 values, found 1 in string_data",
+            },
             Bad { fill: |p| p.data_location = Some(1), needle: "external data" },
         ];
         for c in cases {

@@ -10,16 +10,14 @@ use prost::Message;
 use crate::proto::attribute_proto::AttributeType;
 use crate::proto::tensor_shape_proto::{dimension, Dimension};
 use crate::proto::{
-    type_proto, AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto,
-    TensorShapeProto, TypeProto, ValueInfoProto,
+    type_proto, AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TensorShapeProto,
+    TypeProto, ValueInfoProto,
 };
 
 /// A tensor value info with fixed dims.
 pub(crate) fn tensor_info(name: &str, dtype: DataType, dims: &[i64]) -> ValueInfoProto {
-    let dim = dims
-        .iter()
-        .map(|&d| Dimension { value: Some(dimension::Value::DimValue(d)), denotation: None })
-        .collect();
+    let dim =
+        dims.iter().map(|&d| Dimension { value: Some(dimension::Value::DimValue(d)), denotation: None }).collect();
     ValueInfoProto {
         name: Some(name.into()),
         r#type: Some(TypeProto {
@@ -57,12 +55,7 @@ pub(crate) fn graph_proto(nodes: Vec<NodeProto>, inputs: &[&str], outputs: &[&st
 
 /// A model of IR version 10 importing opset 17 of the default domain.
 pub(crate) fn model_proto(graph: GraphProto) -> ModelProto {
-    ModelProto {
-        ir_version: Some(10),
-        opset_import: vec![opset("", 17)],
-        graph: Some(graph),
-        ..Default::default()
-    }
+    ModelProto { ir_version: Some(10), opset_import: vec![opset("", 17)], graph: Some(graph), ..Default::default() }
 }
 
 /// An opset import.
@@ -83,12 +76,22 @@ pub(crate) fn float_tensor(name: &str, dims: &[i64], data: Vec<f32>) -> TensorPr
 
 /// A FLOAT attribute.
 pub(crate) fn float_attr(name: &str, v: f32) -> AttributeProto {
-    AttributeProto { name: Some(name.into()), r#type: Some(AttributeType::Float as i32), f: Some(v), ..Default::default() }
+    AttributeProto {
+        name: Some(name.into()),
+        r#type: Some(AttributeType::Float as i32),
+        f: Some(v),
+        ..Default::default()
+    }
 }
 
 /// A GRAPH attribute.
 pub(crate) fn graph_attr(name: &str, g: GraphProto) -> AttributeProto {
-    AttributeProto { name: Some(name.into()), r#type: Some(AttributeType::Graph as i32), g: Some(g), ..Default::default() }
+    AttributeProto {
+        name: Some(name.into()),
+        r#type: Some(AttributeType::Graph as i32),
+        g: Some(g),
+        ..Default::default()
+    }
 }
 
 /// Encodes and loads a model without a folder.

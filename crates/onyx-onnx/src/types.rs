@@ -96,10 +96,7 @@ mod tests {
 
     fn shape(dims: &[(Option<dimension::Value>, Option<&str>)]) -> TensorShapeProto {
         TensorShapeProto {
-            dim: dims
-                .iter()
-                .map(|(v, d)| Dimension { value: v.clone(), denotation: d.map(str::to_string) })
-                .collect(),
+            dim: dims.iter().map(|(v, d)| Dimension { value: v.clone(), denotation: d.map(str::to_string) }).collect(),
         }
     }
 
@@ -141,8 +138,10 @@ mod tests {
     #[test]
     fn nested_types() {
         let t = tensor(7, None);
-        let seq = wrap(TypeValue::SequenceType(Box::new(type_proto::Sequence { elem_type: Some(Box::new(t.clone())) })));
-        let map = wrap(TypeValue::MapType(Box::new(type_proto::Map { key_type: Some(8), value_type: Some(Box::new(seq)) })));
+        let seq =
+            wrap(TypeValue::SequenceType(Box::new(type_proto::Sequence { elem_type: Some(Box::new(t.clone())) })));
+        let map =
+            wrap(TypeValue::MapType(Box::new(type_proto::Map { key_type: Some(8), value_type: Some(Box::new(seq)) })));
         let opt = wrap(TypeValue::OptionalType(Box::new(type_proto::Optional { elem_type: Some(Box::new(map)) })));
         let got = value_type(opt, "v").unwrap();
         let int64 = ValueType::Tensor(TensorType { dtype: DataType::Int64, shape: None });

@@ -23,10 +23,9 @@ pub fn tensor_from_pb_bytes(bytes: &[u8]) -> Result<Tensor> {
 pub fn value_from_pb_bytes(bytes: &[u8], expected: &ValueType) -> Result<Value> {
     let mut ext = ExternalData::new(None);
     match expected {
-        ValueType::Tensor(_) | ValueType::Unknown => Ok(Value::Tensor(tensor_from_proto(
-            decode::<TensorProto>(bytes, "TensorProto")?,
-            &mut ext,
-        )?)),
+        ValueType::Tensor(_) | ValueType::Unknown => {
+            Ok(Value::Tensor(tensor_from_proto(decode::<TensorProto>(bytes, "TensorProto")?, &mut ext)?))
+        }
         ValueType::SparseTensor(_) => {
             Ok(Value::Tensor(densify(decode::<SparseTensorProto>(bytes, "SparseTensorProto")?, &mut ext)?.1))
         }
@@ -56,9 +55,15 @@ fn sequence(p: SequenceProto, elem: &ValueType, ext: &mut ExternalData, depth: u
         ValueType::SparseTensor(_) => {
             p.sparse_tensor_values.into_iter().map(|s| Ok(Value::Tensor(densify(s, ext)?.1))).collect::<Result<_>>()?
         }
-        ValueType::Sequence(e) => p.sequence_values.into_iter().map(|s| sequence(s, e, ext, depth + 1)).collect::<Result<_>>()?,
-        ValueType::Map(k, v) => p.map_values.into_iter().map(|m| map(m, *k, v, ext, depth + 1)).collect::<Result<_>>()?,
-        ValueType::Optional(e) => p.optional_values.into_iter().map(|o| optional(o, e, ext, depth + 1)).collect::<Result<_>>()?,
+        ValueType::Sequence(e) => {
+            p.sequence_values.into_iter().map(|s| sequence(s, e, ext, depth + 1)).collect::<Result<_>>()?
+        }
+        ValueType::Map(k, v) => {
+            p.map_values.into_iter().map(|m| map(m, *k, v, ext, depth + 1)).collect::<Result<_>>()?
+        }
+        ValueType::Optional(e) => {
+            p.optional_values.into_iter().map(|o| optional(o, e, ext, depth + 1)).collect::<Result<_>>()?
+        }
     };
     Ok(Value::Sequence(Sequence { elem_type: elem.clone(), items }))
 }
@@ -89,7 +94,10 @@ fn map_keys(p: &MapProto, key: DataType) -> Result<Tensor> {
     let bad = |k: i64| Error::InvalidModel(format!("map key {k} does not fit a {key} key"));
     macro_rules! narrow {
         ($t:ty) => {
-            Tensor::from_vec(shape, ints.iter().map(|&k| <$t>::try_from(k).map_err(|_| bad(k))).collect::<Result<Vec<$t>>>()?)
+            Tensor::from_vec(
+                shape,
+                ints.iter().map(|&k| <$t>::try_from(k).map_err(|_| bad(k))).collect::<Result<Vec<$t>>>()?,
+            )
         };
     }
     match key {
@@ -112,7 +120,9 @@ fn map_keys(p: &MapProto, key: DataType) -> Result<Tensor> {
 fn optional(p: OptionalProto, elem: &ValueType, ext: &mut ExternalData, depth: usize) -> Result<Value> {
     check_depth(depth)?;
     let value = match elem {
-        ValueType::Tensor(_) | ValueType::Unknown => p.tensor_value.map(|t| tensor_from_proto(t, ext).map(Value::Tensor)),
+        ValueType::Tensor(_) | ValueType::Unknown => {
+            p.tensor_value.map(|t| tensor_from_proto(t, ext).map(Value::Tensor))
+        }
         ValueType::SparseTensor(_) => p.sparse_tensor_value.map(|s| Ok(Value::Tensor(densify(s, ext)?.1))),
         ValueType::Sequence(e) => p.sequence_value.map(|s| sequence(s, e, ext, depth + 1)),
         ValueType::Map(k, v) => p.map_value.map(|m| map(m, *k, v, ext, depth + 1)),
@@ -156,7 +166,8 @@ mod tests {
         let v = value_from_pb_bytes(&seq.encode_to_vec(), &ValueType::Sequence(Box::new(float_type()))).unwrap();
         let Value::Sequence(s) = &v else { panic!("not a sequence: {}", v.kind()) };
         assert_eq!((floats(&s.items[0]), floats(&s.items[1])), (vec![4.0], vec![5.0, 6.0]));
-        let outer = SequenceProto { sequence_values: vec![seq.clone(), SequenceProto::default()], ..Default::default() };
+        let outer =
+            SequenceProto { sequence_values: vec![seq.clone(), SequenceProto::default()], ..Default::default() };
         let ty = ValueType::Sequence(Box::new(ValueType::Sequence(Box::new(float_type()))));
         let Value::Sequence(s) = value_from_pb_bytes(&outer.encode_to_vec(), &ty).unwrap() else { panic!() };
         let Value::Sequence(inner) = &s.items[1] else { panic!() };
@@ -169,12 +180,18 @@ mod tests {
             tensor_values: vec![float_tensor("", &[], vec![1.5]), float_tensor("", &[], vec![-1.0])],
             ..Default::default()
         };
-        let m = MapProto { key_type: Some(6), keys: vec![-3, 70000], values: Some(values.clone()), ..Default::default() };
+        let m =
+            MapProto { key_type: Some(6), keys: vec![-3, 70000], values: Some(values.clone()), ..Default::default() };
         let ty = ValueType::Map(DataType::Int32, Box::new(float_type()));
         let Value::Map(map) = value_from_pb_bytes(&m.encode_to_vec(), &ty).unwrap() else { panic!() };
         assert_eq!(map.keys.as_slice::<i32>().unwrap(), &[-3, 70000]);
         assert_eq!(floats(&map.values.items[1]), [-1.0]);
-        let m = MapProto { key_type: Some(8), string_keys: vec![b"a".to_vec(), b"b".to_vec()], values: Some(values), ..Default::default() };
+        let m = MapProto {
+            key_type: Some(8),
+            string_keys: vec![b"a".to_vec(), b"b".to_vec()],
+            values: Some(values),
+            ..Default::default()
+        };
         let ty = ValueType::Map(DataType::String, Box::new(float_type()));
         let Value::Map(map) = value_from_pb_bytes(&m.encode_to_vec(), &ty).unwrap() else { panic!() };
         assert_eq!(map.keys.view().unwrap().strings().unwrap(), &["a", "b"]);
@@ -204,10 +221,16 @@ mod tests {
         assert!(matches!(value_from_pb_bytes(&bad_bytes, &seq_ty), Err(Error::Load(m)) if m.contains("SequenceProto")));
         let mut ext = float_tensor("e", &[1], vec![]);
         ext.data_location = Some(1);
-        ext.external_data = vec![crate::proto::StringStringEntryProto { key: Some("location".into()), value: Some("e.bin".into()) }];
+        ext.external_data =
+            vec![crate::proto::StringStringEntryProto { key: Some("location".into()), value: Some("e.bin".into()) }];
         let err = tensor_from_pb_bytes(&ext.encode_to_vec()).unwrap_err().to_string();
         assert!(err.contains("without a folder"), "{err}");
-        let m = MapProto { key_type: Some(3), keys: vec![300], values: Some(SequenceProto { tensor_values: vec![float_tensor("", &[], vec![1.0])], ..Default::default() }), ..Default::default() };
+        let m = MapProto {
+            key_type: Some(3),
+            keys: vec![300],
+            values: Some(SequenceProto { tensor_values: vec![float_tensor("", &[], vec![1.0])], ..Default::default() }),
+            ..Default::default()
+        };
         let ty = ValueType::Map(DataType::Int8, Box::new(float_type()));
         let err = value_from_pb_bytes(&m.encode_to_vec(), &ty).unwrap_err().to_string();
         assert!(err.contains("300 does not fit a int8"), "{err}");

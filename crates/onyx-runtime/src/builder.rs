@@ -133,11 +133,8 @@ impl SessionBuilder {
         let mut options = self.options;
         options.providers = providers;
         let existing_cpu = options.providers.iter().find(|p| p.name() == "cpu").cloned();
-        options.fallback = if self.cpu_fallback {
-            Some(existing_cpu.unwrap_or_else(|| Arc::new(CpuProvider::new())))
-        } else {
-            None
-        };
+        options.fallback =
+            if self.cpu_fallback { Some(existing_cpu.unwrap_or_else(|| Arc::new(CpuProvider::new()))) } else { None };
         Session::new(model, options)
     }
 }

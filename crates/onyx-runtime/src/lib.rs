@@ -22,18 +22,18 @@ mod provider;
 
 pub use builder::SessionBuilder;
 pub use onyx_core::ep::{self, ExecutionProvider};
+pub use onyx_core::optimizer;
 pub use onyx_core::{
-    element_count, ir, types, DataType, Device, Element, Error, HostBuffer, InputValue, IoBinding, Location, Map, NodeAssignment, NodeTime, FOLDED,
-    OptimizationLevel, OutputTarget, Optional, Outputs, Result, Sequence, Session, SessionOptions, Tensor, TensorData,
-    TensorView, Value,
+    element_count, ir, types, DataType, Device, Element, Error, HostBuffer, InputValue, IoBinding, Location, Map,
+    NodeAssignment, NodeTime, OptimizationLevel, Optional, OutputTarget, Outputs, Result, Sequence, Session,
+    SessionOptions, Tensor, TensorData, TensorView, Value, FOLDED,
 };
 pub use onyx_cpu::CpuProvider;
 pub use onyx_onnx::{load_model, load_model_from_bytes};
 pub use onyx_onnx::{model_to_bytes, save_model, save_model_with_options, SaveOptions};
-pub use onyx_core::optimizer;
-pub use provider::{compiled_devices, provider_names, Provider};
-#[cfg(feature = "wgpu")]
-pub use provider::shared_wgpu;
 /// The wgpu execution provider: device tensors, the application's own device and queue.
 #[cfg(feature = "wgpu")]
 pub use onyx_wgpu as gpu;
+#[cfg(feature = "wgpu")]
+pub use provider::shared_wgpu;
+pub use provider::{compiled_devices, provider_names, Provider};

@@ -36,7 +36,9 @@ impl Provider {
         match self {
             #[cfg(feature = "wgpu")]
             Provider::Wgpu(options) => options.set(key, value),
-            _ => Err(Error::InvalidArgument(format!("this execution provider has no option '{key}' (given '{value}')"))),
+            _ => {
+                Err(Error::InvalidArgument(format!("this execution provider has no option '{key}' (given '{value}')")))
+            }
         }
     }
 }
@@ -83,7 +85,9 @@ impl std::str::FromStr for Provider {
             "cuda" => Err(Error::InvalidArgument(format!(
                 "execution provider '{s}' is not compiled into this build (available: {available})"
             ))),
-            other => Err(Error::InvalidArgument(format!("unknown execution provider '{other}' (available: {available})"))),
+            other => {
+                Err(Error::InvalidArgument(format!("unknown execution provider '{other}' (available: {available})")))
+            }
         }
     }
 }

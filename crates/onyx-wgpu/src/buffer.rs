@@ -119,7 +119,9 @@ impl GpuContext {
     fn check_size(&self, bytes: u64) -> Result<()> {
         let max = self.device.limits().max_buffer_size.min(self.device.limits().max_storage_buffer_binding_size as u64);
         if bytes > max {
-            return Err(Error::Device(format!("wgpu: a tensor of {bytes} bytes exceeds this GPU's buffer limit ({max})")));
+            return Err(Error::Device(format!(
+                "wgpu: a tensor of {bytes} bytes exceeds this GPU's buffer limit ({max})"
+            )));
         }
         Ok(())
     }
@@ -137,7 +139,14 @@ impl GpuContext {
         self.tensor(dtype, shape, buffer, 0, len)
     }
 
-    fn tensor(&self, dtype: DataType, shape: Vec<usize>, buffer: wgpu::Buffer, offset: u64, len: usize) -> Result<Tensor> {
+    fn tensor(
+        &self,
+        dtype: DataType,
+        shape: Vec<usize>,
+        buffer: wgpu::Buffer,
+        offset: u64,
+        len: usize,
+    ) -> Result<Tensor> {
         self.tensor_in(dtype, shape, buffer, offset, len, Reuse::Never)
     }
 
@@ -150,14 +159,25 @@ impl GpuContext {
         len: usize,
         reuse: Reuse,
     ) -> Result<Tensor> {
-        let storage =
-            GpuBuffer { buffer, offset, byte_len: len, device: self.onyx_device(), reuse, reclaimed: AtomicBool::new(false) };
+        let storage = GpuBuffer {
+            buffer,
+            offset,
+            byte_len: len,
+            device: self.onyx_device(),
+            reuse,
+            reclaimed: AtomicBool::new(false),
+        };
         Tensor::from_device(dtype, shape, Arc::new(storage))
     }
 
     /// A tensor in a pooled buffer (`buffer` from [`GpuContext::pooled_buffer`]), which returns
     /// to the pool when released or dropped.
-    pub(crate) fn pooled_tensor(self: &Arc<Self>, dtype: DataType, shape: Vec<usize>, buffer: wgpu::Buffer) -> Result<Tensor> {
+    pub(crate) fn pooled_tensor(
+        self: &Arc<Self>,
+        dtype: DataType,
+        shape: Vec<usize>,
+        buffer: wgpu::Buffer,
+    ) -> Result<Tensor> {
         let len = byte_len(dtype, &shape)?;
         self.tensor_in(dtype, shape, buffer, 0, len, Reuse::Always(Arc::downgrade(self)))
     }
@@ -168,7 +188,12 @@ impl GpuContext {
             return Ok(b);
         }
         self.check_size(class)?;
-        Ok(self.device.create_buffer(&wgpu::BufferDescriptor { label: None, size: class, usage: TENSOR_USAGE, mapped_at_creation: false }))
+        Ok(self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: None,
+            size: class,
+            usage: TENSOR_USAGE,
+            mapped_at_creation: false,
+        }))
     }
 
     /// An idle buffer of exactly `size` bytes from the pool, if there is one.
@@ -252,10 +277,19 @@ impl GpuContext {
     /// A buffer of another device of the same wgpu instance is an error here; wgpu cannot tell
     /// apart buffers of another `wgpu::Instance`, so an application sharing buffers with Onyx
     /// must give Onyx its own device ([`GpuContext::from_device`]).
-    pub fn wrap_buffer(&self, buffer: &wgpu::Buffer, offset: u64, dtype: DataType, shape: Vec<usize>) -> Result<Tensor> {
+    pub fn wrap_buffer(
+        &self,
+        buffer: &wgpu::Buffer,
+        offset: u64,
+        dtype: DataType,
+        shape: Vec<usize>,
+    ) -> Result<Tensor> {
         let len = byte_len(dtype, &shape)?;
         if !buffer.usage().contains(wgpu::BufferUsages::STORAGE) {
-            return Err(Error::InvalidArgument(format!("wgpu: the buffer has usage {:?}, not STORAGE", buffer.usage())));
+            return Err(Error::InvalidArgument(format!(
+                "wgpu: the buffer has usage {:?}, not STORAGE",
+                buffer.usage()
+            )));
         }
         let align = self.device.limits().min_storage_buffer_offset_alignment as u64;
         if !offset.is_multiple_of(align) {
@@ -350,7 +384,10 @@ mod tests {
         let tensors: Vec<_> = (0..24).map(|i| testkit::rand(&[3, 97 + i], -1.0, 1.0, i as u64)).collect();
         let uploaded: Vec<_> = tensors.iter().map(|t| ctx.upload(t.view().unwrap()).unwrap()).collect();
         let staged_bytes: u64 = uploaded.iter().map(|t| super::padded(t.len() * 4)).sum();
-        assert!(ctx.staged.load(Ordering::Relaxed) < 4096, "the queue was never submitted ({staged_bytes} bytes staged)");
+        assert!(
+            ctx.staged.load(Ordering::Relaxed) < 4096,
+            "the queue was never submitted ({staged_bytes} bytes staged)"
+        );
         for (host, device) in tensors.iter().zip(&uploaded) {
             let back = ctx.download(device).unwrap();
             assert_eq!(back.view().unwrap().bytes().unwrap(), host.view().unwrap().bytes().unwrap());

@@ -9,8 +9,8 @@
 //! background ones (tuned kernels that startup kernels stand in for until they are ready), and no
 //! background one starts while an urgent one compiles.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
 use std::time::Instant;
 
@@ -248,7 +248,8 @@ impl Compiler {
     /// A pipeline for `key` whose compilation from `source` has been queued with `priority`
     /// (or, without compiler threads, is done).
     pub fn request(&self, device: &wgpu::Device, key: &str, source: String, priority: Priority) -> Arc<Pipeline> {
-        let pipeline = Arc::new(Pipeline { compiled: OnceLock::new(), key: key.to_string(), compile_ns: AtomicU64::new(0) });
+        let pipeline =
+            Arc::new(Pipeline { compiled: OnceLock::new(), key: key.to_string(), compile_ns: AtomicU64::new(0) });
         self.pending.add(1);
         if self.start(device) {
             self.queue.push((pipeline.clone(), source), priority);
@@ -373,7 +374,9 @@ mod tests {
         }
         let ctx = GpuContext::new(&WgpuOptions::default()).unwrap();
         let many: Vec<_> = (0..6)
-            .map(|i| ctx.pipeline(&format!("test/good/{i}"), || GOOD.replace("64", &(32 * (i + 1)).to_string())).unwrap())
+            .map(|i| {
+                ctx.pipeline(&format!("test/good/{i}"), || GOOD.replace("64", &(32 * (i + 1)).to_string())).unwrap()
+            })
             .collect();
         for p in &many {
             assert!(p.compiled().is_ok(), "{}", p.key);

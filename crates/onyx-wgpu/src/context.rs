@@ -123,7 +123,8 @@ fn has_f16_tensor_cores(adapter: &wgpu::Adapter) -> bool {
 /// How the device suballocates memory: blocks that start at 8 MiB (host-visible ones at 4 MiB)
 /// and double up to 256 MiB. wgpu's default starts host-visible blocks at 64 MiB, and the
 /// first download of a session then waits ~15 ms for the driver to allocate and pin them.
-const MEMORY_BLOCKS: wgpu::MemoryHints = wgpu::MemoryHints::Manual { suballocated_device_memory_block_size: (8 << 20)..(256 << 20) };
+const MEMORY_BLOCKS: wgpu::MemoryHints =
+    wgpu::MemoryHints::Manual { suballocated_device_memory_block_size: (8 << 20)..(256 << 20) };
 
 /// Bytes written through the queue after which it is submitted: the GPU then copies a large
 /// model's weights while the rest are written, and their staging memory is freed as it goes

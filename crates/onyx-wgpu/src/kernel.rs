@@ -46,7 +46,12 @@ impl Kernel for GpuKernel {
         Ok(outputs)
     }
 
-    fn run_in(&self, state: &mut dyn RunState, inputs: &[Option<ValueRef<'_>>], _wanted: &[bool]) -> Result<Vec<Value>> {
+    fn run_in(
+        &self,
+        state: &mut dyn RunState,
+        inputs: &[Option<ValueRef<'_>>],
+        _wanted: &[bool],
+    ) -> Result<Vec<Value>> {
         let run = state
             .as_any_mut()
             .downcast_mut::<GpuRun>()
@@ -95,7 +100,8 @@ pub(crate) fn gpu_input<'r>(
         ValueRef::Value(Value::Tensor(t)) => t,
         _ => return Err(Error::input(at, i, "a tensor on the GPU", "a host value")),
     };
-    let buffer = run.context().own_buffer(tensor).map_err(|e| Error::input(at, i, "a tensor on this GPU", e.to_string()))?;
+    let buffer =
+        run.context().own_buffer(tensor).map_err(|e| Error::input(at, i, "a tensor on this GPU", e.to_string()))?;
     Ok(GpuTensor { tensor, buffer })
 }
 
@@ -147,7 +153,8 @@ pub(crate) fn u32_of(n: usize, at: &Location) -> Result<u32> {
 }
 
 /// WGSL shared by the generated shaders: the flat invocation index.
-pub(crate) const FLAT_INDEX: &str = "fn flat_index(gid: vec3<u32>, nwg: vec3<u32>) -> u32 { return gid.x + gid.y * nwg.x * 256u; }\n";
+pub(crate) const FLAT_INDEX: &str =
+    "fn flat_index(gid: vec3<u32>, nwg: vec3<u32>) -> u32 { return gid.x + gid.y * nwg.x * 256u; }\n";
 
 /// The WGSL scalar type of a dtype the kernels compute in, if any.
 pub(crate) fn wgsl_type(dtype: DataType) -> Option<&'static str> {
@@ -202,9 +209,7 @@ pub(crate) fn strides(shape: &[usize]) -> Vec<usize> {
 pub(crate) fn broadcast_strides(shape: &[usize], out: &[usize]) -> Vec<usize> {
     let own = strides(shape);
     let lead = out.len() - shape.len();
-    (0..out.len())
-        .map(|d| if d < lead || shape[d - lead] == 1 { 0 } else { own[d - lead] })
-        .collect()
+    (0..out.len()).map(|d| if d < lead || shape[d - lead] == 1 { 0 } else { own[d - lead] }).collect()
 }
 
 /// Access to the GPU buffer of a tensor the EP allocated.
@@ -215,7 +220,8 @@ pub(crate) trait OnGpu {
 
 impl OnGpu for Tensor {
     fn gpu(&self) -> Result<&GpuBuffer> {
-        crate::buffer::gpu_buffer(self).ok_or_else(|| Error::Device(format!("expected a GPU tensor, found one on {}", self.device())))
+        crate::buffer::gpu_buffer(self)
+            .ok_or_else(|| Error::Device(format!("expected a GPU tensor, found one on {}", self.device())))
     }
 }
 

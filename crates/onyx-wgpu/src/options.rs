@@ -50,7 +50,8 @@ impl WgpuOptions {
     /// `cooperative_matrix` (true, false), `startup_kernels` (true, false), `pipeline_cache_dir`
     /// (a directory).
     pub fn set(&mut self, key: &str, value: &str) -> Result<()> {
-        let bad = |expected: &str| Error::InvalidArgument(format!("wgpu option {key}: expected {expected}, got '{value}'"));
+        let bad =
+            |expected: &str| Error::InvalidArgument(format!("wgpu option {key}: expected {expected}, got '{value}'"));
         match key {
             "adapter" | "adapter_index" => self.adapter_index = Some(value.parse().map_err(|_| bad("an index"))?),
             "vendor" | "vendor_id" => {

@@ -133,8 +133,14 @@ pub fn describe_adapters() -> Vec<DeviceDescription> {
                     ("cooperative_matrix".into(), cooperative_matrices(a)),
                     ("max_buffer_size".into(), limits.max_buffer_size.to_string()),
                     ("max_storage_buffer_binding_size".into(), limits.max_storage_buffer_binding_size.to_string()),
-                    ("max_compute_workgroup_storage_size".into(), limits.max_compute_workgroup_storage_size.to_string()),
-                    ("max_compute_invocations_per_workgroup".into(), limits.max_compute_invocations_per_workgroup.to_string()),
+                    (
+                        "max_compute_workgroup_storage_size".into(),
+                        limits.max_compute_workgroup_storage_size.to_string(),
+                    ),
+                    (
+                        "max_compute_invocations_per_workgroup".into(),
+                        limits.max_compute_invocations_per_workgroup.to_string(),
+                    ),
                 ],
             }
         })

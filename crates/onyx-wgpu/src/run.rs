@@ -331,7 +331,9 @@ mod tests {
     fn chain(blocks: usize) -> Model {
         let mut graph = Graph::default();
         let shape = vec![Dim::Fixed(3), Dim::Fixed(37)];
-        graph.inputs.push(ValueInfo::new("x", ValueType::Tensor(TensorType { dtype: DataType::Float, shape: Some(shape) })));
+        graph
+            .inputs
+            .push(ValueInfo::new("x", ValueType::Tensor(TensorType { dtype: DataType::Float, shape: Some(shape) })));
         graph.initializers.insert("w".into(), rand(&[37], -1.0, 1.0, 7));
         let node = |op: &str, inputs: &[&str], output: &str| Node {
             name: output.into(),

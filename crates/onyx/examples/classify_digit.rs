@@ -10,17 +10,16 @@ use onyx::{npy, SessionBuilder};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let image_path = std::env::args_os()
-        .nth(1)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("models/digits/sample_7.npy"));
+    let image_path =
+        std::env::args_os().nth(1).map(PathBuf::from).unwrap_or_else(|| root.join("models/digits/sample_7.npy"));
     let session = SessionBuilder::new().commit_from_file(root.join("models/digits/digits.onnx"))?;
     let image = npy::read(&image_path)?;
     let pixels = image.as_slice::<f32>()?.to_vec();
 
     println!("input {} ({} pixels, 0..16):", image_path.display(), pixels.len());
     for row in pixels.chunks(8) {
-        let line: String = row.iter().map(|&p| [' ', '.', ':', '+', '#'][((p / 16.0) * 4.0).round() as usize % 5]).collect();
+        let line: String =
+            row.iter().map(|&p| [' ', '.', ':', '+', '#'][((p / 16.0) * 4.0).round() as usize % 5]).collect();
         println!("  |{line}|");
     }
 

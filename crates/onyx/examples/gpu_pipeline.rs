@@ -77,7 +77,10 @@ fn image() -> Vec<u32> {
 
 /// One compute pass of `shader` over `groups` workgroups with `buffers` bound in order.
 fn dispatch(device: &wgpu::Device, queue: &wgpu::Queue, shader: &str, buffers: &[&wgpu::Buffer], groups: u32) {
-    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor { label: None, source: wgpu::ShaderSource::Wgsl(shader.into()) });
+    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+        label: None,
+        source: wgpu::ShaderSource::Wgsl(shader.into()),
+    });
     let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
         label: None,
         layout: None,
@@ -86,10 +89,16 @@ fn dispatch(device: &wgpu::Device, queue: &wgpu::Queue, shader: &str, buffers: &
         compilation_options: Default::default(),
         cache: None,
     });
-    let entries: Vec<_> =
-        buffers.iter().enumerate().map(|(i, b)| wgpu::BindGroupEntry { binding: i as u32, resource: b.as_entire_binding() }).collect();
-    let bind_group =
-        device.create_bind_group(&wgpu::BindGroupDescriptor { label: None, layout: &pipeline.get_bind_group_layout(0), entries: &entries });
+    let entries: Vec<_> = buffers
+        .iter()
+        .enumerate()
+        .map(|(i, b)| wgpu::BindGroupEntry { binding: i as u32, resource: b.as_entire_binding() })
+        .collect();
+    let bind_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: None,
+        layout: &pipeline.get_bind_group_layout(0),
+        entries: &entries,
+    });
     let mut encoder = device.create_command_encoder(&Default::default());
     {
         let mut pass = encoder.begin_compute_pass(&Default::default());
@@ -184,7 +193,8 @@ mod tests {
         let logits = out.get("logits").unwrap().as_tensor().unwrap().as_slice::<f32>().unwrap().to_vec();
         let m = logits.iter().cloned().fold(f32::MIN, f32::max);
         let sum: f32 = logits.iter().map(|l| (l - m).exp()).sum();
-        let mut want: Vec<(u32, f32)> = logits.iter().enumerate().map(|(i, l)| (i as u32, (l - m).exp() / sum)).collect();
+        let mut want: Vec<(u32, f32)> =
+            logits.iter().enumerate().map(|(i, l)| (i as u32, (l - m).exp() / sum)).collect();
         want.sort_by(|a, b| b.1.total_cmp(&a.1));
         for ((gc, gp), (wc, wp)) in top.iter().zip(&want) {
             assert!((gp - wp).abs() < 1e-4, "probability {gp} vs {wp}");

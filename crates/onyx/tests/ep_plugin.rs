@@ -186,7 +186,8 @@ fn disabled_fallback_names_the_nodes_no_provider_takes() {
 fn dynamic_model() -> Model {
     let mut m = model();
     let free = vec![onyx::types::Dim::Symbol("N".into()), onyx::types::Dim::Fixed(5)];
-    m.graph.inputs = vec![ValueInfo::new("X", ValueType::Tensor(TensorType { dtype: DataType::Float, shape: Some(free) }))];
+    m.graph.inputs =
+        vec![ValueInfo::new("X", ValueType::Tensor(TensorType { dtype: DataType::Float, shape: Some(free) }))];
     m.graph.outputs = vec![ValueInfo::new("Y", ValueType::Unknown)];
     m.graph.nodes = vec![
         node("MatMul", "mm", &["X", "W"], &["h1"]),
@@ -217,7 +218,9 @@ fn shape_arithmetic_on_known_shapes_is_folded_into_the_plan() {
     let placement = |s: &onyx::Session| -> Vec<(String, String)> {
         s.assignments().iter().map(|a| (a.node.clone(), a.provider.clone())).collect()
     };
-    let want = |v: &[(&str, &str)]| -> Vec<(String, String)> { v.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect() };
+    let want = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+        v.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+    };
     assert_eq!(
         placement(&fixed),
         want(&[("mm", "cpu"), ("relu", "test"), ("shape", onyx::FOLDED), ("reshape", "cpu"), ("add", "test")])
@@ -229,7 +232,8 @@ fn shape_arithmetic_on_known_shapes_is_folded_into_the_plan() {
         .commit_from_model(dynamic_model())
         .unwrap();
     assert_eq!(placement(&optimized), want(&[("mm", "cpu"), ("relu", "test"), ("reshape", "cpu"), ("add", "test")]));
-    let free = SessionBuilder::new().with_provider(Arc::new(TestEp::default())).commit_from_model(dynamic_model()).unwrap();
+    let free =
+        SessionBuilder::new().with_provider(Arc::new(TestEp::default())).commit_from_model(dynamic_model()).unwrap();
     assert_eq!(free.assignments()[2].provider, "cpu", "with N free, Shape runs (on metadata only)");
 }
 
@@ -258,10 +262,19 @@ fn plans_for_new_shapes_share_the_kernels_of_nodes_whose_inputs_did_not_change()
     // X[N,5] → MatMul(W) [cpu] → h1; Relu(B) [test] → b2 (the same [3] in every plan);
     // Add(h1, b2) [test] → Y (its input shape follows N).
     let mut m = dynamic_model();
-    m.graph.nodes = vec![node("MatMul", "mm", &["X", "W"], &["h1"]), node("Relu", "relu", &["B"], &["b2"]), node("Add", "add", &["h1", "b2"], &["Y"])];
+    m.graph.nodes = vec![
+        node("MatMul", "mm", &["X", "W"], &["h1"]),
+        node("Relu", "relu", &["B"], &["b2"]),
+        node("Add", "add", &["h1", "b2"], &["Y"]),
+    ];
     let ep = Arc::new(TestEp::default());
-    let session = SessionBuilder::new().with_provider(ep.clone()).with_optimization_level(onyx::OptimizationLevel::Disable).commit_from_model(m.clone()).unwrap();
-    let cpu = SessionBuilder::new().with_optimization_level(onyx::OptimizationLevel::Disable).commit_from_model(m).unwrap();
+    let session = SessionBuilder::new()
+        .with_provider(ep.clone())
+        .with_optimization_level(onyx::OptimizationLevel::Disable)
+        .commit_from_model(m.clone())
+        .unwrap();
+    let cpu =
+        SessionBuilder::new().with_optimization_level(onyx::OptimizationLevel::Disable).commit_from_model(m).unwrap();
     for n in [2, 3, 4, 3] {
         assert_eq!(run_y(&session, n), run_y(&cpu, n), "N={n}");
     }

@@ -100,7 +100,12 @@ fn check_generation(cpu: bool) -> usize {
             failures.push(format!("{} at token {at} (gap {gap:.1e}):\n  onyx  {got:?}\n  genai {want:?}", r["name"]));
         }
     }
-    assert!(failures.is_empty(), "{} of {run} sequences differ from onnxruntime-genai's:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {run} sequences differ from onnxruntime-genai's:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
     assert!(near_ties.len() * 10 <= run, "too many sequences part at near-ties: {near_ties:?}");
     eprintln!("{run} sequences, {} parted from genai's at a near-tie: {near_ties:?}", near_ties.len());
     run
@@ -225,7 +230,8 @@ fn a_seed_reproduces_sampling() {
 fn sixteen_threads_on_one_model_give_what_each_gives_alone() {
     let model = load(&folder("gemma2-cpu-int4"), true);
     let p = params(&model, &Json::Object(Default::default()), 24);
-    let prompts: Vec<Vec<i32>> = (0..16).map(|i| (0..3 + i % 5).map(|j| (4 + 31 * i + 17 * j) as i32 % 250 + 4).collect()).collect();
+    let prompts: Vec<Vec<i32>> =
+        (0..16).map(|i| (0..3 + i % 5).map(|j| (4 + 31 * i + 17 * j) as i32 % 250 + 4).collect()).collect();
     let alone: Vec<Vec<i32>> = prompts.iter().map(|prompt| generate(&model, &p, prompt)).collect();
     let together: Vec<Vec<i32>> = std::thread::scope(|s| {
         let handles: Vec<_> = prompts.iter().map(|prompt| s.spawn(|| generate(&model, &p, prompt))).collect();
@@ -253,10 +259,18 @@ fn bad_input_is_a_clear_error() {
     let err = Config::new(&tmp).unwrap_err().to_string();
     assert!(err.contains("genai_config.json: cannot read"), "{err}");
     let good = std::fs::read_to_string(folder("llama-cpu-fp32").join("genai_config.json")).unwrap();
-    std::fs::write(tmp.join("genai_config.json"), good.replace("\"num_hidden_layers\": 2", "\"num_hidden_layers\": -2")).unwrap();
+    std::fs::write(
+        tmp.join("genai_config.json"),
+        good.replace("\"num_hidden_layers\": 2", "\"num_hidden_layers\": -2"),
+    )
+    .unwrap();
     let err = Config::new(&tmp).unwrap_err().to_string();
     assert!(err.contains("genai_config.json: model.decoder.num_hidden_layers:"), "{err}");
-    std::fs::write(tmp.join("genai_config.json"), good.replace("\"provider_options\": []", "\"provider_options\": [{\"tpu\": {}}]")).unwrap();
+    std::fs::write(
+        tmp.join("genai_config.json"),
+        good.replace("\"provider_options\": []", "\"provider_options\": [{\"tpu\": {}}]"),
+    )
+    .unwrap();
     let err = Model::new(&tmp).err().unwrap().to_string();
     assert!(err.contains("unknown provider 'tpu'"), "{err}");
     std::fs::write(tmp.join("genai_config.json"), &good).unwrap();
@@ -274,10 +288,17 @@ fn chat_templates_render_as_transformers_renders_them() {
     let tokenizer = Tokenizer::new(&Config::new(folder("llama-cpu-fp32")).unwrap()).unwrap();
     let mut checked = 0;
     for r in cases(&dir).into_iter().filter(|r| r["op"] == "chat") {
-        let got = tokenizer.apply_chat_template(r["template"].as_str(), r["messages"].as_str().unwrap(), r["tools"].as_str(), r["add_generation_prompt"] == true);
+        let got = tokenizer.apply_chat_template(
+            r["template"].as_str(),
+            r["messages"].as_str().unwrap(),
+            r["tools"].as_str(),
+            r["add_generation_prompt"] == true,
+        );
         match (got, r["rendered"].as_str(), r["error"].as_str()) {
             (Ok(text), Some(want), _) => assert_eq!(text, want, "{}", r["name"]),
-            (Err(e), None, Some(want)) => assert!(e.to_string().contains(want), "{}: {e}, expected {want:?}", r["name"]),
+            (Err(e), None, Some(want)) => {
+                assert!(e.to_string().contains(want), "{}: {e}, expected {want:?}", r["name"])
+            }
             (got, _, _) => panic!("{}: got {got:?}, expected {}", r["name"], r),
         }
         checked += 1;

@@ -44,7 +44,10 @@ fn assert_close(got: &[f32], want: &[f32]) {
 /// y = Relu(x * w + b) - x, with w and b initializers: GPU nodes only.
 fn small_model(n: usize) -> Model {
     let tensor = |dims: &[usize]| {
-        ValueType::Tensor(TensorType { dtype: DataType::Float, shape: Some(dims.iter().map(|&d| Dim::Fixed(d)).collect()) })
+        ValueType::Tensor(TensorType {
+            dtype: DataType::Float,
+            shape: Some(dims.iter().map(|&d| Dim::Fixed(d)).collect()),
+        })
     };
     let node = |op: &str, inputs: &[&str], output: &str| Node {
         name: output.into(),
@@ -54,7 +57,12 @@ fn small_model(n: usize) -> Model {
         ..Default::default()
     };
     let mut graph = Graph {
-        nodes: vec![node("Mul", &["x", "w"], "xw"), node("Add", &["xw", "b"], "s"), node("Relu", &["s"], "r"), node("Sub", &["r", "x"], "y")],
+        nodes: vec![
+            node("Mul", &["x", "w"], "xw"),
+            node("Add", &["xw", "b"], "s"),
+            node("Relu", &["s"], "r"),
+            node("Sub", &["r", "x"], "y"),
+        ],
         inputs: vec![ValueInfo::new("x", tensor(&[2, n]))],
         outputs: vec![ValueInfo::new("y", tensor(&[2, n]))],
         ..Default::default()
@@ -72,7 +80,11 @@ fn cpu_result(model: Model, x: &Tensor) -> Vec<f32> {
 }
 
 fn gpu_session(model: Model, gpu: &Arc<WgpuProvider>) -> onyx::Session {
-    SessionBuilder::new().with_providers([Provider::Custom(gpu.clone())]).with_cpu_fallback(false).commit_from_model(model).unwrap()
+    SessionBuilder::new()
+        .with_providers([Provider::Custom(gpu.clone())])
+        .with_cpu_fallback(false)
+        .commit_from_model(model)
+        .unwrap()
 }
 
 #[test]
@@ -112,7 +124,12 @@ fn a_bound_run_on_gpu_values_copies_nothing_between_host_and_device() {
 
 /// A buffer of the application's, with the usages a tensor needs, holding `data`.
 fn app_buffer(ctx: &onyx::gpu::GpuContext, bytes: u64, usage: wgpu::BufferUsages) -> wgpu::Buffer {
-    ctx.device().create_buffer(&wgpu::BufferDescriptor { label: Some("app"), size: bytes, usage, mapped_at_creation: false })
+    ctx.device().create_buffer(&wgpu::BufferDescriptor {
+        label: Some("app"),
+        size: bytes,
+        usage,
+        mapped_at_creation: false,
+    })
 }
 
 #[test]
@@ -210,12 +227,16 @@ fn nodes_the_gpu_cannot_run_fall_back_to_the_cpu_with_copies() {
         op_type: "Einsum".into(),
         inputs: vec!["y".into()],
         outputs: vec!["z".into()],
-        attributes: vec![onyx::ir::Attribute { name: "equation".into(), value: onyx::ir::AttrValue::String(b"ij->ij".to_vec()) }],
+        attributes: vec![onyx::ir::Attribute {
+            name: "equation".into(),
+            value: onyx::ir::AttrValue::String(b"ij->ij".to_vec()),
+        }],
         ..Default::default()
     });
     model.graph.outputs[0].name = "z".into();
     let cpu = SessionBuilder::new().with_providers([Provider::Cpu]).commit_from_model(model.clone()).unwrap();
-    let mixed = SessionBuilder::new().with_providers([Provider::Custom(gpu.clone())]).commit_from_model(model.clone()).unwrap();
+    let mixed =
+        SessionBuilder::new().with_providers([Provider::Custom(gpu.clone())]).commit_from_model(model.clone()).unwrap();
     assert!(mixed.assignments().iter().any(|a| a.provider == "cpu"));
     assert!(mixed.copies_per_run() >= 1);
     let x = random(&[2, 64], 9);

@@ -240,7 +240,8 @@ fn broadcasts_that_grow_and_other_types_do_not_run_in_place() {
 fn a_warm_run_takes_every_output_from_the_pool() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/tiny_cnn/tiny_cnn.onnx");
     let model = onyx::load_model(&path).unwrap();
-    let options = SessionOptions { fallback: Some(Arc::new(CpuProvider::new())), intra_op_threads: 2, ..Default::default() };
+    let options =
+        SessionOptions { fallback: Some(Arc::new(CpuProvider::new())), intra_op_threads: 2, ..Default::default() };
     let s = Session::new(model, options).unwrap();
     let name = s.inputs()[0].name.clone();
     let x = tensor(&[1, 3, 32, 32], 13);
@@ -274,8 +275,12 @@ fn report_allocations_per_run() {
             inputs.push((stem, onyx::npy::read(&path).unwrap()));
         }
         for pool in [false, true] {
-            let options = SessionOptions { fallback: Some(Arc::new(CpuProvider::new())), intra_op_threads: 2, ..Default::default() }
-                .with_host_pool(pool);
+            let options = SessionOptions {
+                fallback: Some(Arc::new(CpuProvider::new())),
+                intra_op_threads: 2,
+                ..Default::default()
+            }
+            .with_host_pool(pool);
             let s = Session::new(model.clone(), options).unwrap();
             let (mut counts, mut big) = (vec![], vec![]);
             for _ in 0..4 {
@@ -293,7 +298,10 @@ fn report_allocations_per_run() {
             }
             times.sort_by(f64::total_cmp);
             let p50 = times[times.len() / 2];
-            println!("{name} pool={pool}: allocations per run {counts:?}, of >= 16 KiB {big:?}, p50 {p50:.2} ms, pool {:?}", s.host_pool_stats());
+            println!(
+                "{name} pool={pool}: allocations per run {counts:?}, of >= 16 KiB {big:?}, p50 {p50:.2} ms, pool {:?}",
+                s.host_pool_stats()
+            );
         }
     }
 }

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use onyx::ir::{Attribute, AttrValue, Graph, Model, Node};
+use onyx::ir::{AttrValue, Attribute, Graph, Model, Node};
 use onyx::types::{Dim, TensorType, ValueInfo, ValueType};
 use onyx::{DataType, Error, Session, SessionBuilder, Tensor};
 
@@ -44,7 +44,10 @@ fn model(nodes: Vec<Node>, inputs: Vec<ValueInfo>, outputs: &[&str], initializer
 /// ConstantOfShape(shape) with `shape` an int64[1] graph input (its value is data).
 fn constant_of_shape_model() -> Model {
     let mut n = node("fill", "ConstantOfShape", &["shape"], &["y"]);
-    n.attributes = vec![Attribute { name: "value".into(), value: AttrValue::Tensor(Tensor::from_vec(vec![1], vec![1.5f32]).unwrap()) }];
+    n.attributes = vec![Attribute {
+        name: "value".into(),
+        value: AttrValue::Tensor(Tensor::from_vec(vec![1], vec![1.5f32]).unwrap()),
+    }];
     model(vec![n], vec![tensor_input("shape", DataType::Int64, vec![Dim::Fixed(1)])], &["y"], vec![])
 }
 
@@ -94,7 +97,8 @@ fn constant_of_shape_with_a_huge_shape_input_fails_at_run() {
 
 #[test]
 fn a_lowered_tensor_limit_applies_to_sizes_from_data() {
-    let session = SessionBuilder::new().with_max_tensor_bytes(1 << 20).commit_from_model(constant_of_shape_model()).unwrap();
+    let session =
+        SessionBuilder::new().with_max_tensor_bytes(1 << 20).commit_from_model(constant_of_shape_model()).unwrap();
     let ok = session.run([("shape", Tensor::from_vec(vec![1], vec![1000i64]).unwrap())]).unwrap();
     assert_eq!(ok.get("y").unwrap().as_tensor().unwrap().shape(), [1000]);
     let big = Tensor::from_vec(vec![1], vec![(1i64 << 18) + 1]).unwrap();
@@ -156,7 +160,11 @@ fn a_plan_for_new_input_shapes_checks_every_size_before_running() {
 #[test]
 fn the_run_limit_counts_the_values_held_at_once() {
     let m = model(
-        vec![node("relu", "Relu", &["x"], &["r"]), node("neg", "Neg", &["r"], &["n"]), node("abs", "Abs", &["n"], &["y"])],
+        vec![
+            node("relu", "Relu", &["x"], &["r"]),
+            node("neg", "Neg", &["r"], &["n"]),
+            node("abs", "Abs", &["n"], &["y"]),
+        ],
         vec![tensor_input("x", DataType::Float, vec![Dim::Fixed(1000)])],
         &["y"],
         vec![],

@@ -19,20 +19,42 @@ use reference::{cases, compare, manifest_dir};
 use serde_json::Value as Json;
 
 /// The ops a GPU session must run on the GPU, when the model has them.
-const GPU_OPS: [&str; 6] = ["GroupQueryAttention", "MatMulNBits", "SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization", "RotaryEmbedding", "GatherBlockQuantized"];
+const GPU_OPS: [&str; 6] = [
+    "GroupQueryAttention",
+    "MatMulNBits",
+    "SimplifiedLayerNormalization",
+    "SkipSimplifiedLayerNormalization",
+    "RotaryEmbedding",
+    "GatherBlockQuantized",
+];
 
 /// Runs one sequence's steps in order on `providers` (none: the CPU EP), within `widen` times
 /// the manifest's tolerances; returns a report per step, or what failed.
 fn run_sequence(dir: &Path, steps: &[&Json], providers: &[Provider], widen: f64) -> Result<Vec<String>, String> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let model = root.join(steps[0]["model"].as_str().unwrap());
-    let session = SessionBuilder::new().with_providers(providers.iter().cloned()).commit_from_file(&model).map_err(|e| format!("session: {e}"))?;
+    let session = SessionBuilder::new()
+        .with_providers(providers.iter().cloned())
+        .commit_from_file(&model)
+        .map_err(|e| format!("session: {e}"))?;
     if !providers.is_empty() {
         // GroupQueryAttention's windowed cache runs on the CPU EP only.
         let graph = onyx::load_model(&model).map_err(|e| e.to_string())?.graph;
-        let windowed: Vec<&str> = graph.nodes.iter().filter(|n| n.int_or("sliding_window_cache", 0).is_ok_and(|v| v == 1)).map(|n| n.name.as_str()).collect();
-        let gpu_op = |a: &&onyx::NodeAssignment| GPU_OPS.contains(&a.op.as_str()) && !windowed.contains(&a.node.as_str());
-        let on_cpu: Vec<&str> = session.assignments().iter().filter(|a| a.provider == "cpu").filter(gpu_op).map(|a| a.op.as_str()).collect();
+        let windowed: Vec<&str> = graph
+            .nodes
+            .iter()
+            .filter(|n| n.int_or("sliding_window_cache", 0).is_ok_and(|v| v == 1))
+            .map(|n| n.name.as_str())
+            .collect();
+        let gpu_op =
+            |a: &&onyx::NodeAssignment| GPU_OPS.contains(&a.op.as_str()) && !windowed.contains(&a.node.as_str());
+        let on_cpu: Vec<&str> = session
+            .assignments()
+            .iter()
+            .filter(|a| a.provider == "cpu")
+            .filter(gpu_op)
+            .map(|a| a.op.as_str())
+            .collect();
         if !on_cpu.is_empty() {
             return Err(format!("ran on the CPU: {on_cpu:?}"));
         }
@@ -57,7 +79,8 @@ fn run_sequence(dir: &Path, steps: &[&Json], providers: &[Provider], widen: f64)
         for (name, file) in step["outputs"].as_object().unwrap() {
             let want = npy::read(&dir.join(file.as_str().unwrap())).map_err(|e| e.to_string())?;
             let got = outputs.get(name).map_err(|e| e.to_string())?.as_tensor().map_err(|e| e.to_string())?.clone();
-            let err = compare(&got, &want, rtol, atol).map_err(|e| format!("step {}: output '{name}': {e}", step["step"]))?;
+            let err =
+                compare(&got, &want, rtol, atol).map_err(|e| format!("step {}: output '{name}': {e}", step["step"]))?;
             if name == "logits" {
                 worst.push(format!("logits {err:.1e}"));
             }
@@ -89,7 +112,13 @@ fn check_all(providers: &[Provider], widen: f64, min_passed: usize) {
         }
     }
     println!("{passed} sequences match");
-    assert!(failures.is_empty(), "{} of {} sequences differ from ONNX Runtime:\n{}", failures.len(), sequences.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} sequences differ from ONNX Runtime:\n{}",
+        failures.len(),
+        sequences.len(),
+        failures.join("\n")
+    );
     assert!(passed >= min_passed, "only {passed} of {} sequences ran", sequences.len());
 }
 

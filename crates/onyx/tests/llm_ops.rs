@@ -44,7 +44,13 @@ fn llm_ops_match_onnx_runtime_on_the_cpu() {
     ] {
         assert!(per_op.get(op).copied().unwrap_or(0) >= min, "fewer than {min} {op} cases: {per_op:?}");
     }
-    assert!(failures.is_empty(), "{} of {} cases differ from ONNX Runtime:\n{}", failures.len(), cases.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases differ from ONNX Runtime:\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n")
+    );
 }
 
 /// The same cases on the wgpu EP (the nodes it does not take fall back to the CPU EP), against
@@ -57,7 +63,9 @@ fn llm_ops_match_onnx_runtime_on_wgpu() {
     let providers = [onyx::Provider::Wgpu(options), onyx::Provider::Cpu];
     let failures: Vec<String> = cases(&dir)
         .iter()
-        .filter_map(|case| run_case(&dir, case, &providers, &shared_outputs(case)).err().map(|e| format!("{}: {e}", case["name"])))
+        .filter_map(|case| {
+            run_case(&dir, case, &providers, &shared_outputs(case)).err().map(|e| format!("{}: {e}", case["name"]))
+        })
         .collect();
     assert!(failures.is_empty(), "{} cases differ from ONNX Runtime on wgpu:\n{}", failures.len(), failures.join("\n"));
 }

@@ -18,7 +18,11 @@ fn corpus() -> PathBuf {
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/testmodels"));
     let dir = base.join("malformed");
-    assert!(dir.join("malformed.json").exists(), "no malformed corpus in {}: run `bash scripts/test.sh`", dir.display());
+    assert!(
+        dir.join("malformed.json").exists(),
+        "no malformed corpus in {}: run `bash scripts/test.sh`",
+        dir.display()
+    );
     dir
 }
 
@@ -27,7 +31,9 @@ fn corpus() -> PathBuf {
 fn load(path: PathBuf) -> Option<Result<Result<(), String>, ()>> {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
-        let result = std::panic::catch_unwind(|| SessionBuilder::new().commit_from_file(&path).map(|_| ()).map_err(|e| e.to_string()));
+        let result = std::panic::catch_unwind(|| {
+            SessionBuilder::new().commit_from_file(&path).map(|_| ()).map_err(|e| e.to_string())
+        });
         let _ = tx.send(result.map_err(|_| ()));
     });
     rx.recv_timeout(TIMEOUT).ok()

@@ -22,7 +22,13 @@ fn models_match_onnx_runtime() {
             Err(e) => failures.push(format!("{name}: {e}")),
         }
     }
-    assert!(failures.is_empty(), "{} of {} models differ from their reference (ONNX Runtime; Pillow for ImageDecoder):\n{}", failures.len(), cases.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} models differ from their reference (ONNX Runtime; Pillow for ImageDecoder):\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n")
+    );
 }
 
 #[test]

@@ -448,7 +448,11 @@ fn blocked_cnn() -> G {
     let b0 = g.random("b0", &[20], -0.5, 0.5);
     let c0 = g.op("Conv", &[&x, &w0, &b0], vec![ints("pads", &[1, 1, 1, 1]), ints("strides", &[2, 2])]);
     let r0 = g.op("Relu", &[&c0], vec![]);
-    let p0 = g.op("MaxPool", &[&r0], vec![ints("kernel_shape", &[3, 3]), ints("strides", &[2, 2]), ints("pads", &[1, 1, 1, 1])]);
+    let p0 = g.op(
+        "MaxPool",
+        &[&r0],
+        vec![ints("kernel_shape", &[3, 3]), ints("strides", &[2, 2]), ints("pads", &[1, 1, 1, 1])],
+    );
     let w1 = g.random("w1", &[20, 20, 3, 3], -0.3, 0.3);
     let c1 = g.op("Conv", &[&p0, &w1], vec![ints("pads", &[1, 1, 1, 1])]);
     let a1 = g.op("Add", &[&c1, &p0], vec![]);
@@ -458,7 +462,11 @@ fn blocked_cnn() -> G {
     let (lo, hi) = (g.scalar("lo", 0.0), g.scalar("hi", 6.0));
     let d = g.op("Clip", &[&d, &lo, &hi], vec![]);
     let w2 = g.random("w2", &[33, 20, 2, 2], -0.3, 0.3);
-    let c2 = g.op("Conv", &[&d, &w2], vec![Attribute { name: "auto_pad".into(), value: AttrValue::String(b"SAME_UPPER".to_vec()) }]);
+    let c2 = g.op(
+        "Conv",
+        &[&d, &w2],
+        vec![Attribute { name: "auto_pad".into(), value: AttrValue::String(b"SAME_UPPER".to_vec()) }],
+    );
     let s2 = g.op("Sigmoid", &[&c2], vec![]);
     let p2 = g.op("AveragePool", &[&s2], vec![ints("kernel_shape", &[2, 2]), ints("strides", &[1, 1])]);
     let gp = g.op("GlobalAveragePool", &[&p2], vec![]);

@@ -26,7 +26,10 @@ fn model() -> Model {
     };
     let mut x = ValueInfo::new(
         "X",
-        ValueType::Tensor(TensorType { dtype: DataType::Float, shape: Some(vec![Dim::Symbol("batch".into()), Dim::Fixed(K)]) }),
+        ValueType::Tensor(TensorType {
+            dtype: DataType::Float,
+            shape: Some(vec![Dim::Symbol("batch".into()), Dim::Fixed(K)]),
+        }),
     );
     x.denotations = vec![Some("DATA_BATCH".into()), None];
     Model {
@@ -90,7 +93,10 @@ fn owned_and_borrowed_inputs_agree() {
     let shape = [3, K];
     let a = session.run([("X", TensorView::from_slice(&shape, &x).unwrap())]).unwrap();
     let b = session.run([("X", Tensor::from_vec(vec![3, K], x.clone()).unwrap())]).unwrap();
-    assert_eq!(a[0].as_tensor().unwrap().as_slice::<f32>().unwrap(), b[0].as_tensor().unwrap().as_slice::<f32>().unwrap());
+    assert_eq!(
+        a[0].as_tensor().unwrap().as_slice::<f32>().unwrap(),
+        b[0].as_tensor().unwrap().as_slice::<f32>().unwrap()
+    );
 }
 
 #[test]

@@ -2,8 +2,8 @@
 //! single-threaded run of the same input. And an ignored leak check: resident memory over
 //! 100,000 runs (`cargo test -p onyx --test stress -- --ignored --nocapture`).
 
-use std::path::{Path, PathBuf};
 use onyx::{Session, SessionBuilder, Tensor};
+use std::path::{Path, PathBuf};
 
 const THREADS: usize = 16;
 
@@ -38,7 +38,10 @@ fn stress(session: &Session, inputs: &[Tensor], runs: usize) {
                     let got = run(session, &inputs[i]);
                     assert_eq!(got.len(), expected[i].len(), "thread {t} run {r} input {i}");
                     for (k, (g, w)) in got.iter().zip(&expected[i]).enumerate() {
-                        assert!((g - w).abs() <= 1e-6 + 1e-5 * w.abs(), "thread {t} run {r} input {i} element {k}: {g} vs {w}");
+                        assert!(
+                            (g - w).abs() <= 1e-6 + 1e-5 * w.abs(),
+                            "thread {t} run {r} input {i} element {k}: {g} vs {w}"
+                        );
                     }
                 }
             });
@@ -131,7 +134,8 @@ fn resident_memory_stays_flat_over_100k_cpu_runs() {
 #[ignore = "100,000 runs: run by hand, the figure is in docs/robustness.md"]
 fn resident_memory_stays_flat_over_100k_wgpu_runs() {
     let Some(gpu) = gpu() else { return };
-    let session = SessionBuilder::new().with_providers([onyx::Provider::Custom(gpu)]).commit_from_file(model("digits")).unwrap();
+    let session =
+        SessionBuilder::new().with_providers([onyx::Provider::Custom(gpu)]).commit_from_file(model("digits")).unwrap();
     assert!(session.assignments().iter().any(|a| a.provider == "wgpu"), "no node runs on wgpu");
     resident_memory_stays_flat(&session);
 }

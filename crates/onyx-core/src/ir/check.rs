@@ -123,11 +123,8 @@ pub fn topo_sort(graph: &mut Graph, what: &str) -> Result<()> {
         }
     }
     if order.len() != n {
-        let stuck: Vec<String> = (0..n)
-            .filter(|&i| pending[i] > 0)
-            .take(5)
-            .map(|i| graph.nodes[i].location().to_string())
-            .collect();
+        let stuck: Vec<String> =
+            (0..n).filter(|&i| pending[i] > 0).take(5).map(|i| graph.nodes[i].location().to_string()).collect();
         return Err(Error::InvalidModel(format!("{what} has a cycle through {}", stuck.join(", "))));
     }
     let mut nodes: Vec<Option<Node>> = std::mem::take(&mut graph.nodes).into_iter().map(Some).collect();

@@ -35,7 +35,8 @@ pub fn clamp_slice_axis(start: i64, end: i64, step: i64, dim: usize) -> AxisSlic
 /// The output shape of Reshape: `0` copies the input dim (or is a real 0 with `allowzero`),
 /// one `-1` takes what is left. Errors name input 1 (the shape).
 pub fn reshape_dims(input: &[usize], spec: &[i64], allowzero: bool, at: &Location) -> Result<Vec<usize>> {
-    let cannot = || Error::input(at, 1, format!("a shape with as many elements as the input {input:?}"), format!("{spec:?}"));
+    let cannot =
+        || Error::input(at, 1, format!("a shape with as many elements as the input {input:?}"), format!("{spec:?}"));
     let total = element_count(input).map_err(|e| e.at(at))?;
     let mut out = Vec::with_capacity(spec.len());
     let mut infer = None;
@@ -48,7 +49,12 @@ pub fn reshape_dims(input: &[usize], spec: &[i64], allowzero: bool, at: &Locatio
             }
             0 if allowzero => 0,
             0 => *input.get(i).ok_or_else(|| {
-                Error::input(at, 1, format!("0 only at positions below the input rank {}", input.len()), format!("{spec:?}"))
+                Error::input(
+                    at,
+                    1,
+                    format!("0 only at positions below the input rank {}", input.len()),
+                    format!("{spec:?}"),
+                )
             })?,
             s if s < 0 => return Err(Error::input(at, 1, "dims >= -1", format!("{spec:?}"))),
             s => usize::try_from(s).map_err(|_| Error::input(at, 1, "dims that fit in memory", format!("{spec:?}")))?,
@@ -177,7 +183,13 @@ mod tests {
         assert_eq!(reshape_dims(&[2, 3, 4], &[0, -1], false, &at()).unwrap(), [2, 12]);
         assert_eq!(reshape_dims(&[2, 0], &[0, 5], true, &at()).unwrap(), [0, 5]);
         assert_eq!(reshape_dims(&[0, 3], &[-1, 3], false, &at()).unwrap(), [0, 3]);
-        for (spec, allowzero) in [(&[-1, -1][..], false), (&[7][..], false), (&[0, 0, 0, 0][..], false), (&[-2][..], false), (&[0, -1][..], true)] {
+        for (spec, allowzero) in [
+            (&[-1, -1][..], false),
+            (&[7][..], false),
+            (&[0, 0, 0, 0][..], false),
+            (&[-2][..], false),
+            (&[0, -1][..], true),
+        ] {
             assert!(reshape_dims(&[2, 3], spec, allowzero, &at()).is_err(), "{spec:?}");
         }
         assert!(reshape_dims(&[2], &[i64::MAX, i64::MAX], false, &at()).is_err(), "overflow");

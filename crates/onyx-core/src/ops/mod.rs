@@ -2,7 +2,7 @@
 
 pub mod contrib;
 pub mod infer;
-mod onnx_ops;
 pub mod layout;
+mod onnx_ops;
 pub mod registry;
 pub mod resize;

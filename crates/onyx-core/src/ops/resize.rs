@@ -241,7 +241,12 @@ impl ResizeAttrs {
             "not_larger" if v >= 18 => Policy::NotLarger,
             "not_smaller" if v >= 18 => Policy::NotSmaller,
             other => {
-                return Err(Error::attribute(&at, "keep_aspect_ratio_policy", "stretch, not_larger or not_smaller", other))
+                return Err(Error::attribute(
+                    &at,
+                    "keep_aspect_ratio_policy",
+                    "stretch, not_larger or not_smaller",
+                    other,
+                ))
             }
         };
         let filter = Filter {
@@ -330,7 +335,12 @@ impl ResizeAttrs {
     fn apply_scales(&self, plan: &mut [Axis], axes: &[usize], scales: &[f64], max_len: usize) -> Result<()> {
         let index = self.arguments.scales_input();
         if scales.len() != axes.len() || scales.iter().any(|&s| !(s > 0.0 && s.is_finite())) {
-            return Err(Error::input(&self.at, index, format!("{} positive scales", axes.len()), format!("{scales:?}")));
+            return Err(Error::input(
+                &self.at,
+                index,
+                format!("{} positive scales", axes.len()),
+                format!("{scales:?}"),
+            ));
         }
         for (&d, &s) in axes.iter().zip(scales) {
             let out = (plan[d].input as f64 * s).floor();
@@ -416,7 +426,12 @@ fn parse_rounding(s: &str, at: &Location) -> Result<Rounding> {
         "floor" => Rounding::Floor,
         "ceil" => Rounding::Ceil,
         other => {
-            return Err(Error::attribute(at, "nearest_mode", "round_prefer_floor, round_prefer_ceil, floor or ceil", other))
+            return Err(Error::attribute(
+                at,
+                "nearest_mode",
+                "round_prefer_floor, round_prefer_ceil, floor or ceil",
+                other,
+            ))
         }
     })
 }
@@ -481,7 +496,8 @@ mod tests {
         assert_eq!(plan.iter().map(|a| a.output).collect::<Vec<_>>(), [1, 3, 10, 3]);
         let plan = plain.plan(&[2, 4], None, None, Some(vec![3, 9]), 1 << 20).unwrap();
         assert_eq!((plan[0].output, plan[0].scale, plan[1].output), (3, 1.5, 9));
-        let not_larger = ResizeAttrs::from_node(&node(vec![string("keep_aspect_ratio_policy", "not_larger")]), 18).unwrap();
+        let not_larger =
+            ResizeAttrs::from_node(&node(vec![string("keep_aspect_ratio_policy", "not_larger")]), 18).unwrap();
         let plan = not_larger.plan(&[4, 8], None, None, Some(vec![2, 2]), 1 << 20).unwrap();
         assert_eq!((plan[0].output, plan[1].output), (1, 2), "one scale, the smaller ratio 0.25");
         assert!(plain.plan(&[2], None, Some(vec![1e30]), None, 1 << 20).is_err(), "too long");
@@ -498,6 +514,9 @@ mod tests {
         assert!(ResizeAttrs::from_node(&node(vec![string("nearest_mode", "x")]), 19).is_err());
         assert!(ResizeAttrs::from_node(&node(vec![string("keep_aspect_ratio_policy", "not_larger")]), 13).is_err());
         let legacy = ResizeAttrs::from_node(&node(vec![string("mode", "linear")]), 10).unwrap();
-        assert_eq!((legacy.coord, legacy.rounding, legacy.arguments.scales_input()), (Coord::Asymmetric, Rounding::Simple, 1));
+        assert_eq!(
+            (legacy.coord, legacy.rounding, legacy.arguments.scales_input()),
+            (Coord::Asymmetric, Rounding::Simple, 1)
+        );
     }
 }

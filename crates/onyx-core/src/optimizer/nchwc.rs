@@ -32,8 +32,25 @@ use crate::{DataType, Result};
 
 /// Elementwise ops that run unchanged on blocked tensors of one shape (every input blocked).
 const ELEMENTWISE: &[&str] = &[
-    "Add", "Sub", "Mul", "Div", "Max", "Min", "Sum", "Relu", "Sigmoid", "Tanh", "LeakyRelu", "HardSigmoid",
-    "HardSwish", "Elu", "Selu", "Softplus", "Neg", "Abs", "Clip",
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Max",
+    "Min",
+    "Sum",
+    "Relu",
+    "Sigmoid",
+    "Tanh",
+    "LeakyRelu",
+    "HardSigmoid",
+    "HardSwish",
+    "Elu",
+    "Selu",
+    "Softplus",
+    "Neg",
+    "Abs",
+    "Clip",
 ];
 
 /// The blocked form of a value.
@@ -163,7 +180,13 @@ impl Walk<'_, '_> {
             return;
         }
         let attrs = vec![int("block", twin.block as i64), int("channels", twin.channels as i64)];
-        let reorder = onyx_node("ReorderOutput", &format!("{name}_reorder_output"), vec![twin.name.clone()], name.to_string(), attrs);
+        let reorder = onyx_node(
+            "ReorderOutput",
+            &format!("{name}_reorder_output"),
+            vec![twin.name.clone()],
+            name.to_string(),
+            attrs,
+        );
         self.nodes.push(reorder);
     }
 
@@ -174,7 +197,13 @@ impl Walk<'_, '_> {
             return (t.block == b && t.provider == p).then(|| t.name.clone());
         }
         let blocked = self.fresh(&format!("{name}_nchwc"));
-        let reorder = onyx_node("ReorderInput", &format!("{name}_reorder_input"), vec![name.to_string()], blocked.clone(), vec![int("block", b as i64)]);
+        let reorder = onyx_node(
+            "ReorderInput",
+            &format!("{name}_reorder_input"),
+            vec![name.to_string()],
+            blocked.clone(),
+            vec![int("block", b as i64)],
+        );
         if !self.takes(p, &reorder) {
             return None;
         }
@@ -190,7 +219,9 @@ impl Walk<'_, '_> {
         let Some(plan) = ConvPlan::new(self.view, node) else { return false };
         let Some((p, b)) = self.provider_block(node) else { return false };
         let mut attrs = plan.attributes(b);
-        attrs.extend(node.attributes.iter().filter(|a| a.name == "activation" || a.name == "activation_params").cloned());
+        attrs.extend(
+            node.attributes.iter().filter(|a| a.name == "activation" || a.name == "activation_params").cloned(),
+        );
         let mut new = onyx_node("NchwcConv", &node.name, node.inputs.clone(), String::new(), attrs);
         if !self.takes(p, &new) {
             return false;
@@ -247,12 +278,17 @@ impl Walk<'_, '_> {
         let kernel_2d = node.get_ints("kernel_shape").ok().flatten().is_some_and(|k| k.len() == 2);
         let auto_pad = node.string_or("auto_pad", "NOTSET").ok();
         let explicit = matches!(auto_pad.as_deref(), Some("NOTSET" | "VALID"));
-        if !kernel_2d || !explicit || node.int_or("storage_order", 0).ok() != Some(0) || !only_first_output_used(self.view, node) {
+        if !kernel_2d
+            || !explicit
+            || node.int_or("storage_order", 0).ok() != Some(0)
+            || !only_first_output_used(self.view, node)
+        {
             return false;
         }
         let mut attrs: Vec<Attribute> = node.attributes.iter().filter(|a| a.name != "auto_pad").cloned().collect();
         attrs.push(int("block", from.block as i64));
-        let new = onyx_node(&format!("Nchwc{}", node.op_type), &node.name, vec![from.name.clone()], String::new(), attrs);
+        let new =
+            onyx_node(&format!("Nchwc{}", node.op_type), &node.name, vec![from.name.clone()], String::new(), attrs);
         self.convert_to(node, new, &from)
     }
 
@@ -273,7 +309,9 @@ impl Walk<'_, '_> {
     fn elementwise(&mut self, node: &Node) -> bool {
         let Some(from) = self.chain_input(node) else { return false };
         let (first, tensors) = (&node.inputs[0], if node.op_type == "Clip" { 1 } else { node.inputs.len() });
-        if node.op_type == "Clip" && !node.inputs.iter().skip(1).filter(|n| !n.is_empty()).all(|n| self.view.scalar(n).is_some()) {
+        if node.op_type == "Clip"
+            && !node.inputs.iter().skip(1).filter(|n| !n.is_empty()).all(|n| self.view.scalar(n).is_some())
+        {
             return false;
         }
         let mut inputs = Vec::with_capacity(node.inputs.len());

@@ -3,10 +3,10 @@
 
 use std::collections::HashMap;
 
+use super::binding::OutputTarget;
 use super::plan::{Plan, Providers, StepKind};
 use crate::device::Device;
 use crate::ep::{RunState, SubgraphRunner, ValueRef};
-use super::binding::OutputTarget;
 use crate::{Error, Result, Tensor, Value};
 
 /// A slot's content during a run: borrowed from the caller (or an enclosing graph), or owned.
@@ -160,13 +160,17 @@ fn donation(step: &super::plan::Step, env: &mut [Option<Slot<'_>>]) -> Option<(u
             _ => None,
         }
     };
-    let best = step
-        .donatable
-        .iter()
-        .copied()
-        .filter(|i| accepts.contains(i))
-        .filter_map(|i| bytes(i).map(|b| (i, b)))
-        .fold(None, |best: Option<(usize, usize)>, (i, b)| if best.is_some_and(|(_, bb)| bb >= b) { best } else { Some((i, b)) });
+    let best =
+        step.donatable.iter().copied().filter(|i| accepts.contains(i)).filter_map(|i| bytes(i).map(|b| (i, b))).fold(
+            None,
+            |best: Option<(usize, usize)>, (i, b)| {
+                if best.is_some_and(|(_, bb)| bb >= b) {
+                    best
+                } else {
+                    Some((i, b))
+                }
+            },
+        );
     let (i, _) = best?;
     let slot = step.inputs[i]?;
     match env[slot].take() {
@@ -193,7 +197,10 @@ pub(crate) fn execute<'a>(
         pool.raise_cap(pool_cap(plan.peak_bytes));
         crate::host_pool::enter(pool)
     });
-    let bound = wanted.iter().filter_map(|(_, t)| if let OutputTarget::Into(dst) = t { Some(dst.clone()) } else { None }).collect();
+    let bound = wanted
+        .iter()
+        .filter_map(|(_, t)| if let OutputTarget::Into(dst) = t { Some(dst.clone()) } else { None })
+        .collect();
     let mut states = RunStates::new(providers, bound);
     for (slot, value) in &plan.constants {
         if env[*slot].is_none() {
@@ -251,7 +258,8 @@ pub(crate) fn execute<'a>(
     let mut produced = vec![];
     for (i, _) in wanted {
         let (name, slot) = &plan.outputs[*i];
-        let value = env[*slot].take().ok_or_else(|| Error::InvalidModel(format!("output '{name}' was not computed")))?;
+        let value =
+            env[*slot].take().ok_or_else(|| Error::InvalidModel(format!("output '{name}' was not computed")))?;
         produced.push(value.into_value());
     }
     // Device-to-device copies first, recorded into the runs; then one flush; then host copies.
@@ -346,12 +354,13 @@ impl SubgraphRunner for SubgraphPlan {
             env[*slot] = Some(Slot::Ref(*value));
         }
         for (name, slot) in &self.plan.outer {
-            let value = outer
-                .get(name.as_str())
-                .ok_or_else(|| Error::InvalidModel(format!("subgraph reads '{name}', which the enclosing graph did not pass")))?;
+            let value = outer.get(name.as_str()).ok_or_else(|| {
+                Error::InvalidModel(format!("subgraph reads '{name}', which the enclosing graph did not pass"))
+            })?;
             env[*slot] = Some(Slot::Ref(*value));
         }
-        let wanted: Vec<(usize, OutputTarget)> = (0..self.plan.outputs.len()).map(|i| (i, OutputTarget::Host)).collect();
+        let wanted: Vec<(usize, OutputTarget)> =
+            (0..self.plan.outputs.len()).map(|i| (i, OutputTarget::Host)).collect();
         execute(&self.plan, &self.providers, env, &wanted, None)
     }
 }

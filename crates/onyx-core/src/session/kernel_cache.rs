@@ -7,7 +7,6 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
-
 use crate::ep::{ExecutionProvider, Kernel, NodeContext};
 use crate::ir::AttrValue;
 use crate::{Result, TensorData};
@@ -38,7 +37,12 @@ struct Key {
 impl KernelCache {
     /// The kernel of `ctx.node` on provider `index`, shared when a live plan already built one
     /// from the same input types and constants.
-    pub fn get_or_build(&self, index: usize, provider: &dyn ExecutionProvider, ctx: &NodeContext<'_>) -> Result<Arc<dyn Kernel>> {
+    pub fn get_or_build(
+        &self,
+        index: usize,
+        provider: &dyn ExecutionProvider,
+        ctx: &NodeContext<'_>,
+    ) -> Result<Arc<dyn Kernel>> {
         let Some(signature) = signature(ctx) else {
             return Ok(Arc::from(provider.build_kernel(ctx)?));
         };
@@ -70,8 +74,12 @@ fn signature(ctx: &NodeContext<'_>) -> Option<String> {
     for constant in &ctx.constant_inputs {
         match constant.map(|t| (t, t.data())) {
             None => s.push_str("|-"),
-            Some((t, TensorData::Host(h))) if by_value(t) => s.push_str(&format!("|{:?}{:?}{:?}", t.dtype(), t.shape(), h.bytes())),
-            Some((t, TensorData::Host(h))) => s.push_str(&format!("|{:?}{:?}@{:p}", t.dtype(), t.shape(), h.bytes().as_ptr())),
+            Some((t, TensorData::Host(h))) if by_value(t) => {
+                s.push_str(&format!("|{:?}{:?}{:?}", t.dtype(), t.shape(), h.bytes()))
+            }
+            Some((t, TensorData::Host(h))) => {
+                s.push_str(&format!("|{:?}{:?}@{:p}", t.dtype(), t.shape(), h.bytes().as_ptr()))
+            }
             Some((t, other)) => s.push_str(&format!("|{:?}{:?}@{:p}", t.dtype(), t.shape(), other as *const _)),
         }
     }

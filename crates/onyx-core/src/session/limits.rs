@@ -218,7 +218,10 @@ mod tests {
         {
             let _run = enter_run(small, 60);
             let err = check_alloc(101, || "output 'y' of NonZero node 'nz'".into()).unwrap_err().to_string();
-            assert!(err.contains("'y'") && err.contains("101") && err.contains("max_tensor_bytes") && err.contains("100"), "{err}");
+            assert!(
+                err.contains("'y'") && err.contains("101") && err.contains("max_tensor_bytes") && err.contains("100"),
+                "{err}"
+            );
             let err = check_elements(DataType::Float, 25, || "z".into()).unwrap_err().to_string();
             assert!(err.contains("max_run_bytes") && err.contains("160"), "{err}");
             assert!(check_alloc(90, || "w".into()).is_ok());

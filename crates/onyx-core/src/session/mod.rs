@@ -2,11 +2,11 @@
 
 mod binding;
 mod executor;
+mod kernel_cache;
 pub mod limits;
 mod options;
 mod outputs;
 mod plan;
-mod kernel_cache;
 mod plan_cache;
 mod spin;
 mod validate;
@@ -14,19 +14,19 @@ mod validate;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use crate::ep::ValueRef;
 use crate::ir::Model;
 use crate::ops::infer::Inferred;
 use crate::types::{TensorType, ValueInfo, ValueType};
 use crate::{Error, InputValue, Result};
-use crate::ep::ValueRef;
 
 pub use binding::{IoBinding, OutputTarget};
-use executor::{execute, new_env, Slot};
 pub use executor::NodeTime;
+use executor::{execute, new_env, Slot};
 pub use options::{OptimizationLevel, SessionOptions};
 pub use outputs::Outputs;
-pub use plan::{NodeAssignment, FOLDED};
 use plan::{build_plan, Plan, Providers};
+pub use plan::{NodeAssignment, FOLDED};
 use plan_cache::PlanCache;
 
 /// A model ready to run. `Send + Sync`: `run` may be called from many threads at once; each
@@ -68,15 +68,14 @@ impl Session {
             ));
         }
         options.limits.check_nesting(&model.graph)?;
-        let providers =
-            Providers {
-                list,
-                has_fallback: options.fallback.is_some(),
-                uploads: Default::default(),
-                limits: options.limits,
-                host_pool: host_pool_enabled(&options).then(Default::default),
-                kernels: Default::default(),
-            };
+        let providers = Providers {
+            list,
+            has_fallback: options.fallback.is_some(),
+            uploads: Default::default(),
+            limits: options.limits,
+            host_pool: host_pool_enabled(&options).then(Default::default),
+            kernels: Default::default(),
+        };
         let known: HashMap<String, Inferred> =
             inputs.iter().map(|i| (i.name.clone(), Inferred::of_type(i.ty.clone()))).collect();
         let plan = build_plan(&model.graph, &providers, &model.opsets, known)?;

@@ -49,8 +49,12 @@ impl DeviceConstants {
             // Constants sharing bytes may differ in shape (a folded Reshape of a weight that
             // another node reads as it is): the same device bytes, viewed in this shape.
             match (v, value) {
-                (Value::Tensor(d), Value::Tensor(h)) if d.dtype() == h.dtype() && d.shape() == h.shape() => return Ok(v.clone()),
-                (Value::Tensor(d), Value::Tensor(h)) if d.dtype() == h.dtype() => return Ok(Value::Tensor(d.reshaped(h.shape().to_vec())?)),
+                (Value::Tensor(d), Value::Tensor(h)) if d.dtype() == h.dtype() && d.shape() == h.shape() => {
+                    return Ok(v.clone())
+                }
+                (Value::Tensor(d), Value::Tensor(h)) if d.dtype() == h.dtype() => {
+                    return Ok(Value::Tensor(d.reshaped(h.shape().to_vec())?))
+                }
                 _ => return super::executor::copy_value(value, device, providers),
             }
         }
@@ -69,7 +73,9 @@ impl DeviceConstants {
 fn host_key(value: &Value, device: Device) -> Option<(usize, usize, Device)> {
     match value {
         Value::Tensor(t) => match t.data() {
-            TensorData::Host(h) if !h.bytes().is_empty() => Some((h.bytes().as_ptr() as usize, h.bytes().len(), device)),
+            TensorData::Host(h) if !h.bytes().is_empty() => {
+                Some((h.bytes().as_ptr() as usize, h.bytes().len(), device))
+            }
             _ => None,
         },
         _ => None,
@@ -335,7 +341,10 @@ pub(crate) fn build_plan(
     // shaders and start compiling them while the weights are uploaded.
     let pending = std::mem::take(&mut b.pending);
     let build_kernels = || -> Result<Vec<Arc<dyn Kernel>>> {
-        kernel_steps.iter().map(|k| providers.kernels.get_or_build(k.provider, &*providers.list[k.provider], &contexts.of(k.node)?)).collect()
+        kernel_steps
+            .iter()
+            .map(|k| providers.kernels.get_or_build(k.provider, &*providers.list[k.provider], &contexts.of(k.node)?))
+            .collect()
     };
     let (kernels, copied) = if pending.is_empty() {
         (build_kernels(), Ok(vec![]))
@@ -449,11 +458,7 @@ fn folded_outputs(node: &crate::ir::Node, known: &HashMap<String, Inferred>) -> 
     if random || has_subgraph || node.outputs.iter().all(String::is_empty) {
         return None;
     }
-    node.outputs
-        .iter()
-        .filter(|o| !o.is_empty())
-        .map(|o| known.get(o).and_then(|k| k.constant.clone()))
-        .collect()
+    node.outputs.iter().filter(|o| !o.is_empty()).map(|o| known.get(o).and_then(|k| k.constant.clone())).collect()
 }
 
 /// Makes the [`NodeContext`] of each node of one graph.
@@ -526,9 +531,11 @@ fn prefer_host_for_shape_nodes(
         if choice[n] == cpu || node.outputs.is_empty() || !node.outputs.iter().all(|o| o.is_empty() || integer(o)) {
             continue;
         }
-        let read_on_host = node.outputs.iter().flat_map(|o| readers.get(o.as_str()).into_iter().flatten()).all(
-            |&(r, i)| choice[r] == cpu || i.is_some_and(|i| host[r].contains(&i)),
-        );
+        let read_on_host = node
+            .outputs
+            .iter()
+            .flat_map(|o| readers.get(o.as_str()).into_iter().flatten())
+            .all(|&(r, i)| choice[r] == cpu || i.is_some_and(|i| host[r].contains(&i)));
         if read_on_host && providers.list[cpu].supports(&contexts.of(node)?) {
             choice[n] = cpu;
             host[n] = (0..node.inputs.len()).collect();
@@ -554,11 +561,8 @@ fn plan_lifetimes(steps: &mut [Step], outputs: &[(String, usize)], slot_count: u
         }
     }
     for step in steps.iter_mut() {
-        let wanted: Vec<bool> = step
-            .outputs
-            .iter()
-            .map(|o| o.is_some_and(|s| kept.contains(&s) || last_use[s].is_some()))
-            .collect();
+        let wanted: Vec<bool> =
+            step.outputs.iter().map(|o| o.is_some_and(|s| kept.contains(&s) || last_use[s].is_some())).collect();
         // Outputs nobody reads are dropped as soon as they are made.
         let unread = step.outputs.iter().zip(&wanted).filter_map(|(o, w)| if *w { None } else { *o });
         step.free_after.extend(unread.collect::<Vec<_>>());
@@ -619,7 +623,14 @@ mod tests {
     /// node reads as it is) each get their own shape from the cache of device copies.
     #[test]
     fn device_copies_of_shared_bytes_keep_each_constant_shape() {
-        let providers = Providers { list: vec![], has_fallback: false, uploads: Default::default(), limits: Default::default(), host_pool: None, kernels: Default::default() };
+        let providers = Providers {
+            list: vec![],
+            has_fallback: false,
+            uploads: Default::default(),
+            limits: Default::default(),
+            host_pool: None,
+            kernels: Default::default(),
+        };
         let w = crate::Tensor::from_vec(vec![2, 3], vec![1f32, 2., 3., 4., 5., 6.]).unwrap();
         let reshaped = w.reshaped(vec![3, 2]).unwrap();
         let cache = DeviceConstants::default();

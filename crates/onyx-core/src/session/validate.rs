@@ -21,8 +21,8 @@ pub(crate) fn apply_free_dims(input: &ValueInfo, options: &SessionOptions) -> Re
             _ => None,
         };
         let denotation = input.denotations.get(i).and_then(Option::as_deref);
-        let by_denotation = denotation
-            .and_then(|d| options.free_dims_by_denotation.iter().find(|(n, _)| n == d).map(|(_, v)| *v));
+        let by_denotation =
+            denotation.and_then(|d| options.free_dims_by_denotation.iter().find(|(n, _)| n == d).map(|(_, v)| *v));
         if let Some(v) = by_name.or(by_denotation) {
             *dim = Dim::Fixed(v);
         }

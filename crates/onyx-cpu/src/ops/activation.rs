@@ -109,7 +109,19 @@ mod tests {
         let x = random_f32(&mut rng, 37, -3.0, 3.0);
         let attrs = vec![("lambd", AttrValue::Float(1.25)), ("bias", AttrValue::Float(0.5))];
         let y = apply(build_shrink, "Shrink", attrs.clone(), tensor(&[37], x.clone())).unwrap();
-        let want: Vec<f64> = x.iter().map(|&v| v as f64).map(|v| if v < -1.25 { v + 0.5 } else if v > 1.25 { v - 0.5 } else { 0.0 }).collect();
+        let want: Vec<f64> = x
+            .iter()
+            .map(|&v| v as f64)
+            .map(|v| {
+                if v < -1.25 {
+                    v + 0.5
+                } else if v > 1.25 {
+                    v - 0.5
+                } else {
+                    0.0
+                }
+            })
+            .collect();
         assert_close(&floats(&y), &want, 1e-6, 1e-7, "shrink");
         let xi: Vec<i32> = (-5..6).collect();
         let y = apply(build_shrink, "Shrink", attrs, tensor(&[11], xi)).unwrap();
@@ -124,10 +136,15 @@ mod tests {
 
     #[test]
     fn invalid_activations_are_errors() {
-        assert!(apply(build_shrink, "Shrink", vec![("lambd", AttrValue::Float(-1.0))], Tensor::scalar(1f32)).unwrap_err().to_string().contains("lambd"));
+        assert!(apply(build_shrink, "Shrink", vec![("lambd", AttrValue::Float(-1.0))], Tensor::scalar(1f32))
+            .unwrap_err()
+            .to_string()
+            .contains("lambd"));
         let e = apply(build_swish, "Swish", vec![], tensor(&[1], vec![1i32])).unwrap_err().to_string();
         assert!(e.contains("input 0") && e.contains("int32"), "{e}");
-        let e = apply(build_shrink, "Shrink", vec![], Tensor::from_bools(vec![1], vec![true]).unwrap()).unwrap_err().to_string();
+        let e = apply(build_shrink, "Shrink", vec![], Tensor::from_bools(vec![1], vec![true]).unwrap())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("bool"), "{e}");
     }
 }

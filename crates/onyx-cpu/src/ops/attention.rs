@@ -14,9 +14,9 @@ use onyx_core::ep::{Kernel, NodeContext, ValueRef};
 use onyx_core::{DataType, Error, Location, Result, TensorView, Value};
 use rayon::prelude::*;
 
+use super::elementwise::exp_f32;
 use super::matmul::gemm::{gemm_serial, MatMut, MatRef};
 use super::matmul::real::{compute_type, float_output, float_slice, Real};
-use super::elementwise::exp_f32;
 use super::reduce::fold_lanes;
 use super::util;
 use crate::Registry;
@@ -93,7 +93,12 @@ fn build_attention(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
     if let Some(p) = node.get_int("softmax_precision")? {
         let ok = DataType::from_onnx(p as i32).is_some_and(|d| compute_type(d).is_some());
         if !ok {
-            return Err(Error::attribute(&at, "softmax_precision", "a float type code (1, 10, 11 or 16)", p.to_string()));
+            return Err(Error::attribute(
+                &at,
+                "softmax_precision",
+                "a float type code (1, 10, 11 or 16)",
+                p.to_string(),
+            ));
         }
     }
     let is_causal = match node.int_or("is_causal", 0)? {
@@ -142,13 +147,26 @@ fn split_heads(shape: &[usize], heads: Option<usize>, i: usize, name: &str, at: 
     match (shape.len(), heads) {
         (4, h) => {
             if h.is_some_and(|h| h != shape[1]) {
-                return Err(Error::input(at, i, format!("{name} with {} heads (the attribute)", h.unwrap_or(0)), format!("{shape:?}")));
+                return Err(Error::input(
+                    at,
+                    i,
+                    format!("{name} with {} heads (the attribute)", h.unwrap_or(0)),
+                    format!("{shape:?}"),
+                ));
             }
             Ok([shape[0], shape[1], shape[2], shape[3]])
         }
         (3, Some(h)) if shape[2].is_multiple_of(h) => Ok([shape[0], h, shape[1], shape[2] / h]),
-        (3, Some(h)) => Err(Error::input(at, i, format!("{name} whose last dimension divides into {h} heads"), format!("{shape:?}"))),
-        (3, None) => Err(Error::node(at, format!("3-D inputs need the q_num_heads and kv_num_heads attributes ({name} is {shape:?})"))),
+        (3, Some(h)) => Err(Error::input(
+            at,
+            i,
+            format!("{name} whose last dimension divides into {h} heads"),
+            format!("{shape:?}"),
+        )),
+        (3, None) => Err(Error::node(
+            at,
+            format!("3-D inputs need the q_num_heads and kv_num_heads attributes ({name} is {shape:?})"),
+        )),
         _ => Err(Error::input(at, i, format!("{name} of rank 3 or 4"), format!("{shape:?}"))),
     }
 }
@@ -164,10 +182,16 @@ impl AttentionOp {
         let [kb, kv_heads, kv_seq, k_head] = split_heads(k, self.kv_heads, 1, "K", at)?;
         let [vb, v_heads, v_seq, v_head] = split_heads(v, self.kv_heads, 2, "V", at)?;
         if kb != batch || vb != batch || v_heads != kv_heads || v_seq != kv_seq || k_head != head {
-            return Err(Error::node(at, format!("Q {q:?}, K {k:?} and V {v:?} do not agree in batch, heads, sequence or head size")));
+            return Err(Error::node(
+                at,
+                format!("Q {q:?}, K {k:?} and V {v:?} do not agree in batch, heads, sequence or head size"),
+            ));
         }
         if kv_heads == 0 || q_heads % kv_heads != 0 {
-            return Err(Error::node(at, format!("{q_heads} query heads are not a multiple of {kv_heads} key/value heads")));
+            return Err(Error::node(
+                at,
+                format!("{q_heads} query heads are not a multiple of {kv_heads} key/value heads"),
+            ));
         }
         let mut past_len = 0;
         if let Some((pk, pv)) = past {
@@ -255,7 +279,9 @@ impl<T: Real> Mask<T> {
             }
         }
         let values = match m.dtype() {
-            DataType::Bool => m.bytes()?.iter().map(|&b| if b != 0 { T::ZERO } else { T::from_f64(f64::NEG_INFINITY) }).collect(),
+            DataType::Bool => {
+                m.bytes()?.iter().map(|&b| if b != 0 { T::ZERO } else { T::from_f64(f64::NEG_INFINITY) }).collect()
+            }
             dt if compute_type(dt).is_some() => float_slice::<T>(m)?.into_owned(),
             other => return Err(Error::input(at, 3, "a bool or float attn_mask", other.name())),
         };
@@ -286,7 +312,14 @@ struct Operands<'a, T> {
 impl AttentionOp {
     /// Computes one (batch `b`, query head `h`): returns Y's `[q_seq, v_head]` block and, when
     /// `keep_qk`, the `[q_seq, total]` block of `qk_matmul_output`.
-    fn head<T: Real>(&self, d: &Dims, ops: &Operands<'_, T>, b: usize, h: usize, keep_qk: bool) -> Result<(Vec<T>, Vec<T>)> {
+    fn head<T: Real>(
+        &self,
+        d: &Dims,
+        ops: &Operands<'_, T>,
+        b: usize,
+        h: usize,
+        keep_qk: bool,
+    ) -> Result<(Vec<T>, Vec<T>)> {
         let total = d.total();
         let kvh = h / (d.q_heads / d.kv_heads);
         let q = &ops.q[(b * d.q_heads + h) * d.q_seq * d.head..][..d.q_seq * d.head];
@@ -419,7 +452,12 @@ impl AttentionOp {
     fn nonpad(&self, t: &TensorView<'_>, d: &Dims) -> Result<Vec<usize>> {
         let at = &self.at;
         if t.shape() != [d.batch] || !matches!(t.dtype(), DataType::Int64 | DataType::Int32) {
-            return Err(Error::input(at, 6, format!("an int64 nonpad_kv_seqlen of shape [{}]", d.batch), format!("{} {:?}", t.dtype(), t.shape())));
+            return Err(Error::input(
+                at,
+                6,
+                format!("an int64 nonpad_kv_seqlen of shape [{}]", d.batch),
+                format!("{} {:?}", t.dtype(), t.shape()),
+            ));
         }
         util::to_i64(t)?
             .into_iter()
@@ -433,7 +471,8 @@ impl AttentionOp {
     }
 
     fn compute<T: Real>(&self, x: &Inputs<'_>, wanted: &[bool]) -> Result<Vec<Value>> {
-        let d = self.dims(x.q.shape(), x.k.shape(), x.v.shape(), x.past.as_ref().map(|(a, b)| (a.shape(), b.shape())))?;
+        let d =
+            self.dims(x.q.shape(), x.k.shape(), x.v.shape(), x.past.as_ref().map(|(a, b)| (a.shape(), b.shape())))?;
         if let Some(y) = tiled::attention(self, x, &d, wanted) {
             return y;
         }

@@ -33,7 +33,12 @@ impl BitCast {
     fn compute(&self, x: &TensorView<'_>) -> Result<Value> {
         let from = x.dtype();
         if from == DataType::String || from.bit_width() != self.to.bit_width() {
-            return Err(Error::input(&self.at, 0, format!("a tensor of {} bits (as {})", self.to.bit_width(), self.to), format!("a {from} tensor")));
+            return Err(Error::input(
+                &self.at,
+                0,
+                format!("a tensor of {} bits (as {})", self.to.bit_width(), self.to),
+                format!("a {from} tensor"),
+            ));
         }
         let bytes = x.bytes()?;
         if self.to == DataType::Bool && bytes.iter().any(|&b| b > 1) {
@@ -58,7 +63,8 @@ mod tests {
     use onyx_core::ir::AttrValue;
 
     fn bitcast(to: DataType, x: Tensor) -> Result<Tensor> {
-        let k = build(build_bitcast, &node("BitCast", &["x"], 1, vec![("to", AttrValue::Int(to.onnx_code() as i64))]), 26)?;
+        let k =
+            build(build_bitcast, &node("BitCast", &["x"], 1, vec![("to", AttrValue::Int(to.onnx_code() as i64))]), 26)?;
         run(k.as_ref(), &[Some(x)], 1)?.remove(0).into_tensor()
     }
 
@@ -68,7 +74,10 @@ mod tests {
         let y = bitcast(DataType::Int32, tensor(&[5], f.to_vec())).unwrap();
         assert_eq!(y.as_slice::<i32>().unwrap(), f.iter().map(|v| v.to_bits() as i32).collect::<Vec<_>>());
         let back = bitcast(DataType::Float, y).unwrap();
-        assert_eq!(back.as_slice::<f32>().unwrap().iter().map(|v| v.to_bits()).collect::<Vec<_>>(), f.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+        assert_eq!(
+            back.as_slice::<f32>().unwrap().iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            f.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+        );
         let d = [2.5f64, -1e300];
         let y = bitcast(DataType::Uint64, tensor(&[1, 2], d.to_vec())).unwrap();
         assert_eq!(y.shape(), &[1, 2]);

@@ -71,9 +71,8 @@ impl<const N: usize> Plan<N> {
             if size == 1 {
                 continue;
             }
-            let merges = dims.last().is_some_and(|_| {
-                (0..N).all(|k| strides[k].last().copied() == Some(aligned[k][d] * size))
-            });
+            let merges =
+                dims.last().is_some_and(|_| (0..N).all(|k| strides[k].last().copied() == Some(aligned[k][d] * size)));
             if merges {
                 if let Some(last) = dims.last_mut() {
                     *last *= size;
@@ -367,7 +366,11 @@ fn map3_in<A: Sync, B: Sync, C: Sync, O: Send>(
 
 /// Copies `x` (of shape `x_shape`) broadcast to `out_shape` (numpy semantics; `x` may not be
 /// larger than `out_shape` in any dimension). An error when it does not broadcast.
-pub fn broadcast_to<T: Send + Sync + Clone + Default>(x: &[T], x_shape: &[usize], out_shape: &[usize]) -> Result<Vec<T>> {
+pub fn broadcast_to<T: Send + Sync + Clone + Default>(
+    x: &[T],
+    x_shape: &[usize],
+    out_shape: &[usize],
+) -> Result<Vec<T>> {
     check_len("the operand", x.len(), x_shape)?;
     let plan = Plan::new(out_shape, [x_shape])?;
     let mut out = vec![T::default(); plan.len()];
@@ -500,7 +503,8 @@ mod tests {
         assert_eq!(shape, vec![3, 4, 5]);
         for (i, g) in got.iter().enumerate() {
             let idx = unravel(i, &shape);
-            let want = a[source_index(&idx, sa)] * 1_000_000 + b[source_index(&idx, sb)] * 1000 + c[source_index(&idx, sc)];
+            let want =
+                a[source_index(&idx, sa)] * 1_000_000 + b[source_index(&idx, sb)] * 1000 + c[source_index(&idx, sc)];
             assert_eq!(*g, want, "element {i}");
         }
         let mut acc = iota(&[3, 4, 5], 9);

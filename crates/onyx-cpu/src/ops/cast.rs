@@ -137,23 +137,33 @@ fn convert<S: Copy + Sync>(
     shape: Vec<usize>,
     opts: SmallOpts,
 ) -> Result<Value> {
-    fn typed<S: Copy + Sync, D: FromRepr>(src: &[S], to_repr: impl Fn(S) -> Repr + Sync, shape: Vec<usize>) -> Result<Value> {
-        util::out(shape, map_chunks(src, |s, d| {
-            for (o, &x) in d.iter_mut().zip(s) {
-                *o = D::from_repr(to_repr(x));
-            }
-        }))
+    fn typed<S: Copy + Sync, D: FromRepr>(
+        src: &[S],
+        to_repr: impl Fn(S) -> Repr + Sync,
+        shape: Vec<usize>,
+    ) -> Result<Value> {
+        util::out(
+            shape,
+            map_chunks(src, |s, d| {
+                for (o, &x) in d.iter_mut().zip(s) {
+                    *o = D::from_repr(to_repr(x));
+                }
+            }),
+        )
     }
     match to {
         DataType::Float => typed::<S, f32>(src, to_repr, shape),
         DataType::Double => typed::<S, f64>(src, to_repr, shape),
         DataType::Float16 => typed::<S, f16>(src, to_repr, shape),
         DataType::BFloat16 => typed::<S, bf16>(src, to_repr, shape),
-        DataType::Bool => bool_out(shape, map_chunks(src, |s, d| {
-            for (o, &x) in d.iter_mut().zip(s) {
-                *o = u8::from(to_repr(x).is_true());
-            }
-        })),
+        DataType::Bool => bool_out(
+            shape,
+            map_chunks(src, |s, d| {
+                for (o, &x) in d.iter_mut().zip(s) {
+                    *o = u8::from(to_repr(x).is_true());
+                }
+            }),
+        ),
         DataType::String => {
             let text: Vec<String> = src.iter().map(|&x| repr_to_string(to_repr(x))).collect();
             Tensor::from_strings(shape, text).map(Value::Tensor)
@@ -212,11 +222,14 @@ fn half_fast_path(x: &TensorView<'_>, to: DataType) -> Result<Option<Value>> {
 /// Float to integer without the [`Repr`] detour (the common f32 → int64 cast of index math).
 fn float_to_int_fast_path(x: &TensorView<'_>, to: DataType) -> Result<Option<Value>> {
     fn typed<S: Copy + Sync + Into<f64>, D: Num>(src: &[S], shape: Vec<usize>) -> Result<Value> {
-        util::out(shape, map_chunks(src, |s, d| {
-            for (o, &v) in d.iter_mut().zip(s) {
-                *o = D::from_f64(v.into());
-            }
-        }))
+        util::out(
+            shape,
+            map_chunks(src, |s, d| {
+                for (o, &v) in d.iter_mut().zip(s) {
+                    *o = D::from_f64(v.into());
+                }
+            }),
+        )
     }
     let shape = x.shape().to_vec();
     Ok(Some(match (x.dtype(), to) {
@@ -255,10 +268,11 @@ fn cast_view(x: &TensorView<'_>, to: DataType, opts: SmallOpts) -> Result<Value>
 
 /// The element types Cast handles.
 fn supported(t: DataType) -> bool {
-    small::is_small(t) || t == DataType::Bool || t == DataType::String || t.is_integer() && t.bit_width() >= 8 || matches!(
-        t,
-        DataType::Float | DataType::Double | DataType::Float16 | DataType::BFloat16
-    )
+    small::is_small(t)
+        || t == DataType::Bool
+        || t == DataType::String
+        || t.is_integer() && t.bit_width() >= 8
+        || matches!(t, DataType::Float | DataType::Double | DataType::Float16 | DataType::BFloat16)
 }
 
 /// Cast (target from the `to` attribute) or CastLike (target from input 1's type).
@@ -279,7 +293,8 @@ fn build_cast(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
     let to = if node.op_type == "CastLike" {
         None
     } else {
-        let code = node.get_int("to")?.ok_or_else(|| Error::attribute(&at, "to", "a data type code", "no attribute"))?;
+        let code =
+            node.get_int("to")?.ok_or_else(|| Error::attribute(&at, "to", "a data type code", "no attribute"))?;
         let to = i32::try_from(code)
             .ok()
             .and_then(DataType::from_onnx)
@@ -308,7 +323,12 @@ impl Kernel for Cast {
         }
         if x.dtype() == to {
             // Nothing to convert: share an owned input, copy a borrowed one.
-            return Ok(vec![inputs.first().copied().flatten().map(|v| v.to_value()).unwrap_or(Value::Tensor(x.to_tensor()))]);
+            return Ok(vec![inputs
+                .first()
+                .copied()
+                .flatten()
+                .map(|v| v.to_value())
+                .unwrap_or(Value::Tensor(x.to_tensor()))]);
         }
         Ok(vec![cast_view(&x, to, self.opts).map_err(|e| e.at(at))?])
     }
@@ -362,22 +382,22 @@ fn parse_for(s: &str, to: DataType) -> Result<Repr> {
     let bad = |what: &str| Error::InvalidArgument(format!("cannot cast the string \"{s}\" to {to}: {what}"));
     match to {
         t if t.is_float() => parse_float_prefix(s).map(Repr::Float).ok_or_else(|| bad("not a number")),
-        DataType::Int2 | DataType::Int4 | DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64 => match parse_int_prefix(s) {
-            Some((neg, m)) => signed_from(neg, m).map(Repr::Int).ok_or_else(|| bad("out of the range of int64")),
-            None => Err(bad("not an integer")),
-        },
+        DataType::Int2 | DataType::Int4 | DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64 => {
+            match parse_int_prefix(s) {
+                Some((neg, m)) => signed_from(neg, m).map(Repr::Int).ok_or_else(|| bad("out of the range of int64")),
+                None => Err(bad("not an integer")),
+            }
+        }
         DataType::Bool
         | DataType::Uint2
         | DataType::Uint4
         | DataType::Uint8
         | DataType::Uint16
         | DataType::Uint32
-        | DataType::Uint64 => {
-            match parse_int_prefix(s) {
-                Some((neg, m)) => Ok(Repr::Uint(if neg { m.wrapping_neg() } else { m })),
-                None => Err(bad("not an integer")),
-            }
-        }
+        | DataType::Uint64 => match parse_int_prefix(s) {
+            Some((neg, m)) => Ok(Repr::Uint(if neg { m.wrapping_neg() } else { m })),
+            None => Err(bad("not an integer")),
+        },
         _ => Err(bad("no such conversion")),
     }
 }
@@ -518,7 +538,10 @@ mod tests {
             (DataType::Uint8, &[44, 212, 0, 0, 0, 2, 254, 127, 128, 255, 255]),
             (DataType::Int16, &[300, -300, 0, 0, 0, 2, -2, 127, -128, 255, -1]),
             (DataType::Uint16, &[300, 65236, 0, 0, 0, 2, 65534, 127, 65408, 255, 65535]),
-            (DataType::Int32, &[300, -300, i32::MIN as i64, i32::MIN as i64, i32::MIN as i64, 2, -2, 127, -128, 255, 65535]),
+            (
+                DataType::Int32,
+                &[300, -300, i32::MIN as i64, i32::MIN as i64, i32::MIN as i64, 2, -2, 127, -128, 255, 65535],
+            ),
             (DataType::Int64, &[300, -300, 10_000_000_000, -10_000_000_000, i64::MIN, 2, -2, 127, -128, 255, 65535]),
         ];
         for &(to, want) in cases {
@@ -584,7 +607,10 @@ mod tests {
 
     #[test]
     fn numbers_to_strings_as_onnx_runtime() {
-        let x = tensor(&[10], vec![0.1f32, 1.0, -2.5, 1e20, 1e-7, f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 123456789.0, 3.0e-45]);
+        let x = tensor(
+            &[10],
+            vec![0.1f32, 1.0, -2.5, 1e20, 1e-7, f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 123456789.0, 3.0e-45],
+        );
         let want = ["0.1", "1", "-2.5", "1e+20", "1e-07", "NaN", "INF", "-INF", "1.2345679e+08", "2.8025969e-45"];
         assert_eq!(strings(&cast(&x, DataType::String).unwrap()), want);
         let d = tensor(&[4], vec![0.1f64, 123_456_789.123_456_79, 0.0001, 12345678.0]);
@@ -598,9 +624,37 @@ mod tests {
 
     #[test]
     fn strings_parse_as_onnx_runtime() {
-        let s = string_tensor(&["1.5", " 2", "3e2", "-inf", "INF", "NaN", "0x10", "1e40", " 7 ", "+4", "12abc", ".5e1x", "+Infinity"]);
+        let s = string_tensor(&[
+            "1.5",
+            " 2",
+            "3e2",
+            "-inf",
+            "INF",
+            "NaN",
+            "0x10",
+            "1e40",
+            " 7 ",
+            "+4",
+            "12abc",
+            ".5e1x",
+            "+Infinity",
+        ]);
         let f = cast(&s, DataType::Float).unwrap();
-        let want = [1.5, 2.0, 300.0, f64::NEG_INFINITY, f64::INFINITY, f64::NAN, 16.0, f64::INFINITY, 7.0, 4.0, 12.0, 5.0, f64::INFINITY];
+        let want = [
+            1.5,
+            2.0,
+            300.0,
+            f64::NEG_INFINITY,
+            f64::INFINITY,
+            f64::NAN,
+            16.0,
+            f64::INFINITY,
+            7.0,
+            4.0,
+            12.0,
+            5.0,
+            f64::INFINITY,
+        ];
         assert_close(&floats(&f), &want, 0.0, 0.0, "string to float");
         let d = cast(&s, DataType::Double).unwrap();
         assert_eq!(d.as_slice::<f64>().unwrap()[7], 1e40);
@@ -617,7 +671,9 @@ mod tests {
 
     #[test]
     fn unparsable_strings_and_bad_types_are_errors() {
-        for (text, to) in [("abc", DataType::Float), ("", DataType::Int32), ("true", DataType::Bool), ("-", DataType::Double)] {
+        for (text, to) in
+            [("abc", DataType::Float), ("", DataType::Int32), ("true", DataType::Bool), ("-", DataType::Double)]
+        {
             let err = cast(&string_tensor(&[text]), to).unwrap_err().to_string();
             assert!(err.contains("Cast node 'n'") && err.contains(&format!("\"{text}\"")), "{err}");
         }
@@ -642,7 +698,13 @@ mod tests {
         assert_eq!(y.view().unwrap().bytes().unwrap(), &[42, 254, 56, 126, 88]);
         let back = cast(&y, DataType::Float).unwrap();
         assert_eq!(back.as_slice::<f32>().unwrap(), &[0.3125, -448.0, 1.0, 448.0, 16.0]);
-        let y = run("Cast", 21, vec![attr_i("to", DataType::Float8E4M3FN.onnx_code() as i64), attr_i("saturate", 0)], &[&x]).unwrap();
+        let y = run(
+            "Cast",
+            21,
+            vec![attr_i("to", DataType::Float8E4M3FN.onnx_code() as i64), attr_i("saturate", 0)],
+            &[&x],
+        )
+        .unwrap();
         assert_eq!(y.view().unwrap().bytes().unwrap(), &[42, 255, 56, 127, 88]);
         let h = tensor(&[3], vec![half::f16::from_f32(-7.9), half::f16::from_f32(9.0), half::f16::from_f32(2.5)]);
         let y = cast(&h, DataType::Int4).unwrap();

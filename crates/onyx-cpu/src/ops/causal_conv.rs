@@ -35,11 +35,22 @@ fn build_causal_conv(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
 }
 
 impl CausalConv {
-    fn compute(&self, x: &TensorView<'_>, w: &TensorView<'_>, bias: Option<&TensorView<'_>>, past: Option<&TensorView<'_>>) -> Result<Vec<Value>> {
+    fn compute(
+        &self,
+        x: &TensorView<'_>,
+        w: &TensorView<'_>,
+        bias: Option<&TensorView<'_>>,
+        past: Option<&TensorView<'_>>,
+    ) -> Result<Vec<Value>> {
         let at = &self.at;
         let s = x.shape();
         if s.len() != 3 || compute_type(x.dtype()).is_none() {
-            return Err(Error::input(at, 0, "a float [batch, channels, length] tensor", format!("{} {s:?}", x.dtype())));
+            return Err(Error::input(
+                at,
+                0,
+                "a float [batch, channels, length] tensor",
+                format!("{} {s:?}", x.dtype()),
+            ));
         }
         let (n, c, l) = (s[0], s[1], s[2]);
         let k = w.shape().get(2).copied().unwrap_or(0);
@@ -47,11 +58,21 @@ impl CausalConv {
             return Err(Error::input(at, 1, format!("weights of shape [{c}, 1, k >= 1]"), format!("{:?}", w.shape())));
         }
         if bias.is_some_and(|b| b.shape() != [c]) {
-            return Err(Error::input(at, 2, format!("a bias of shape [{c}]"), format!("{:?}", bias.map(|b| b.shape().to_vec()))));
+            return Err(Error::input(
+                at,
+                2,
+                format!("a bias of shape [{c}]"),
+                format!("{:?}", bias.map(|b| b.shape().to_vec())),
+            ));
         }
         let state = k - 1;
         if past.is_some_and(|p| p.shape() != [n, c, state]) {
-            return Err(Error::input(at, 3, format!("a past_state of shape [{n}, {c}, {state}]"), format!("{:?}", past.map(|p| p.shape().to_vec()))));
+            return Err(Error::input(
+                at,
+                3,
+                format!("a past_state of shape [{n}, {c}, {state}]"),
+                format!("{:?}", past.map(|p| p.shape().to_vec())),
+            ));
         }
         for (i, t) in [(1, Some(w)), (2, bias), (3, past)] {
             if t.is_some_and(|t| t.dtype() != x.dtype()) {
@@ -65,11 +86,13 @@ impl CausalConv {
         let mut present = Vec::with_capacity(n * c * state);
         for row in 0..n * c {
             let ch = row % c;
-            let mut seq: Vec<f64> = ps.as_ref().map_or_else(|| vec![0.0; state], |p| p[row * state..(row + 1) * state].to_vec());
+            let mut seq: Vec<f64> =
+                ps.as_ref().map_or_else(|| vec![0.0; state], |p| p[row * state..(row + 1) * state].to_vec());
             seq.extend_from_slice(&xs[row * l..(row + 1) * l]);
             let taps = &ws[ch * k..(ch + 1) * k];
             for t in 0..l {
-                let mut v = bs.as_ref().map_or(0.0, |b| b[ch]) + taps.iter().zip(&seq[t..t + k]).map(|(a, b)| a * b).sum::<f64>();
+                let mut v = bs.as_ref().map_or(0.0, |b| b[ch])
+                    + taps.iter().zip(&seq[t..t + k]).map(|(a, b)| a * b).sum::<f64>();
                 if self.silu {
                     v /= 1.0 + (-v).exp();
                 }
@@ -109,9 +132,15 @@ mod tests {
         let b = f(random_f32(&mut rng, c, -1.0, 1.0));
         for silu in [false, true] {
             let attrs = vec![("activation", string(if silu { "silu" } else { "none" }))];
-            let kern = build(build_causal_conv, &node("CausalConvWithState", &["x", "w", "b", "p"], 2, attrs), 27).unwrap();
+            let kern =
+                build(build_causal_conv, &node("CausalConvWithState", &["x", "w", "b", "p"], 2, attrs), 27).unwrap();
             let go = |xs: &[f64], len: usize, past: Option<Tensor>| {
-                let inputs = vec![Some(tensor(&[n, c, len], xs.to_vec())), Some(tensor(&[c, 1, k], w.clone())), Some(tensor(&[c], b.clone())), past];
+                let inputs = vec![
+                    Some(tensor(&[n, c, len], xs.to_vec())),
+                    Some(tensor(&[c, 1, k], w.clone())),
+                    Some(tensor(&[c], b.clone())),
+                    past,
+                ];
                 let out = run(kern.as_ref(), &inputs, 2).unwrap();
                 (out[0].as_tensor().unwrap().clone(), out[1].as_tensor().unwrap().clone())
             };
@@ -138,17 +167,27 @@ mod tests {
             let second: Vec<f64> = (0..n * c).flat_map(|r| x[r * l + split..(r + 1) * l].to_vec()).collect();
             let (y1, s1) = go(&first, split, None);
             let (y2, s2) = go(&second, l - split, Some(s1));
-            let joined: Vec<f64> = (0..n * c).flat_map(|r| {
-                let (a, b2) = (floats(&y1), floats(&y2));
-                [a[r * split..(r + 1) * split].to_vec(), b2[r * (l - split)..(r + 1) * (l - split)].to_vec()].concat()
-            })
-            .collect();
+            let joined: Vec<f64> = (0..n * c)
+                .flat_map(|r| {
+                    let (a, b2) = (floats(&y1), floats(&y2));
+                    [a[r * split..(r + 1) * split].to_vec(), b2[r * (l - split)..(r + 1) * (l - split)].to_vec()]
+                        .concat()
+                })
+                .collect();
             assert_close(&joined, &want, 1e-12, 1e-12, "chained");
             assert_eq!(floats(&s2), floats(&state));
         }
         let kern = build(build_causal_conv, &node("CausalConvWithState", &["x", "w"], 2, vec![]), 27).unwrap();
-        let e = run(kern.as_ref(), &[Some(tensor(&[1, 2, 3], vec![0f32; 6])), Some(tensor(&[3, 1, 2], vec![0f32; 6]))], 2).unwrap_err().to_string();
+        let e =
+            run(kern.as_ref(), &[Some(tensor(&[1, 2, 3], vec![0f32; 6])), Some(tensor(&[3, 1, 2], vec![0f32; 6]))], 2)
+                .unwrap_err()
+                .to_string();
         assert!(e.contains("input 1"), "{e}");
-        assert!(build(build_causal_conv, &node("CausalConvWithState", &["x"], 1, vec![("activation", string("relu"))]), 27).is_err());
+        assert!(build(
+            build_causal_conv,
+            &node("CausalConvWithState", &["x"], 1, vec![("activation", string("relu"))]),
+            27
+        )
+        .is_err());
     }
 }

@@ -89,7 +89,14 @@ impl WideConv {
     }
 
     /// The output shape and elements of the convolution of `x` by `w` (with a bias).
-    pub(crate) fn run(&self, x: &[f64], xs: &[usize], w: &[f64], ws: &[usize], b: Option<&[f64]>) -> Result<(Vec<usize>, Vec<f64>)> {
+    pub(crate) fn run(
+        &self,
+        x: &[f64],
+        xs: &[usize],
+        w: &[f64],
+        ws: &[usize],
+        b: Option<&[f64]>,
+    ) -> Result<(Vec<usize>, Vec<f64>)> {
         let b_shape = b.map(|b| [b.len()]);
         let s = self.0.shape(xs, ws, b_shape.as_ref().map(|s| &s[..]))?;
         let y = kernels::conv(x, w, b, &s).map_err(|e| e.at(&self.0.at))?;

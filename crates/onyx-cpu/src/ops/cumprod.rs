@@ -43,7 +43,11 @@ fn flag(ctx: &NodeContext<'_>, name: &str) -> Result<bool> {
 }
 
 fn build_cumprod(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
-    Ok(Box::new(CumProd { exclusive: flag(ctx, "exclusive")?, reverse: flag(ctx, "reverse")?, at: ctx.node.location() }))
+    Ok(Box::new(CumProd {
+        exclusive: flag(ctx, "exclusive")?,
+        reverse: flag(ctx, "reverse")?,
+        at: ctx.node.location(),
+    }))
 }
 
 /// Running products along the middle axis of `[outer, n, inner]`.
@@ -73,7 +77,12 @@ fn cumprod<T: Num>(x: &[T], (outer, n, inner): (usize, usize, usize), exclusive:
 impl CumProd {
     fn axis(&self, a: &TensorView<'_>, rank: usize) -> Result<usize> {
         if a.len() != 1 || a.rank() > 1 || !matches!(a.dtype(), DataType::Int32 | DataType::Int64) {
-            return Err(Error::input(&self.at, 1, "a scalar int32/int64 axis", format!("{}{:?}", a.dtype(), a.shape())));
+            return Err(Error::input(
+                &self.at,
+                1,
+                "a scalar int32/int64 axis",
+                format!("{}{:?}", a.dtype(), a.shape()),
+            ));
         }
         if rank == 0 {
             return Err(Error::input(&self.at, 0, "a tensor of rank 1 or more", "a scalar"));
@@ -147,11 +156,24 @@ mod tests {
             let a = util::normalize_axis(axis, 3, &Location::default()).unwrap();
             for (ex, rev) in [(0, 0), (1, 0), (0, 1), (1, 1)] {
                 let want = naive(&xf, &shape, a, ex == 1, rev == 1);
-                let y = run(kernel(ex, rev).as_ref(), &[Some(tensor(&shape, x.clone())), Some(Tensor::scalar(axis))], 1).unwrap();
-                assert_close(&floats(y[0].as_tensor().unwrap()), &want, 1e-5, 0.0, &format!("axis={axis} ex={ex} rev={rev}"));
+                let y =
+                    run(kernel(ex, rev).as_ref(), &[Some(tensor(&shape, x.clone())), Some(Tensor::scalar(axis))], 1)
+                        .unwrap();
+                assert_close(
+                    &floats(y[0].as_tensor().unwrap()),
+                    &want,
+                    1e-5,
+                    0.0,
+                    &format!("axis={axis} ex={ex} rev={rev}"),
+                );
                 let xi: Vec<i32> = (0..60).map(|i: i32| i % 5 - 2).collect();
                 let wi = naive(&xi.iter().map(|&v| v as f64).collect::<Vec<_>>(), &shape, a, ex == 1, rev == 1);
-                let y = run(kernel(ex, rev).as_ref(), &[Some(tensor(&shape, xi)), Some(tensor(&[1], vec![axis as i32]))], 1).unwrap();
+                let y = run(
+                    kernel(ex, rev).as_ref(),
+                    &[Some(tensor(&shape, xi)), Some(tensor(&[1], vec![axis as i32]))],
+                    1,
+                )
+                .unwrap();
                 assert_eq!(ints(y[0].as_tensor().unwrap()), wi.iter().map(|&v| v as i64).collect::<Vec<_>>());
             }
         }
@@ -167,8 +189,12 @@ mod tests {
         assert!(e.contains("axis 2"), "{e}");
         let e = run(kernel(0, 0).as_ref(), &[Some(x), Some(tensor(&[2], vec![0i64, 1]))], 1).unwrap_err().to_string();
         assert!(e.contains("input 1"), "{e}");
-        let e = run(kernel(0, 0).as_ref(), &[Some(tensor(&[2], vec![1i8, 2])), Some(Tensor::scalar(0i64))], 1).unwrap_err().to_string();
+        let e = run(kernel(0, 0).as_ref(), &[Some(tensor(&[2], vec![1i8, 2])), Some(Tensor::scalar(0i64))], 1)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("int8"), "{e}");
-        assert!(build(build_cumprod, &node("CumProd", &["x", "a"], 1, vec![("reverse", AttrValue::Int(3))]), 26).is_err());
+        assert!(
+            build(build_cumprod, &node("CumProd", &["x", "a"], 1, vec![("reverse", AttrValue::Int(3))]), 26).is_err()
+        );
     }
 }

@@ -46,7 +46,10 @@ fn build_deform_conv(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
     let at = ctx.node.location();
     let count = |name: &str| -> Result<usize> {
         let v = ctx.node.int_or(name, 1)?;
-        usize::try_from(v).ok().filter(|&v| v >= 1).ok_or_else(|| Error::attribute(&at, name, "a value >= 1", v.to_string()))
+        usize::try_from(v)
+            .ok()
+            .filter(|&v| v >= 1)
+            .ok_or_else(|| Error::attribute(&at, name, "a value >= 1", v.to_string()))
     };
     let kernel = match ctx.node.get_ints("kernel_shape")? {
         None => None,
@@ -74,7 +77,10 @@ fn sample(plane: &[f64], h: usize, w: usize, y: f64, x: f64) -> f64 {
             plane[r as usize * w + c as usize]
         }
     };
-    at(y0, x0) * (1.0 - ly) * (1.0 - lx) + at(y0, x0 + 1.0) * (1.0 - ly) * lx + at(y0 + 1.0, x0) * ly * (1.0 - lx) + at(y0 + 1.0, x0 + 1.0) * ly * lx
+    at(y0, x0) * (1.0 - ly) * (1.0 - lx)
+        + at(y0, x0 + 1.0) * (1.0 - ly) * lx
+        + at(y0 + 1.0, x0) * ly * (1.0 - lx)
+        + at(y0 + 1.0, x0 + 1.0) * ly * lx
 }
 
 /// The shapes of one call.
@@ -91,7 +97,14 @@ struct Dims {
 }
 
 impl DeformConv {
-    fn dims(&self, x: &[usize], wt: &[usize], off: &[usize], mask: Option<&[usize]>, bias: Option<&[usize]>) -> Result<Dims> {
+    fn dims(
+        &self,
+        x: &[usize],
+        wt: &[usize],
+        off: &[usize],
+        mask: Option<&[usize]>,
+        bias: Option<&[usize]>,
+    ) -> Result<Dims> {
         let at = &self.at;
         if x.len() != 4 || wt.len() != 4 {
             return Err(Error::node(at, format!("only 2-D DeformConv is supported: X {x:?}, W {wt:?}")));
@@ -102,19 +115,35 @@ impl DeformConv {
             return Err(Error::input(at, 1, format!("weights with kernel_shape {:?}", self.kernel), format!("{wt:?}")));
         }
         if wt[1] * self.group != c || oc % self.group != 0 || c % self.offset_group != 0 {
-            return Err(Error::input(at, 1, format!("[M, C / group, kH, kW] with C = {c}, group = {}, offset_group = {}", self.group, self.offset_group), format!("{wt:?}")));
+            return Err(Error::input(
+                at,
+                1,
+                format!(
+                    "[M, C / group, kH, kW] with C = {c}, group = {}, offset_group = {}",
+                    self.group, self.offset_group
+                ),
+                format!("{wt:?}"),
+            ));
         }
         let (sh, sw) = (self.strides[0], self.strides[1]);
         let span_h = self.dilations[0] * kh.saturating_sub(1) + 1;
         let span_w = self.dilations[1] * kw.saturating_sub(1) + 1;
         let (ph, pw) = (h + self.pads[0] + self.pads[2], w + self.pads[1] + self.pads[3]);
         if kh == 0 || kw == 0 || ph < span_h || pw < span_w {
-            return Err(Error::node(at, format!("a kernel of {kh}x{kw} (dilated {span_h}x{span_w}) does not fit the padded input {ph}x{pw}")));
+            return Err(Error::node(
+                at,
+                format!("a kernel of {kh}x{kw} (dilated {span_h}x{span_w}) does not fit the padded input {ph}x{pw}"),
+            ));
         }
         let (oh, ow) = ((ph - span_h) / sh + 1, (pw - span_w) / sw + 1);
         let taps = self.offset_group * kh * kw;
         if off != [n, taps * 2, oh, ow] {
-            return Err(Error::input(at, 2, format!("offsets of shape {:?}", [n, taps * 2, oh, ow]), format!("{off:?}")));
+            return Err(Error::input(
+                at,
+                2,
+                format!("offsets of shape {:?}", [n, taps * 2, oh, ow]),
+                format!("{off:?}"),
+            ));
         }
         if let Some(m) = mask {
             if m != [n, taps, oh, ow] {
@@ -127,12 +156,24 @@ impl DeformConv {
         Ok(Dims { n, c, h, w, oc, kh, kw, oh, ow })
     }
 
-    fn compute(&self, x: &TensorView<'_>, wt: &TensorView<'_>, off: &TensorView<'_>, bias: Option<&TensorView<'_>>, mask: Option<&TensorView<'_>>) -> Result<Value> {
+    fn compute(
+        &self,
+        x: &TensorView<'_>,
+        wt: &TensorView<'_>,
+        off: &TensorView<'_>,
+        bias: Option<&TensorView<'_>>,
+        mask: Option<&TensorView<'_>>,
+    ) -> Result<Value> {
         let at = &self.at;
         for (i, t) in [(0, Some(x)), (1, Some(wt)), (2, Some(off)), (3, bias), (4, mask)] {
             if let Some(t) = t {
                 if compute_type(t.dtype()).is_none() || t.dtype() != x.dtype() {
-                    return Err(Error::input(at, i, format!("a float tensor of the input's type {}", x.dtype()), t.dtype().name()));
+                    return Err(Error::input(
+                        at,
+                        i,
+                        format!("a float tensor of the input's type {}", x.dtype()),
+                        t.dtype().name(),
+                    ));
                 }
             }
         }

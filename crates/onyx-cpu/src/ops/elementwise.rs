@@ -29,14 +29,38 @@ pub(crate) use self::unary::INT_TYPES;
 macro_rules! dispatch_int {
     ($dtype:expr, $T:ident => $body:expr, _ => $else:expr) => {
         match $dtype {
-            onyx_core::DataType::Int8 => { type $T = i8; $body }
-            onyx_core::DataType::Int16 => { type $T = i16; $body }
-            onyx_core::DataType::Int32 => { type $T = i32; $body }
-            onyx_core::DataType::Int64 => { type $T = i64; $body }
-            onyx_core::DataType::Uint8 => { type $T = u8; $body }
-            onyx_core::DataType::Uint16 => { type $T = u16; $body }
-            onyx_core::DataType::Uint32 => { type $T = u32; $body }
-            onyx_core::DataType::Uint64 => { type $T = u64; $body }
+            onyx_core::DataType::Int8 => {
+                type $T = i8;
+                $body
+            }
+            onyx_core::DataType::Int16 => {
+                type $T = i16;
+                $body
+            }
+            onyx_core::DataType::Int32 => {
+                type $T = i32;
+                $body
+            }
+            onyx_core::DataType::Int64 => {
+                type $T = i64;
+                $body
+            }
+            onyx_core::DataType::Uint8 => {
+                type $T = u8;
+                $body
+            }
+            onyx_core::DataType::Uint16 => {
+                type $T = u16;
+                $body
+            }
+            onyx_core::DataType::Uint32 => {
+                type $T = u32;
+                $body
+            }
+            onyx_core::DataType::Uint64 => {
+                type $T = u64;
+                $body
+            }
             _ => $else,
         }
     };
@@ -65,8 +89,12 @@ pub(crate) trait FloatChunks: Sync {
 pub(crate) fn map_float(x: &TensorView<'_>, m: &impl FloatChunks, at: &Location, index: usize) -> Result<Value> {
     let shape = x.shape().to_vec();
     match x.dtype() {
-        DataType::Float => util::out(shape, map_chunks(x.as_slice::<f32>()?, |s, d| util::simd_body(Apply { m, s, d }))),
-        DataType::Double => util::out(shape, map_chunks(x.as_slice::<f64>()?, |s, d| util::simd_body(Apply { m, s, d }))),
+        DataType::Float => {
+            util::out(shape, map_chunks(x.as_slice::<f32>()?, |s, d| util::simd_body(Apply { m, s, d })))
+        }
+        DataType::Double => {
+            util::out(shape, map_chunks(x.as_slice::<f64>()?, |s, d| util::simd_body(Apply { m, s, d })))
+        }
         DataType::Float16 => util::out(shape, map_chunks(x.as_slice::<f16>()?, |s, d| half_chunk(s, d, m))),
         DataType::BFloat16 => util::out(shape, map_chunks(x.as_slice::<bf16>()?, |s, d| half_chunk(s, d, m))),
         other => Err(dtype_error(at, index, FLOAT_TYPES, other)),
@@ -208,7 +236,11 @@ pub(crate) fn bool_out(shape: Vec<usize>, data: Vec<u8>) -> Result<Value> {
 
 /// A tensor of `dtype` from elements of a plain type of the same size (for ops that only move
 /// or compare elements).
-pub(crate) fn sized_out<T: bytemuck::Pod + Send + Sync>(dtype: DataType, shape: Vec<usize>, data: Vec<T>) -> Result<Value> {
+pub(crate) fn sized_out<T: bytemuck::Pod + Send + Sync>(
+    dtype: DataType,
+    shape: Vec<usize>,
+    data: Vec<T>,
+) -> Result<Value> {
     host_pool::tensor_of(dtype, shape, data).map(Value::Tensor)
 }
 

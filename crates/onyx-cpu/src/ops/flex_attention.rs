@@ -64,7 +64,14 @@ fn build_flex_attention(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
         None => None,
         Some(p) => match i32::try_from(p).ok().and_then(|p| DataType::from_onnx(p)) {
             Some(d @ (DataType::Float | DataType::Double | DataType::Float16 | DataType::BFloat16)) => Some(d),
-            _ => return Err(Error::attribute(&at, "softmax_precision", "FLOAT, FLOAT16, BFLOAT16 or DOUBLE (1, 10, 16, 11)", p.to_string())),
+            _ => {
+                return Err(Error::attribute(
+                    &at,
+                    "softmax_precision",
+                    "FLOAT, FLOAT16, BFLOAT16 or DOUBLE (1, 10, 16, 11)",
+                    p.to_string(),
+                ))
+            }
         },
     };
     Ok(Box::new(FlexAttention {
@@ -101,7 +108,8 @@ impl FlexAttention {
     fn dims(&self, q: &TensorView<'_>, k: &TensorView<'_>, v: &TensorView<'_>) -> Result<Dims> {
         let at = &self.at;
         let rank4 = |t: &TensorView<'_>, i: usize| -> Result<[usize; 4]> {
-            <[usize; 4]>::try_from(t.shape()).map_err(|_| Error::input(at, i, "a rank-4 tensor", format!("{:?}", t.shape())))
+            <[usize; 4]>::try_from(t.shape())
+                .map_err(|_| Error::input(at, i, "a rank-4 tensor", format!("{:?}", t.shape())))
         };
         let [batch, q_heads, q_seq, head] = rank4(q, 0)?;
         let [kb, kv_heads, kv_seq, kh] = rank4(k, 1)?;
@@ -111,7 +119,12 @@ impl FlexAttention {
             return Err(Error::input(at, 1, want, format!("{:?}", k.shape())));
         }
         if (vb, vh, vs) != (batch, kv_heads, kv_seq) {
-            return Err(Error::input(at, 2, format!("shape [{batch}, {kv_heads}, {kv_seq}, v_head_size]"), format!("{:?}", v.shape())));
+            return Err(Error::input(
+                at,
+                2,
+                format!("shape [{batch}, {kv_heads}, {kv_seq}, v_head_size]"),
+                format!("{:?}", v.shape()),
+            ));
         }
         Ok(Dims { batch, q_heads, kv_heads, q_seq, kv_seq, head, v_head })
     }
@@ -128,7 +141,12 @@ impl FlexAttention {
     ) -> Result<Vec<T>> {
         let input = float_output(dtype, d.scores(), data)?;
         let outs = runner.run(&[ValueRef::Value(&input)], outer)?;
-        let bad = |found: String| Error::node(&self.at, format!("{name} must return one {dtype} tensor of shape {:?}, returned {found}", d.scores()));
+        let bad = |found: String| {
+            Error::node(
+                &self.at,
+                format!("{name} must return one {dtype} tensor of shape {:?}, returned {found}", d.scores()),
+            )
+        };
         let [out] = outs.as_slice() else { return Err(bad(format!("{} values", outs.len()))) };
         let t = out.as_tensor().map_err(|_| bad(out.describe()))?;
         if t.dtype() != dtype || t.shape() != d.scores() {
@@ -178,7 +196,12 @@ impl FlexAttention {
         Ok(out)
     }
 
-    fn compute<T: Real>(&self, inputs: &[Option<ValueRef<'_>>], x: [&TensorView<'_>; 3], precision: DataType) -> Result<Value> {
+    fn compute<T: Real>(
+        &self,
+        inputs: &[Option<ValueRef<'_>>],
+        x: [&TensorView<'_>; 3],
+        precision: DataType,
+    ) -> Result<Value> {
         let [q, k, v] = x;
         let d = self.dims(q, k, v)?;
         let outer = outer_values(&self.implicit, self.formal_inputs, inputs, &self.at)?;
@@ -220,7 +243,8 @@ impl Kernel for FlexAttention {
                 return Err(Error::input(at, i, q.dtype().name(), t.dtype().name()));
             }
         }
-        let precision = self.precision.unwrap_or(if q.dtype() == DataType::Double { DataType::Double } else { DataType::Float });
+        let precision =
+            self.precision.unwrap_or(if q.dtype() == DataType::Double { DataType::Double } else { DataType::Float });
         let y = if precision == DataType::Double {
             self.compute::<f64>(inputs, [&q, &k, &v], precision)
         } else {

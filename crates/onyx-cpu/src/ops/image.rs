@@ -71,7 +71,12 @@ impl Kernel for CenterCropPad {
             None => (0..rank).collect(),
         };
         if axes.len() != target.len() {
-            return Err(Error::input(at, 1, format!("{} sizes (one per axis)", axes.len()), format!("{}", target.len())));
+            return Err(Error::input(
+                at,
+                1,
+                format!("{} sizes (one per axis)", axes.len()),
+                format!("{}", target.len()),
+            ));
         }
         let mut out_shape = x.shape().to_vec();
         let mut shift = vec![0isize; rank];
@@ -115,7 +120,12 @@ fn positive(ctx: &NodeContext<'_>, name: &str, n: usize, default: usize) -> Resu
     let min = if default == 0 { 0 } else { 1 };
     let ok = v.iter().all(|&x| x >= min) && (n == 0 || v.len() == n);
     if !ok {
-        return Err(Error::attribute(&at, name, format!("{} values >= {min}", if n == 0 { "some".into() } else { n.to_string() }), format!("{v:?}")));
+        return Err(Error::attribute(
+            &at,
+            name,
+            format!("{} values >= {min}", if n == 0 { "some".into() } else { n.to_string() }),
+            format!("{v:?}"),
+        ));
     }
     Ok(Some(v.iter().map(|&x| x as usize).collect()))
 }
@@ -172,7 +182,13 @@ impl Col2Im {
         let g = self.geometry(block)?;
         let n = image.len();
         if g.kernel.len() != n || n == 0 || g.kernel.contains(&0) {
-            return Err(Error::node(at, format!("image_shape {image:?} and block_shape {:?} must have one positive size per spatial axis", g.kernel)));
+            return Err(Error::node(
+                at,
+                format!(
+                    "image_shape {image:?} and block_shape {:?} must have one positive size per spatial axis",
+                    g.kernel
+                ),
+            ));
         }
         let s = x.shape();
         let kprod: usize = g.kernel.iter().product();
@@ -184,12 +200,20 @@ impl Col2Im {
             let span = g.dilations[d] * (g.kernel[d] - 1) + 1;
             let padded = size + g.pads[d] + g.pads[n + d];
             if padded < span {
-                return Err(Error::node(at, format!("block of {span} does not fit the padded image size {padded} on axis {d}")));
+                return Err(Error::node(
+                    at,
+                    format!("block of {span} does not fit the padded image size {padded} on axis {d}"),
+                ));
             }
             blocks.push((padded - span) / g.strides[d] + 1);
         }
         if blocks.iter().product::<usize>() != s[2] {
-            return Err(Error::input(at, 0, format!("L = {} blocks ({blocks:?})", blocks.iter().product::<usize>()), s[2].to_string()));
+            return Err(Error::input(
+                at,
+                0,
+                format!("L = {} blocks ({blocks:?})", blocks.iter().product::<usize>()),
+                s[2].to_string(),
+            ));
         }
         if compute_type(x.dtype()).is_none() {
             return Err(Error::input(at, 0, "a float tensor", x.dtype().name()));
@@ -239,7 +263,8 @@ struct MaxUnpool {
 
 fn build_max_unpool(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
     let at = ctx.node.location();
-    let kernel = positive(ctx, "kernel_shape", 0, 1)?.ok_or_else(|| Error::attribute(&at, "kernel_shape", "a list of sizes", "nothing"))?;
+    let kernel = positive(ctx, "kernel_shape", 0, 1)?
+        .ok_or_else(|| Error::attribute(&at, "kernel_shape", "a list of sizes", "nothing"))?;
     Ok(Box::new(MaxUnpool { g: Geometry::new(ctx, kernel)?, at }))
 }
 
@@ -248,10 +273,20 @@ impl MaxUnpool {
         let at = &self.at;
         let (s, n) = (x.shape(), self.g.kernel.len());
         if s.len() != n + 2 {
-            return Err(Error::input(at, 0, format!("a tensor of rank {} (N, C and {n} spatial axes)", n + 2), format!("{s:?}")));
+            return Err(Error::input(
+                at,
+                0,
+                format!("a tensor of rank {} (N, C and {n} spatial axes)", n + 2),
+                format!("{s:?}"),
+            ));
         }
         if idx.shape() != s || idx.dtype() != DataType::Int64 {
-            return Err(Error::input(at, 1, format!("int64 indices of shape {s:?}"), format!("{} {:?}", idx.dtype(), idx.shape())));
+            return Err(Error::input(
+                at,
+                1,
+                format!("int64 indices of shape {s:?}"),
+                format!("{} {:?}", idx.dtype(), idx.shape()),
+            ));
         }
         let mut inferred = s[..2].to_vec();
         for d in 0..n {
@@ -265,11 +300,23 @@ impl MaxUnpool {
         let total: usize = inferred.iter().product();
         let positions: Vec<usize> = util::to_i64(idx)?
             .into_iter()
-            .map(|i| usize::try_from(i).ok().filter(|&i| i < total).ok_or_else(|| Error::input(at, 1, format!("indices in 0..{total}"), i.to_string())))
+            .map(|i| {
+                usize::try_from(i)
+                    .ok()
+                    .filter(|&i| i < total)
+                    .ok_or_else(|| Error::input(at, 1, format!("indices in 0..{total}"), i.to_string()))
+            })
             .collect::<Result<_>>()?;
         let target = match out_shape {
             Some(o) if o.len() == inferred.len() && o.iter().zip(&inferred).all(|(a, b)| a >= b) => o,
-            Some(o) => return Err(Error::input(at, 2, format!("an output_shape of rank {} at least {inferred:?}", inferred.len()), format!("{o:?}"))),
+            Some(o) => {
+                return Err(Error::input(
+                    at,
+                    2,
+                    format!("an output_shape of rank {} at least {inferred:?}", inferred.len()),
+                    format!("{o:?}"),
+                ))
+            }
             None => inferred.clone(),
         };
         let dtype = x.dtype();

@@ -144,7 +144,8 @@ mod tests {
         }
         (0..m)
             .map(|c| {
-                let minor: Vec<f64> = (1..m).flat_map(|r| (0..m).filter(move |&k| k != c).map(move |k| a[r * m + k])).collect();
+                let minor: Vec<f64> =
+                    (1..m).flat_map(|r| (0..m).filter(move |&k| k != c).map(move |k| a[r * m + k])).collect();
                 let sign = if c % 2 == 0 { 1.0 } else { -1.0 };
                 sign * a[c] * laplace(&minor, m - 1)
             })
@@ -167,9 +168,13 @@ mod tests {
         // Singular and permuted matrices.
         let y = apply(build_det, "Det", vec![], tensor(&[2, 2], vec![1f64, 2.0, 2.0, 4.0])).unwrap();
         assert_eq!(values(&y), vec![0.0]);
-        let y = apply(build_det, "Det", vec![], tensor(&[3, 3], vec![0f64, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0])).unwrap();
+        let y = apply(build_det, "Det", vec![], tensor(&[3, 3], vec![0f64, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0]))
+            .unwrap();
         assert_eq!(values(&y), vec![-1.0]);
-        assert!(apply(build_det, "Det", vec![], tensor(&[2, 3], vec![1f32; 6])).unwrap_err().to_string().contains("square"));
+        assert!(apply(build_det, "Det", vec![], tensor(&[2, 3], vec![1f32; 6]))
+            .unwrap_err()
+            .to_string()
+            .contains("square"));
     }
 
     #[test]
@@ -186,11 +191,20 @@ mod tests {
                     .map(|flat| {
                         let k = (flat / st[a]) % shape[a];
                         let start = flat - k * st[a];
-                        let norm: f64 = (0..shape[a]).map(|j| xf[start + j * st[a]].abs().powi(p as i32)).sum::<f64>().powf(1.0 / p as f64);
+                        let norm: f64 = (0..shape[a])
+                            .map(|j| xf[start + j * st[a]].abs().powi(p as i32))
+                            .sum::<f64>()
+                            .powf(1.0 / p as f64);
                         xf[flat] / norm
                     })
                     .collect();
-                let y = apply(build_lp, "LpNormalization", vec![("axis", AttrValue::Int(axis)), ("p", AttrValue::Int(p))], tensor(&shape, x.clone())).unwrap();
+                let y = apply(
+                    build_lp,
+                    "LpNormalization",
+                    vec![("axis", AttrValue::Int(axis)), ("p", AttrValue::Int(p))],
+                    tensor(&shape, x.clone()),
+                )
+                .unwrap();
                 assert_close(&values(&y), &want, 1e-5, 1e-6, &format!("axis={axis} p={p}"));
             }
         }

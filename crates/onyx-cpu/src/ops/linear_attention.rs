@@ -147,11 +147,19 @@ impl LinearAttention {
         }
         let (gating, delta) = (self.rule.gating, self.rule.delta);
         if gating != decay.is_some() {
-            let want = if gating { "a decay input (the update rule gates)" } else { "no decay input (the update rule does not gate)" };
+            let want = if gating {
+                "a decay input (the update rule gates)"
+            } else {
+                "no decay input (the update rule does not gate)"
+            };
             return Err(Error::input(at, 4, want, if decay.is_some() { "a tensor" } else { "no input" }));
         }
         if delta != beta.is_some() {
-            let want = if delta { "a beta input (the update rule is a delta rule)" } else { "no beta input (the update rule is not a delta rule)" };
+            let want = if delta {
+                "a beta input (the update rule is a delta rule)"
+            } else {
+                "no beta input (the update rule is not a delta rule)"
+            };
             return Err(Error::input(at, 5, want, if beta.is_some() { "a tensor" } else { "no input" }));
         }
         Ok(Inputs { q, k, v, past, decay, beta })
@@ -161,19 +169,30 @@ impl LinearAttention {
     fn dims(&self, x: &Inputs<'_>) -> Result<Dims> {
         let at = &self.at;
         let rank3 = |t: &TensorView<'_>, i: usize| -> Result<[usize; 3]> {
-            <[usize; 3]>::try_from(t.shape())
-                .map_err(|_| Error::input(at, i, "a rank-3 tensor [batch, seq, heads * size]", format!("{:?}", t.shape())))
+            <[usize; 3]>::try_from(t.shape()).map_err(|_| {
+                Error::input(at, i, "a rank-3 tensor [batch, seq, heads * size]", format!("{:?}", t.shape()))
+            })
         };
         let [batch, seq, qw] = rank3(&x.q, 0)?;
         let [kb, ks, kw] = rank3(&x.k, 1)?;
         let [vb, vs, vw] = rank3(&x.v, 2)?;
         let (qh, kh) = (self.q_heads, self.kv_heads);
         if qw % qh != 0 || qw == 0 {
-            return Err(Error::input(at, 0, format!("a last axis divisible by q_num_heads ({qh})"), format!("{:?}", x.q.shape())));
+            return Err(Error::input(
+                at,
+                0,
+                format!("a last axis divisible by q_num_heads ({qh})"),
+                format!("{:?}", x.q.shape()),
+            ));
         }
         let dk = qw / qh;
         if (kb, ks, kw) != (batch, seq, kh * dk) {
-            return Err(Error::input(at, 1, format!("shape [{batch}, {seq}, {}]", kh * dk), format!("{:?}", x.k.shape())));
+            return Err(Error::input(
+                at,
+                1,
+                format!("shape [{batch}, {seq}, {}]", kh * dk),
+                format!("{:?}", x.k.shape()),
+            ));
         }
         if (vb, vs) != (batch, seq) || vw % kh != 0 || vw == 0 {
             return Err(Error::input(
@@ -188,20 +207,35 @@ impl LinearAttention {
         if let Some(g) = &x.decay {
             let [gb, gs, gw] = rank3(g, 4)?;
             if (gb, gs) != (batch, seq) || (gw != kh && gw != kh * dk) {
-                return Err(Error::input(at, 4, format!("shape [{batch}, {seq}, {kh} or {}]", kh * dk), format!("{:?}", g.shape())));
+                return Err(Error::input(
+                    at,
+                    4,
+                    format!("shape [{batch}, {seq}, {kh} or {}]", kh * dk),
+                    format!("{:?}", g.shape()),
+                ));
             }
             d.decay_width = gw / kh;
         }
         if let Some(b) = &x.beta {
             let [bb, bs, bw] = rank3(b, 5)?;
             if (bb, bs) != (batch, seq) || (bw != kh && bw != 1) {
-                return Err(Error::input(at, 5, format!("shape [{batch}, {seq}, {kh} or 1]"), format!("{:?}", b.shape())));
+                return Err(Error::input(
+                    at,
+                    5,
+                    format!("shape [{batch}, {seq}, {kh} or 1]"),
+                    format!("{:?}", b.shape()),
+                ));
             }
             d.beta_heads = bw;
         }
         if let Some(p) = &x.past {
             if p.shape() != [batch, kh, dk, dv] {
-                return Err(Error::input(at, 3, format!("shape [{batch}, {kh}, {dk}, {dv}]"), format!("{:?}", p.shape())));
+                return Err(Error::input(
+                    at,
+                    3,
+                    format!("shape [{batch}, {kh}, {dk}, {dv}]"),
+                    format!("{:?}", p.shape()),
+                ));
             }
         }
         Ok(d)
@@ -221,7 +255,8 @@ impl LinearAttention {
         };
         let scale = T::from_f64(self.scale.unwrap_or(1.0 / (d.dk as f64).sqrt()));
         let ops = Operands { q: &q, k: &k, v: &v, decay: decay.as_deref(), beta: beta.as_deref() };
-        let one = |(bh, s): (usize, &[T])| recur(&d, &ops, self.rule, scale, bh / d.kv_heads, bh % d.kv_heads, s.to_vec());
+        let one =
+            |(bh, s): (usize, &[T])| recur(&d, &ops, self.rule, scale, bh / d.kv_heads, bh % d.kv_heads, s.to_vec());
         let heads: Vec<(Vec<T>, Vec<T>)> = if d.batch * d.kv_heads > 1 && d.seq * state_len * d.group() >= 4096 {
             past.par_chunks(state_len.max(1)).take(d.batch * d.kv_heads).enumerate().map(one).collect()
         } else {
@@ -250,7 +285,15 @@ impl LinearAttention {
 
 /// Runs the recurrence of batch `b`, KV head `h` from `state` (`dk × dv`, row-major). Returns
 /// the outputs of the head's query group as `[seq, group * dv]` and the final state.
-fn recur<T: Real>(d: &Dims, x: &Operands<'_, T>, rule: Rule, scale: T, b: usize, h: usize, mut state: Vec<T>) -> (Vec<T>, Vec<T>) {
+fn recur<T: Real>(
+    d: &Dims,
+    x: &Operands<'_, T>,
+    rule: Rule,
+    scale: T,
+    b: usize,
+    h: usize,
+    mut state: Vec<T>,
+) -> (Vec<T>, Vec<T>) {
     let (dk, dv, g) = (d.dk, d.dv, d.group());
     let mut out = vec![T::ZERO; d.seq * g * dv];
     let mut val = vec![T::ZERO; dv];

@@ -87,7 +87,13 @@ impl LossOp {
     }
 
     /// The loss of every target and its weight (0 for ignored targets).
-    fn per_target(&self, logp: &[f64], d: Dims, target: &[i64], weight: Option<&[f64]>) -> Result<(Vec<f64>, Vec<f64>)> {
+    fn per_target(
+        &self,
+        logp: &[f64],
+        d: Dims,
+        target: &[i64],
+        weight: Option<&[f64]>,
+    ) -> Result<(Vec<f64>, Vec<f64>)> {
         let mut loss = Vec::with_capacity(target.len());
         let mut weights = Vec::with_capacity(target.len());
         for (flat, &t) in target.iter().enumerate() {
@@ -107,7 +113,13 @@ impl LossOp {
         Ok((loss, weights))
     }
 
-    fn compute(&self, x: &TensorView<'_>, target: &TensorView<'_>, weight: Option<&TensorView<'_>>, wanted: &[bool]) -> Result<Vec<Value>> {
+    fn compute(
+        &self,
+        x: &TensorView<'_>,
+        target: &TensorView<'_>,
+        weight: Option<&TensorView<'_>>,
+        wanted: &[bool],
+    ) -> Result<Vec<Value>> {
         let at = &self.at;
         let dtype = x.dtype();
         if compute_type(dtype).is_none() {
@@ -119,7 +131,12 @@ impl LossOp {
         let d = self.dims(x.shape(), target.shape())?;
         let weight = match weight {
             Some(w) if w.dtype() != dtype || w.shape() != [d.c] => {
-                return Err(Error::input(at, 2, format!("{dtype} weights of shape [{}]", d.c), format!("{} {:?}", w.dtype(), w.shape())));
+                return Err(Error::input(
+                    at,
+                    2,
+                    format!("{dtype} weights of shape [{}]", d.c),
+                    format!("{} {:?}", w.dtype(), w.shape()),
+                ));
             }
             Some(w) => Some(float_slice::<f64>(w)?.into_owned()),
             None => None,

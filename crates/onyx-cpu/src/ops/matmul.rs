@@ -10,7 +10,6 @@ pub(crate) mod real;
 #[cfg(test)]
 pub(crate) mod test_support;
 
-
 use onyx_core::ep::{Kernel, NodeContext, ValueRef};
 use onyx_core::{element_count, DataType, Element, Error, Location, Result, TensorView, Value};
 
@@ -248,7 +247,13 @@ fn pack_constant(b: &TensorView<'_>, transposed: bool, scale: f32) -> Result<Opt
 }
 
 /// `a (rows x k) * packed (+ bias)` for an A computed in f32, with `a`'s dtype.
-fn packed_product(packed: &PackedB, a: &TensorView<'_>, rows: usize, bias: Option<&[f32]>, shape: Vec<usize>) -> Result<Value> {
+fn packed_product(
+    packed: &PackedB,
+    a: &TensorView<'_>,
+    rows: usize,
+    bias: Option<&[f32]>,
+    shape: Vec<usize>,
+) -> Result<Value> {
     let a32 = float_slice::<f32>(a)?;
     let mut y = overwritten::<f32>(element_count(&shape)?)?;
     packed.matmul(&a32, rows, bias, &mut y)?;
@@ -401,7 +406,12 @@ impl GemmOp {
 
     /// The product on the packed B, when there is one and A is not transposed and C (if any)
     /// is one row: `None` otherwise.
-    fn run_packed<T: Real>(&self, a: &TensorView<'_>, c: Option<&TensorView<'_>>, d: &GemmDims) -> Result<Option<Value>> {
+    fn run_packed<T: Real>(
+        &self,
+        a: &TensorView<'_>,
+        c: Option<&TensorView<'_>>,
+        d: &GemmDims,
+    ) -> Result<Option<Value>> {
         let Some(packed) = &self.packed else { return Ok(None) };
         if T::DTYPE != DataType::Float || self.trans_a || (packed.k(), packed.n()) != (d.k, d.n) {
             return Ok(None);

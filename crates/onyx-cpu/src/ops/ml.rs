@@ -52,7 +52,12 @@ impl Kernel for FeatureExtractor {
         };
         let indices = util::to_i64(&y)?
             .into_iter()
-            .map(|i| usize::try_from(i).ok().filter(|&i| i < width).ok_or_else(|| Error::input(at, 1, format!("indices in 0..{width}"), i.to_string())))
+            .map(|i| {
+                usize::try_from(i)
+                    .ok()
+                    .filter(|&i| i < width)
+                    .ok_or_else(|| Error::input(at, 1, format!("indices in 0..{width}"), i.to_string()))
+            })
             .collect::<Result<Vec<usize>>>()?;
         let mut shape = if outer.is_empty() { vec![1] } else { outer.to_vec() };
         shape.push(indices.len());
@@ -147,7 +152,12 @@ fn label_values(ctx: &NodeContext<'_>, at: &Location) -> Result<Tensor> {
     let with_default = |values: Tensor, default: Tensor| -> Result<Tensor> {
         if default.len() != 1 || default.dtype() != values.dtype() {
             let want = format!("one {} element", values.dtype());
-            return Err(Error::attribute(at, "default_tensor", want, format!("{}{:?}", default.dtype(), default.shape())));
+            return Err(Error::attribute(
+                at,
+                "default_tensor",
+                want,
+                format!("{}{:?}", default.dtype(), default.shape()),
+            ));
         }
         let (v, d) = (values.view()?, default.view()?);
         with_elem!(values.dtype(), at, T => {
@@ -169,14 +179,21 @@ fn label_values(ctx: &NodeContext<'_>, at: &Location) -> Result<Tensor> {
     } else if let Some(t) = n.get_tensor("values_tensor")? {
         t.reshaped(vec![t.len()])?
     } else {
-        return Err(Error::attribute(at, "values_strings", "one of values_strings, values_int64s, values_floats, values_tensor", "none"));
+        return Err(Error::attribute(
+            at,
+            "values_strings",
+            "one of values_strings, values_int64s, values_floats, values_tensor",
+            "none",
+        ));
     };
     let default = match (default_tensor, values.dtype()) {
         (Some(t), _) => t,
         (None, DataType::String) => Tensor::from_strings(vec![1], vec![default_string])?,
         (None, DataType::Float) => Tensor::from_vec(vec![1], vec![default_float])?,
         (None, DataType::Int64) => Tensor::from_vec(vec![1], vec![default_int])?,
-        (None, other) => return Err(Error::attribute(at, "default_tensor", format!("a default {other} value"), "nothing")),
+        (None, other) => {
+            return Err(Error::attribute(at, "default_tensor", format!("a default {other} value"), "nothing"))
+        }
     };
     with_default(values, default)
 }
@@ -185,12 +202,19 @@ fn build_label_encoder(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
     let at = ctx.node.location();
     if ctx.since_version < 2 {
         // LabelEncoder-1 (classes_strings, direction chosen by the input type) is not implemented.
-        return Err(Error::Unsupported(format!("{at}: LabelEncoder-1 (classes_strings); opsets 2 and 4 are supported")));
+        return Err(Error::Unsupported(format!(
+            "{at}: LabelEncoder-1 (classes_strings); opsets 2 and 4 are supported"
+        )));
     }
     let (keys, key_type) = label_keys(ctx, &at)?;
     let values = label_values(ctx, &at)?;
     if keys.len() + 1 != values.len() {
-        return Err(Error::attribute(&at, "values", format!("{} values (one per key)", keys.len()), (values.len() - 1).to_string()));
+        return Err(Error::attribute(
+            &at,
+            "values",
+            format!("{} values (one per key)", keys.len()),
+            (values.len() - 1).to_string(),
+        ));
     }
     let map = keys.into_iter().enumerate().map(|(i, k)| (k, i)).collect();
     Ok(Box::new(LabelEncoder { map, values, key_type, at }))
@@ -202,7 +226,12 @@ impl Kernel for LabelEncoder {
         let x = util::input(inputs, 0, at)?;
         let is_string = |d: DataType| d == DataType::String;
         if is_string(x.dtype()) != is_string(self.key_type) {
-            return Err(Error::input(at, 0, format!("a {} tensor (the type of the keys)", self.key_type), x.dtype().name()));
+            return Err(Error::input(
+                at,
+                0,
+                format!("a {} tensor (the type of the keys)", self.key_type),
+                x.dtype().name(),
+            ));
         }
         let default = self.values.len() - 1;
         let picks: Vec<usize> = keys_of(&x)?.iter().map(|k| self.map.get(k).copied().unwrap_or(default)).collect();

@@ -90,7 +90,12 @@ impl Kernel for GetElement {
             None => Err(Error::input(&self.at, 0, "an optional value", "no input")),
             Some(ValueRef::Value(Value::Optional(o))) => match &o.value {
                 Some(v) => Ok(vec![(**v).clone()]),
-                None => Err(Error::input(&self.at, 0, "an optional holding a value", format!("an empty optional({})", o.elem_type))),
+                None => Err(Error::input(
+                    &self.at,
+                    0,
+                    "an optional holding a value",
+                    format!("an empty optional({})", o.elem_type),
+                )),
             },
             Some(other) => Ok(vec![other.to_value()]),
         }

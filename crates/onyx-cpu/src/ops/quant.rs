@@ -42,7 +42,14 @@ pub(crate) enum Params {
 
 impl Params {
     /// Plans the parameters of `pshape` (input `input`) for data of `xshape`.
-    pub(crate) fn new(xshape: &[usize], pshape: &[usize], axis: i64, block: i64, input: usize, at: &Location) -> Result<Self> {
+    pub(crate) fn new(
+        xshape: &[usize],
+        pshape: &[usize],
+        axis: i64,
+        block: i64,
+        input: usize,
+        at: &Location,
+    ) -> Result<Self> {
         let n: usize = pshape.iter().product();
         if block == 0 && n == 1 && pshape.len() <= 1 {
             return Ok(Params::Tensor);
@@ -54,15 +61,27 @@ impl Params {
         let (dim, inner) = (xshape[a], xshape[a + 1..].iter().product::<usize>());
         if block == 0 {
             if pshape != [dim] {
-                return Err(Error::input(at, input, format!("one value or {dim} values (axis {a} of {xshape:?})"), format!("shape {pshape:?}")));
+                return Err(Error::input(
+                    at,
+                    input,
+                    format!("one value or {dim} values (axis {a} of {xshape:?})"),
+                    format!("shape {pshape:?}"),
+                ));
             }
             return Ok(Params::Axis { dim, inner });
         }
-        let b = usize::try_from(block).map_err(|_| Error::attribute(at, "block_size", "a non-negative size", block.to_string()))?;
+        let b = usize::try_from(block)
+            .map_err(|_| Error::attribute(at, "block_size", "a non-negative size", block.to_string()))?;
         let blocks = dim.div_ceil(b);
-        let ok = pshape.len() == xshape.len() && (0..xshape.len()).all(|d| if d == a { pshape[d] == blocks } else { pshape[d] == xshape[d] });
+        let ok = pshape.len() == xshape.len()
+            && (0..xshape.len()).all(|d| if d == a { pshape[d] == blocks } else { pshape[d] == xshape[d] });
         if !ok {
-            return Err(Error::input(at, input, format!("the shape of X {xshape:?} with {blocks} blocks of {b} along axis {a}"), format!("shape {pshape:?}")));
+            return Err(Error::input(
+                at,
+                input,
+                format!("the shape of X {xshape:?} with {blocks} blocks of {b} along axis {a}"),
+                format!("shape {pshape:?}"),
+            ));
         }
         Ok(Params::Block { dim, inner, block: b, blocks })
     }
@@ -91,7 +110,12 @@ pub(crate) fn wide_values(v: &TensorView<'_>, input: usize, at: &Location) -> Re
         DataType::Int8 | DataType::Uint8 | DataType::Int16 | DataType::Uint16 | DataType::Int32 => {
             Ok(util::to_i64(v)?.into_iter().map(|x| x as f64).collect())
         }
-        other => Err(Error::input(at, input, "a quantized tensor (8/16/32-bit or packed integers, float8 or float4)", other.name())),
+        other => Err(Error::input(
+            at,
+            input,
+            "a quantized tensor (8/16/32-bit or packed integers, float8 or float4)",
+            other.name(),
+        )),
     }
 }
 

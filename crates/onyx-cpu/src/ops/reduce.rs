@@ -12,9 +12,9 @@
 
 mod scan;
 
+use crate::parallel;
 use onyx_core::ep::{Kernel, NodeContext, ValueRef};
 use onyx_core::{DataType, Error, Location, Result, TensorView, Value};
-use crate::parallel;
 
 use super::broadcast::PAR_CHUNK;
 use super::elementwise::num::{Int, Num, Real};
@@ -25,8 +25,16 @@ use crate::Registry;
 /// Registers this family's kernels.
 pub fn register(r: &mut Registry) {
     for op in [
-        "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceLogSum",
-        "ReduceLogSumExp", "ReduceSumSquare",
+        "ReduceSum",
+        "ReduceMean",
+        "ReduceMax",
+        "ReduceMin",
+        "ReduceProd",
+        "ReduceL1",
+        "ReduceL2",
+        "ReduceLogSum",
+        "ReduceLogSumExp",
+        "ReduceSumSquare",
     ] {
         r.add(op, build_reduce);
     }
@@ -168,7 +176,12 @@ fn fold_row<T: Copy + Send + Sync>(
 }
 
 /// Runs `work(row)` for every row of `r` elements of `x`, in parallel when large.
-fn for_rows<T: Sync, O: Send + Clone + Default>(x: &[T], r: usize, outer: usize, work: impl Fn(&[T]) -> O + Sync) -> Vec<O> {
+fn for_rows<T: Sync, O: Send + Clone + Default>(
+    x: &[T],
+    r: usize,
+    outer: usize,
+    work: impl Fn(&[T]) -> O + Sync,
+) -> Vec<O> {
     let mut out = vec![O::default(); outer];
     let row = |o: usize| &x[o * r..(o + 1) * r];
     if outer * r < 2 * PAR_CHUNK || outer < 2 {
@@ -399,7 +412,9 @@ impl Reduce {
         match util::opt_input(inputs, 1, &self.at)? {
             None => Ok(vec![]),
             Some(a) if a.dtype() == DataType::Int64 && a.rank() <= 1 => Ok(a.as_slice::<i64>()?.to_vec()),
-            Some(a) => Err(Error::input(&self.at, 1, "a 1-D int64 tensor of axes", format!("{}{:?}", a.dtype(), a.shape()))),
+            Some(a) => {
+                Err(Error::input(&self.at, 1, "a 1-D int64 tensor of axes", format!("{}{:?}", a.dtype(), a.shape())))
+            }
         }
     }
 
@@ -459,8 +474,16 @@ mod tests {
     }
 
     const OPS: [&str; 10] = [
-        "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceLogSum",
-        "ReduceLogSumExp", "ReduceSumSquare",
+        "ReduceSum",
+        "ReduceMean",
+        "ReduceMax",
+        "ReduceMin",
+        "ReduceProd",
+        "ReduceL1",
+        "ReduceL2",
+        "ReduceLogSum",
+        "ReduceLogSumExp",
+        "ReduceSumSquare",
     ];
 
     /// Groups the input elements by output position and applies the reference to each group.
@@ -512,10 +535,17 @@ mod tests {
                 let axes_t = tensor(&[axes.len()], axes.to_vec());
                 for keepdims in [0, 1] {
                     let attrs = vec![attr_i("keepdims", keepdims)];
-                    let y = run_opt(op, 18, attrs, &[Some(&t), (!axes.is_empty()).then_some(&axes_t)]).unwrap().remove(0);
+                    let y =
+                        run_opt(op, 18, attrs, &[Some(&t), (!axes.is_empty()).then_some(&axes_t)]).unwrap().remove(0);
                     assert_eq!(y.shape(), reduced_shape(shape, &mask, keepdims == 1), "{op} {shape:?} {axes:?}");
                     let rtol = if n > 100_000 { 2e-5 } else { 2e-6 };
-                    assert_close(&floats(&y), &want, rtol, 1e-5, &format!("{op} {shape:?} {axes:?} keepdims={keepdims}"));
+                    assert_close(
+                        &floats(&y),
+                        &want,
+                        rtol,
+                        1e-5,
+                        &format!("{op} {shape:?} {axes:?} keepdims={keepdims}"),
+                    );
                 }
                 // Axes as an attribute (ReduceSum before 13, the others before 18), in f64.
                 let since = if op == "ReduceSum" { 11 } else { 13 };

@@ -134,7 +134,9 @@ impl Kernel for Resize {
                 let out = self.filtered(elems::numeric_f64(&x, 0, &self.attrs.at)?, &plan)?;
                 saturate(dtype, shape, &out)?
             }
-            other => return Err(Error::input(&self.attrs.at, 0, "a numeric tensor for linear or cubic mode", other.name())),
+            other => {
+                return Err(Error::input(&self.attrs.at, 0, "a numeric tensor for linear or cubic mode", other.name()))
+            }
         };
         Ok(vec![out])
     }

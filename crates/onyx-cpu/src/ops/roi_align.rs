@@ -35,7 +35,14 @@ fn build_roi_align(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
     let half_pixel = match node.string_or("coordinate_transformation_mode", default_mode)?.as_str() {
         "half_pixel" => true,
         "output_half_pixel" => false,
-        other => return Err(Error::attribute(&at, "coordinate_transformation_mode", "half_pixel or output_half_pixel", other)),
+        other => {
+            return Err(Error::attribute(
+                &at,
+                "coordinate_transformation_mode",
+                "half_pixel or output_half_pixel",
+                other,
+            ))
+        }
     };
     let max = match node.string_or("mode", "avg")?.as_str() {
         "avg" => false,
@@ -87,7 +94,14 @@ fn bilinear(y: f64, x: f64, h: usize, w: usize) -> Option<[(usize, f64); 4]> {
 
 impl RoiAlign {
     /// One output bin of one channel plane.
-    fn bin(&self, plane: &[f64], (h, w): (usize, usize), start: (f64, f64), size: (f64, f64), grid: (usize, usize)) -> f64 {
+    fn bin(
+        &self,
+        plane: &[f64],
+        (h, w): (usize, usize),
+        start: (f64, f64),
+        size: (f64, f64),
+        grid: (usize, usize),
+    ) -> f64 {
         let mut acc: Option<f64> = None;
         let mut sum = 0.0;
         for iy in 0..grid.0 {
@@ -96,7 +110,8 @@ impl RoiAlign {
                 let x = start.1 + (ix as f64 + 0.5) * size.1 / grid.1 as f64;
                 let corners = bilinear(y, x, h, w);
                 if self.max {
-                    let v = corners.map_or(0.0, |c| c.iter().map(|&(p, wt)| wt * plane[p]).fold(f64::NEG_INFINITY, f64::max));
+                    let v = corners
+                        .map_or(0.0, |c| c.iter().map(|&(p, wt)| wt * plane[p]).fold(f64::NEG_INFINITY, f64::max));
                     acc = Some(acc.map_or(v, |a| a.max(v)));
                 } else if let Some(c) = corners {
                     sum += c.iter().map(|&(p, wt)| wt * plane[p]).sum::<f64>();
@@ -123,7 +138,12 @@ impl Kernel for RoiAlign {
         }
         let r = rois.shape().first().copied().unwrap_or(0);
         if rois.shape() != [r, 4] || rois.dtype() != x.dtype() {
-            return Err(Error::input(at, 1, format!("{} rois of shape [R, 4]", x.dtype()), format!("{} {:?}", rois.dtype(), rois.shape())));
+            return Err(Error::input(
+                at,
+                1,
+                format!("{} rois of shape [R, 4]", x.dtype()),
+                format!("{} {:?}", rois.dtype(), rois.shape()),
+            ));
         }
         if idx.shape() != [r] {
             return Err(Error::input(at, 2, format!("batch indices of shape [{r}]"), format!("{:?}", idx.shape())));
@@ -131,7 +151,12 @@ impl Kernel for RoiAlign {
         let (n, c, h, w) = (s[0], s[1], s[2], s[3]);
         let batch: Vec<usize> = util::to_i64(&idx)?
             .into_iter()
-            .map(|b| usize::try_from(b).ok().filter(|&b| b < n).ok_or_else(|| Error::input(at, 2, format!("batch indices in 0..{n}"), b.to_string())))
+            .map(|b| {
+                usize::try_from(b)
+                    .ok()
+                    .filter(|&b| b < n)
+                    .ok_or_else(|| Error::input(at, 2, format!("batch indices in 0..{n}"), b.to_string()))
+            })
             .collect::<Result<_>>()?;
         let data = float_slice::<f64>(&x)?;
         let boxes = float_slice::<f64>(&rois)?;
@@ -146,7 +171,13 @@ impl Kernel for RoiAlign {
                 rw = rw.max(1.0);
             }
             let size = (rh / oh as f64, rw / ow as f64);
-            let grid_side = |extent: f64, bins: usize| if self.sampling > 0 { self.sampling } else { (extent / bins as f64).ceil().max(0.0) as usize };
+            let grid_side = |extent: f64, bins: usize| {
+                if self.sampling > 0 {
+                    self.sampling
+                } else {
+                    (extent / bins as f64).ceil().max(0.0) as usize
+                }
+            };
             let grid = (grid_side(rh, oh), grid_side(rw, ow));
             for ch in 0..c {
                 let plane = &data[(b * c + ch) * h * w..][..h * w];
@@ -169,10 +200,17 @@ mod tests {
     use crate::ops::matmul::test_support::{build, node, run, string};
     use onyx_core::ir::AttrValue;
 
-    fn roi_align(attrs: Vec<(&str, AttrValue)>, x: (&[usize], Vec<f32>), rois: Vec<f32>, idx: Vec<i64>) -> Result<onyx_core::Tensor> {
+    fn roi_align(
+        attrs: Vec<(&str, AttrValue)>,
+        x: (&[usize], Vec<f32>),
+        rois: Vec<f32>,
+        idx: Vec<i64>,
+    ) -> Result<onyx_core::Tensor> {
         let k = build(build_roi_align, &node("RoiAlign", &["x", "r", "b"], 1, attrs), 16)?;
         let nr = idx.len();
-        run(k.as_ref(), &[Some(tensor(x.0, x.1)), Some(tensor(&[nr, 4], rois)), Some(tensor(&[nr], idx))], 1)?.remove(0).into_tensor()
+        run(k.as_ref(), &[Some(tensor(x.0, x.1)), Some(tensor(&[nr, 4], rois)), Some(tensor(&[nr], idx))], 1)?
+            .remove(0)
+            .into_tensor()
     }
 
     #[test]
@@ -180,8 +218,13 @@ mod tests {
         // On a linear ramp f(y, x) = 10 y + x, bilinear sampling is exact inside the map, so the
         // average over a bin is f at the bin's centre.
         let (h, w) = (7usize, 9usize);
-        let ramp: Vec<f32> = (0..2 * h * w).map(|i| ((i % (h * w)) / w * 10 + i % w) as f32 + (i / (h * w)) as f32 * 100.0).collect();
-        let attrs = vec![("output_height", AttrValue::Int(2)), ("output_width", AttrValue::Int(3)), ("sampling_ratio", AttrValue::Int(2))];
+        let ramp: Vec<f32> =
+            (0..2 * h * w).map(|i| ((i % (h * w)) / w * 10 + i % w) as f32 + (i / (h * w)) as f32 * 100.0).collect();
+        let attrs = vec![
+            ("output_height", AttrValue::Int(2)),
+            ("output_width", AttrValue::Int(3)),
+            ("sampling_ratio", AttrValue::Int(2)),
+        ];
         let rois = vec![1.5f32, 1.5, 7.5, 5.5, 2.0, 1.0, 5.0, 3.0];
         let y = roi_align(attrs, (&[1, 2, h, w], ramp), rois.clone(), vec![0, 0]).unwrap();
         assert_eq!(y.shape(), &[2, 2, 2, 3]);
@@ -202,7 +245,11 @@ mod tests {
         assert_close(&floats(&y), &want, 1e-5, 1e-5, "ramp");
         // Max mode takes the largest weighted corner: on a constant map that is the largest
         // bilinear weight of any sample.
-        let attrs = vec![("mode", string("max")), ("sampling_ratio", AttrValue::Int(1)), ("coordinate_transformation_mode", string("output_half_pixel"))];
+        let attrs = vec![
+            ("mode", string("max")),
+            ("sampling_ratio", AttrValue::Int(1)),
+            ("coordinate_transformation_mode", string("output_half_pixel")),
+        ];
         let y = roi_align(attrs, (&[1, 1, 4, 4], vec![2.0; 16]), vec![1.0, 1.0, 2.0, 2.0], vec![0]).unwrap();
         // One sample at (1.5, 1.5): every corner weight is 0.25.
         assert_close(&floats(&y), &[0.5], 1e-6, 0.0, "max");
@@ -213,6 +260,12 @@ mod tests {
         let e = roi_align(vec![], (&[1, 1, 2, 2], vec![1.0; 4]), vec![0.0; 4], vec![1]).unwrap_err().to_string();
         assert!(e.contains("input 2") && e.contains("0..1"), "{e}");
         assert!(roi_align(vec![("mode", string("min"))], (&[1, 1, 2, 2], vec![1.0; 4]), vec![0.0; 4], vec![0]).is_err());
-        assert!(roi_align(vec![("output_height", AttrValue::Int(0))], (&[1, 1, 2, 2], vec![1.0; 4]), vec![0.0; 4], vec![0]).is_err());
+        assert!(roi_align(
+            vec![("output_height", AttrValue::Int(0))],
+            (&[1, 1, 2, 2], vec![1.0; 4]),
+            vec![0.0; 4],
+            vec![0]
+        )
+        .is_err());
     }
 }

@@ -23,7 +23,14 @@ fn build_rotary(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
 }
 
 /// Rotates `y` (the input's elements) in place.
-pub(crate) fn rotate<T: Real>(op: &RotaryOp, y: &mut [T], shape: &[usize], cos: &TensorView<'_>, sin: &TensorView<'_>, pos: Option<&TensorView<'_>>) -> Result<()> {
+pub(crate) fn rotate<T: Real>(
+    op: &RotaryOp,
+    y: &mut [T],
+    shape: &[usize],
+    cos: &TensorView<'_>,
+    sin: &TensorView<'_>,
+    pos: Option<&TensorView<'_>>,
+) -> Result<()> {
     let d = op.dims(shape, cos.shape())?;
     let rows = op.cache_rows(&d, cos.shape(), sin.shape(), pos.map(|p| p.shape()))?;
     let ids = pos.map(util::to_i64).transpose()?.unwrap_or_default();
@@ -48,7 +55,13 @@ pub(crate) fn rotate<T: Real>(op: &RotaryOp, y: &mut [T], shape: &[usize], cos: 
 }
 
 impl Rotary {
-    fn compute<T: Real>(&self, x: &TensorView<'_>, cos: &TensorView<'_>, sin: &TensorView<'_>, pos: Option<&TensorView<'_>>) -> Result<Value> {
+    fn compute<T: Real>(
+        &self,
+        x: &TensorView<'_>,
+        cos: &TensorView<'_>,
+        sin: &TensorView<'_>,
+        pos: Option<&TensorView<'_>>,
+    ) -> Result<Value> {
         let mut y = float_slice::<T>(x)?.into_owned();
         rotate(&self.0, &mut y, x.shape(), cos, sin, pos)?;
         float_output(x.dtype(), x.shape().to_vec(), y)
@@ -89,15 +102,23 @@ mod tests {
 
     /// Rotation straight from the definition, on `[b, s, h, d]` data (f64): pairs are taken by
     /// index lists, the angle from `theta[b][s][i]`.
-    fn naive(x: &[f64], [b, s, h, d]: [usize; 4], rot: usize, interleaved: bool, theta: &dyn Fn(usize, usize, usize) -> f64) -> Vec<f64> {
+    fn naive(
+        x: &[f64],
+        [b, s, h, d]: [usize; 4],
+        rot: usize,
+        interleaved: bool,
+        theta: &dyn Fn(usize, usize, usize) -> f64,
+    ) -> Vec<f64> {
         let mut y = x.to_vec();
         let half = rot / 2;
         for bi in 0..b {
             for si in 0..s {
                 for hi in 0..h {
                     let base = ((bi * s + si) * h + hi) * d;
-                    let firsts: Vec<usize> = if interleaved { (0..rot).step_by(2).collect() } else { (0..half).collect() };
-                    let seconds: Vec<usize> = if interleaved { (1..rot).step_by(2).collect() } else { (half..rot).collect() };
+                    let firsts: Vec<usize> =
+                        if interleaved { (0..rot).step_by(2).collect() } else { (0..half).collect() };
+                    let seconds: Vec<usize> =
+                        if interleaved { (1..rot).step_by(2).collect() } else { (half..rot).collect() };
                     for i in 0..half {
                         let a = theta(bi, si, i);
                         let (x1, x2) = (x[base + firsts[i]], x[base + seconds[i]]);
@@ -124,15 +145,29 @@ mod tests {
                     let pos: Vec<i64> = (0..b * s).map(|_| rng.i64(0..max_pos as i64)).collect();
                     let freqs: Vec<f64> = (0..r / 2).map(|i| 1.0 / 10f64.powf(i as f64 / 3.0)).collect();
                     let angle = |p: f64, i: usize| p * freqs[i];
-                    let token_pos = |bi: usize, si: usize| if with_pos { pos[bi * s + si] as f64 } else { (bi * 7 + si) as f64 * 0.37 };
+                    let token_pos = |bi: usize, si: usize| {
+                        if with_pos {
+                            pos[bi * s + si] as f64
+                        } else {
+                            (bi * 7 + si) as f64 * 0.37
+                        }
+                    };
                     let want = naive(&xf, [b, s, h, d], r, interleaved, &|bi, si, i| angle(token_pos(bi, si), i));
                     let (cache_shape, rows): (Vec<usize>, Vec<f64>) = if with_pos {
                         (vec![max_pos, r / 2], (0..max_pos).map(|p| p as f64).collect())
                     } else {
                         (vec![b, s, r / 2], (0..b * s).map(|t| token_pos(t / s, t % s)).collect())
                     };
-                    let cos: Vec<f32> = rows.iter().flat_map(|&p| (0..r / 2).map(move |i| (p, i))).map(|(p, i)| angle(p, i).cos() as f32).collect();
-                    let sin: Vec<f32> = rows.iter().flat_map(|&p| (0..r / 2).map(move |i| (p, i))).map(|(p, i)| angle(p, i).sin() as f32).collect();
+                    let cos: Vec<f32> = rows
+                        .iter()
+                        .flat_map(|&p| (0..r / 2).map(move |i| (p, i)))
+                        .map(|(p, i)| angle(p, i).cos() as f32)
+                        .collect();
+                    let sin: Vec<f32> = rows
+                        .iter()
+                        .flat_map(|&p| (0..r / 2).map(move |i| (p, i)))
+                        .map(|(p, i)| angle(p, i).sin() as f32)
+                        .collect();
                     // The kernel's layout: [b, s, h*d] (3-D) or [b, h, s, d].
                     let (shape, data): (Vec<usize>, Vec<f32>) = if three_d {
                         (vec![b, s, h * d], x.clone())
@@ -149,7 +184,10 @@ mod tests {
                         }
                         (vec![b, h, s, d], t)
                     };
-                    let mut attrs = vec![("interleaved", AttrValue::Int(interleaved as i64)), ("rotary_embedding_dim", AttrValue::Int(rot as i64))];
+                    let mut attrs = vec![
+                        ("interleaved", AttrValue::Int(interleaved as i64)),
+                        ("rotary_embedding_dim", AttrValue::Int(rot as i64)),
+                    ];
                     if three_d {
                         attrs.push(("num_heads", AttrValue::Int(h as i64)));
                     }
@@ -176,7 +214,13 @@ mod tests {
                         }
                         t
                     };
-                    assert_close(&got, &want, 1e-5, 1e-5, &format!("interleaved={interleaved} rot={rot} 3d={three_d} pos={with_pos}"));
+                    assert_close(
+                        &got,
+                        &want,
+                        1e-5,
+                        1e-5,
+                        &format!("interleaved={interleaved} rot={rot} 3d={three_d} pos={with_pos}"),
+                    );
                 }
             }
         }
@@ -184,19 +228,30 @@ mod tests {
 
     #[test]
     fn invalid_rotary_inputs_are_errors() {
-        let k = build(build_rotary, &node("RotaryEmbedding", &["x", "c", "s", "p"], 1, vec![("rotary_embedding_dim", AttrValue::Int(5))]), 23).unwrap();
+        let k = build(
+            build_rotary,
+            &node("RotaryEmbedding", &["x", "c", "s", "p"], 1, vec![("rotary_embedding_dim", AttrValue::Int(5))]),
+            23,
+        )
+        .unwrap();
         let x = tensor(&[1, 1, 2, 6], vec![0.5f32; 12]);
         let c = tensor(&[4, 3], vec![1f32; 12]);
         let p = tensor(&[1, 2], vec![0i64, 4]);
-        let e = run(k.as_ref(), &[Some(x.clone()), Some(c.clone()), Some(c.clone()), Some(p.clone())], 1).unwrap_err().to_string();
+        let e = run(k.as_ref(), &[Some(x.clone()), Some(c.clone()), Some(c.clone()), Some(p.clone())], 1)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("must be even"), "{e}");
         let k = build(build_rotary, &node("RotaryEmbedding", &["x", "c", "s", "p"], 1, vec![]), 23).unwrap();
-        let e = run(k.as_ref(), &[Some(x.clone()), Some(c.clone()), Some(c.clone()), Some(p)], 1).unwrap_err().to_string();
+        let e =
+            run(k.as_ref(), &[Some(x.clone()), Some(c.clone()), Some(c.clone()), Some(p)], 1).unwrap_err().to_string();
         assert!(e.contains("input 3") && e.contains("0..4"), "{e}");
         let e = run(k.as_ref(), &[Some(x.clone()), Some(c.clone()), Some(c.clone()), None], 1).unwrap_err().to_string();
         assert!(e.contains("[1, 2, 3]"), "{e}");
-        let e = run(k.as_ref(), &[Some(tensor(&[1, 2, 12], vec![0.5f32; 24])), Some(c.clone()), Some(c), None], 1).unwrap_err().to_string();
+        let e = run(k.as_ref(), &[Some(tensor(&[1, 2, 12], vec![0.5f32; 24])), Some(c.clone()), Some(c), None], 1)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("num_heads"), "{e}");
-        assert!(build(build_rotary, &node("RotaryEmbedding", &["x"], 1, vec![("interleaved", AttrValue::Int(2))]), 23).is_err());
+        assert!(build(build_rotary, &node("RotaryEmbedding", &["x"], 1, vec![("interleaved", AttrValue::Int(2))]), 23)
+            .is_err());
     }
 }

@@ -53,7 +53,13 @@ pub(crate) fn tensors<'s>(s: &'s Sequence, input: usize, at: &Location) -> Resul
 
 /// A position input (an int32/int64 scalar or 1-element tensor) mapped into `0..=bound` when
 /// `inclusive` (insertion points) or `0..bound` otherwise; negative positions count from the end.
-pub(crate) fn position(inputs: &[Option<ValueRef<'_>>], i: usize, len: usize, inclusive: bool, at: &Location) -> Result<Option<usize>> {
+pub(crate) fn position(
+    inputs: &[Option<ValueRef<'_>>],
+    i: usize,
+    len: usize,
+    inclusive: bool,
+    at: &Location,
+) -> Result<Option<usize>> {
     let Some(v) = crate::ops::util::opt_input(inputs, i, at)? else { return Ok(None) };
     let p = match elems::int_values(&v, i, &[DataType::Int32, DataType::Int64], at)?.as_slice() {
         &[p] => p,
@@ -62,7 +68,12 @@ pub(crate) fn position(inputs: &[Option<ValueRef<'_>>], i: usize, len: usize, in
     let n = len as i64;
     let hi = if inclusive { n } else { n - 1 };
     if p < -n || p > hi {
-        return Err(Error::input(at, i, format!("a position in [{}, {hi}]", -n), format!("position {p} (sequence of {len})")));
+        return Err(Error::input(
+            at,
+            i,
+            format!("a position in [{}, {hi}]", -n),
+            format!("position {p} (sequence of {len})"),
+        ));
     }
     Ok(Some(if p < 0 { (p + n) as usize } else { p as usize }))
 }

@@ -33,11 +33,12 @@ type C64 = (f64, f64);
 /// `Σ_n x[n] e^{∓2πi kn/len}` for `k` in `0..bins` over the first `len` samples of `x` (zeros
 /// past its end), with `sign = -1` forwards and `+1` inverse (unnormalized).
 fn dft(x: &[C64], len: usize, bins: usize, sign: f64) -> Vec<C64> {
-    let twiddle: Vec<C64> = (0..len).map(|m| {
-        let a = sign * 2.0 * PI * m as f64 / len as f64;
-        (a.cos(), a.sin())
-    })
-    .collect();
+    let twiddle: Vec<C64> = (0..len)
+        .map(|m| {
+            let a = sign * 2.0 * PI * m as f64 / len as f64;
+            (a.cos(), a.sin())
+        })
+        .collect();
     (0..bins)
         .map(|k| {
             let mut acc = (0.0, 0.0);
@@ -55,8 +56,12 @@ fn dft(x: &[C64], len: usize, bins: usize, sign: f64) -> Vec<C64> {
 fn scalar_int(t: Option<&TensorView<'_>>, i: usize, name: &str, at: &Location) -> Result<Option<i64>> {
     match t {
         None => Ok(None),
-        Some(t) if t.len() == 1 && t.rank() <= 1 && matches!(t.dtype(), DataType::Int32 | DataType::Int64) => Ok(Some(util::to_i64(t)?[0])),
-        Some(t) => Err(Error::input(at, i, format!("a scalar int32/int64 {name}"), format!("{} {:?}", t.dtype(), t.shape()))),
+        Some(t) if t.len() == 1 && t.rank() <= 1 && matches!(t.dtype(), DataType::Int32 | DataType::Int64) => {
+            Ok(Some(util::to_i64(t)?[0]))
+        }
+        Some(t) => {
+            Err(Error::input(at, i, format!("a scalar int32/int64 {name}"), format!("{} {:?}", t.dtype(), t.shape())))
+        }
     }
 }
 
@@ -87,7 +92,12 @@ struct Dft {
 
 fn build_dft(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
     let axis_attr = if ctx.since_version < 20 { Some(ctx.node.int_or("axis", 1)?) } else { None };
-    Ok(Box::new(Dft { inverse: flag(ctx, "inverse", 0)?, onesided: flag(ctx, "onesided", 0)?, axis_attr, at: ctx.node.location() }))
+    Ok(Box::new(Dft {
+        inverse: flag(ctx, "inverse", 0)?,
+        onesided: flag(ctx, "onesided", 0)?,
+        axis_attr,
+        at: ctx.node.location(),
+    }))
 }
 
 /// Reads a float tensor whose last dimension (1 or 2) holds real or complex values.
@@ -104,7 +114,12 @@ fn complex_values(x: &TensorView<'_>, at: &Location) -> Result<Vec<C64>> {
 }
 
 impl Dft {
-    fn compute(&self, x: &TensorView<'_>, length: Option<&TensorView<'_>>, axis: Option<&TensorView<'_>>) -> Result<Value> {
+    fn compute(
+        &self,
+        x: &TensorView<'_>,
+        length: Option<&TensorView<'_>>,
+        axis: Option<&TensorView<'_>>,
+    ) -> Result<Value> {
         let at = &self.at;
         let shape = x.shape();
         let r = shape.len();
@@ -123,7 +138,12 @@ impl Dft {
             return Err(Error::input(at, 0, "a complex (last dimension 2) one-sided spectrum", format!("{shape:?}")));
         }
         if self.onesided && !self.inverse && complex_in {
-            return Err(Error::input(at, 0, "a real signal (last dimension 1) for a one-sided DFT", format!("{shape:?}")));
+            return Err(Error::input(
+                at,
+                0,
+                "a real signal (last dimension 1) for a one-sided DFT",
+                format!("{shape:?}"),
+            ));
         }
         let dim = shape[axis];
         let default_len = if irfft { 2 * dim.saturating_sub(1) } else { dim };
@@ -198,7 +218,13 @@ fn build_stft(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
 }
 
 impl Stft {
-    fn compute(&self, x: &TensorView<'_>, step: &TensorView<'_>, window: Option<&TensorView<'_>>, length: Option<&TensorView<'_>>) -> Result<Value> {
+    fn compute(
+        &self,
+        x: &TensorView<'_>,
+        step: &TensorView<'_>,
+        window: Option<&TensorView<'_>>,
+        length: Option<&TensorView<'_>>,
+    ) -> Result<Value> {
         let at = &self.at;
         let shape = x.shape();
         if shape.len() != 3 {
@@ -212,7 +238,14 @@ impl Stft {
         let step = at_least(scalar_int(Some(step), 1, "frame_step", at)?.unwrap_or(0), 1, 1, "frame_step", at)?;
         let window = match window {
             Some(w) if w.rank() == 1 && w.dtype() == x.dtype() => Some(float_slice::<f64>(w)?.into_owned()),
-            Some(w) => return Err(Error::input(at, 2, format!("a 1-D {} window", x.dtype()), format!("{} {:?}", w.dtype(), w.shape()))),
+            Some(w) => {
+                return Err(Error::input(
+                    at,
+                    2,
+                    format!("a 1-D {} window", x.dtype()),
+                    format!("{} {:?}", w.dtype(), w.shape()),
+                ))
+            }
             None => None,
         };
         let frame = match scalar_int(length, 3, "frame_length", at)? {
@@ -221,7 +254,10 @@ impl Stft {
         };
         let window = window.unwrap_or_else(|| vec![1.0; frame]);
         if window.len() != frame || frame > len || frame == 0 {
-            return Err(Error::node(at, format!("window of {} and frame_length {frame} must agree and fit the signal of {len}", window.len())));
+            return Err(Error::node(
+                at,
+                format!("window of {} and frame_length {frame} must agree and fit the signal of {len}", window.len()),
+            ));
         }
         let frames = 1 + (len - frame) / step;
         let bins = if self.onesided { frame / 2 + 1 } else { frame };
@@ -229,11 +265,12 @@ impl Stft {
         for b in 0..batch {
             for f in 0..frames {
                 let start = b * len + f * step;
-                let seg: Vec<C64> = (0..frame).map(|k| {
-                    let (re, im) = values[start + k];
-                    (re * window[k], im * window[k])
-                })
-                .collect();
+                let seg: Vec<C64> = (0..frame)
+                    .map(|k| {
+                        let (re, im) = values[start + k];
+                        (re * window[k], im * window[k])
+                    })
+                    .collect();
                 dft(&seg, frame, bins, -1.0).into_iter().for_each(|(re, im)| out.extend([re, im]));
             }
         }
@@ -255,11 +292,14 @@ impl Kernel for Stft {
 /// The float output type named by `output_datatype` (default float).
 fn output_type(ctx: &NodeContext<'_>) -> Result<DataType> {
     let code = ctx.node.int_or("output_datatype", 1)?;
-    i32::try_from(code)
-        .ok()
-        .and_then(DataType::from_onnx)
-        .filter(|&d| compute_type(d).is_some())
-        .ok_or_else(|| Error::attribute(&ctx.node.location(), "output_datatype", "a float type code (1, 10, 11 or 16)", code.to_string()))
+    i32::try_from(code).ok().and_then(DataType::from_onnx).filter(|&d| compute_type(d).is_some()).ok_or_else(|| {
+        Error::attribute(
+            &ctx.node.location(),
+            "output_datatype",
+            "a float type code (1, 10, 11 or 16)",
+            code.to_string(),
+        )
+    })
 }
 
 /// Which window.
@@ -284,7 +324,12 @@ fn build_window(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
         "HammingWindow" => WindowKind::Hamming,
         _ => WindowKind::Blackman,
     };
-    Ok(Box::new(Window { kind, periodic: flag(ctx, "periodic", 1)?, dtype: output_type(ctx)?, at: ctx.node.location() }))
+    Ok(Box::new(Window {
+        kind,
+        periodic: flag(ctx, "periodic", 1)?,
+        dtype: output_type(ctx)?,
+        at: ctx.node.location(),
+    }))
 }
 
 /// The window of `size` points: `N = size` (periodic) or `size − 1` (symmetric) in the cosine
@@ -344,7 +389,10 @@ fn mel_matrix(mel_bins: usize, dft_length: usize, rate: usize, lo: f64, hi: f64,
         })
         .collect();
     if edges.iter().any(|&e| e >= spec_bins) {
-        return Err(Error::node(at, format!("upper_edge_hertz {hi} is above the Nyquist frequency of sample rate {rate}")));
+        return Err(Error::node(
+            at,
+            format!("upper_edge_hertz {hi} is above the Nyquist frequency of sample rate {rate}"),
+        ));
     }
     let mut out = vec![0.0; spec_bins * mel_bins];
     for i in 0..mel_bins {
@@ -369,7 +417,12 @@ impl Kernel for Mel {
         let float = |i: usize, name: &str| -> Result<f64> {
             let t = util::input(inputs, i, at)?;
             if t.len() != 1 || compute_type(t.dtype()).is_none() {
-                return Err(Error::input(at, i, format!("a scalar float {name}"), format!("{} {:?}", t.dtype(), t.shape())));
+                return Err(Error::input(
+                    at,
+                    i,
+                    format!("a scalar float {name}"),
+                    format!("{} {:?}", t.dtype(), t.shape()),
+                ));
             }
             Ok(float_slice::<f64>(&t)?[0])
         };

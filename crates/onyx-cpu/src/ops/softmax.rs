@@ -84,7 +84,9 @@ impl SoftmaxOp {
             DataType::Float => util::out(shape, normalize(kind, x.as_slice::<f32>()?, d)),
             DataType::Double => util::out(shape, normalize(kind, x.as_slice::<f64>()?, d)),
             DataType::Float16 if kind == Kind::Hardmax => util::out(shape, hardmax(x.as_slice::<f16>()?, d, f16::ONE)),
-            DataType::BFloat16 if kind == Kind::Hardmax => util::out(shape, hardmax(x.as_slice::<bf16>()?, d, bf16::ONE)),
+            DataType::BFloat16 if kind == Kind::Hardmax => {
+                util::out(shape, hardmax(x.as_slice::<bf16>()?, d, bf16::ONE))
+            }
             DataType::Float16 | DataType::BFloat16 => narrow(x.dtype(), shape, normalize(kind, &widen(x)?, d)),
             other => Err(dtype_error(&self.at, 0, FLOAT_TYPES, other)),
         }
@@ -102,9 +104,7 @@ impl Kernel for SoftmaxOp {
 fn normalize<T: Real>(kind: Kind, x: &[T], d: Dims) -> Vec<T> {
     match kind {
         Kind::Hardmax => hardmax(x, d, T::ONE),
-        _ if d.inner == 1 => {
-            rows(x, d.n, |src, dst| util::simd(|| softmax_row(kind == Kind::LogSoftmax, src, dst)))
-        }
+        _ if d.inner == 1 => rows(x, d.n, |src, dst| util::simd(|| softmax_row(kind == Kind::LogSoftmax, src, dst))),
         _ => columns(kind == Kind::LogSoftmax, x, d),
     }
 }
@@ -321,7 +321,13 @@ mod tests {
         let big = tensor(&[3], vec![1000f32, 1000.0, -1000.0]);
         assert_close(&floats(&run("Softmax", 13, vec![], &[&big]).unwrap()), &[0.5, 0.5, 0.0], 1e-6, 0.0, "big");
         let lg = floats(&run("LogSoftmax", 13, vec![], &[&big]).unwrap());
-        assert_close(&lg, &[-std::f64::consts::LN_2, -std::f64::consts::LN_2, -2000.0 - std::f64::consts::LN_2], 1e-6, 0.0, "log big");
+        assert_close(
+            &lg,
+            &[-std::f64::consts::LN_2, -std::f64::consts::LN_2, -2000.0 - std::f64::consts::LN_2],
+            1e-6,
+            0.0,
+            "log big",
+        );
         // Hardmax picks the first maximum.
         let ties = tensor(&[2, 3], vec![1f32, 3.0, 3.0, -1.0, -1.0, -1.0]);
         assert_eq!(floats(&run("Hardmax", 13, vec![], &[&ties]).unwrap()), vec![0.0, 1.0, 0.0, 1.0, 0.0, 0.0]);

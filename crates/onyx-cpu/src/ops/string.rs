@@ -192,8 +192,12 @@ struct RegexMatch {
 
 fn build_regex(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
     let at = ctx.node.location();
-    let pattern = ctx.node.get_string("pattern")?.ok_or_else(|| Error::attribute(&at, "pattern", "a regular expression", "nothing"))?;
-    let re = regex::Regex::new(&format!("^(?:{pattern})$")).map_err(|e| Error::attribute(&at, "pattern", "a valid RE2 expression", e.to_string()))?;
+    let pattern = ctx
+        .node
+        .get_string("pattern")?
+        .ok_or_else(|| Error::attribute(&at, "pattern", "a regular expression", "nothing"))?;
+    let re = regex::Regex::new(&format!("^(?:{pattern})$"))
+        .map_err(|e| Error::attribute(&at, "pattern", "a valid RE2 expression", e.to_string()))?;
     Ok(Box::new(RegexMatch { re, at }))
 }
 
@@ -222,23 +226,35 @@ mod tests {
 
     fn apply(f: crate::BuildFn, op: &str, attrs: Vec<(&str, AttrValue)>, inputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
         let k = build(f, &node(op, &["a", "b"], 2, attrs), 20)?;
-        run(k.as_ref(), &inputs.into_iter().map(Some).collect::<Vec<_>>(), 2)?.into_iter().map(Value::into_tensor).collect()
+        run(k.as_ref(), &inputs.into_iter().map(Some).collect::<Vec<_>>(), 2)?
+            .into_iter()
+            .map(Value::into_tensor)
+            .collect()
     }
 
     #[test]
     fn string_normalizer_drops_stopwords_and_changes_case() {
         let words = AttrValue::Strings(vec![b"Monday".to_vec(), b"x".to_vec()]);
-        let attrs = |sensitive: i64, case: &str| vec![("stopwords", words.clone()), ("is_case_sensitive", AttrValue::Int(sensitive)), ("case_change_action", string(case))];
+        let attrs = |sensitive: i64, case: &str| {
+            vec![
+                ("stopwords", words.clone()),
+                ("is_case_sensitive", AttrValue::Int(sensitive)),
+                ("case_change_action", string(case)),
+            ]
+        };
         let x = strs(&[1, 5], &["monday", "Straße", "Monday", "b", "X"]);
         let y = apply(build_normalizer, "StringNormalizer", attrs(0, "UPPER"), vec![x.clone()]).unwrap();
         assert_eq!(y[0].shape(), &[1, 2]);
         assert_eq!(texts(&y[0]), vec!["STRASSE", "B"]);
         let y = apply(build_normalizer, "StringNormalizer", attrs(1, "LOWER"), vec![x]).unwrap();
         assert_eq!(texts(&y[0]), vec!["monday", "straße", "b", "x"]);
-        let y = apply(build_normalizer, "StringNormalizer", attrs(0, "NONE"), vec![strs(&[2], &["x", "MONDAY"])]).unwrap();
+        let y =
+            apply(build_normalizer, "StringNormalizer", attrs(0, "NONE"), vec![strs(&[2], &["x", "MONDAY"])]).unwrap();
         assert_eq!((y[0].shape().to_vec(), texts(&y[0])), (vec![1], vec![String::new()]));
         assert!(apply(build_normalizer, "StringNormalizer", attrs(0, "TITLE"), vec![]).is_err());
-        assert!(apply(build_normalizer, "StringNormalizer", attrs(0, "NONE"), vec![strs(&[2, 1], &["a", "b"])]).is_err());
+        assert!(
+            apply(build_normalizer, "StringNormalizer", attrs(0, "NONE"), vec![strs(&[2, 1], &["a", "b"])]).is_err()
+        );
     }
 
     #[test]
@@ -248,7 +264,13 @@ mod tests {
         assert_eq!(y[0].shape(), &[3, 4]);
         assert_eq!(texts(&y[0]), vec!["a", "b", "", "c", "", "", "", "", "", "x", "", ""]);
         assert_eq!(ints(&y[1]), vec![4, 1, 2]);
-        let y = apply(build_split, "StringSplit", vec![("delimiter", string(",")), ("maxsplit", AttrValue::Int(1))], vec![x]).unwrap();
+        let y = apply(
+            build_split,
+            "StringSplit",
+            vec![("delimiter", string(",")), ("maxsplit", AttrValue::Int(1))],
+            vec![x],
+        )
+        .unwrap();
         assert_eq!(texts(&y[0]), vec!["a", "b,,c", "", "", "", "x"]);
         let w = strs(&[2], &["  one\ttwo  three ", "   "]);
         let y = apply(build_split, "StringSplit", vec![("maxsplit", AttrValue::Int(1))], vec![w.clone()]).unwrap();
@@ -260,15 +282,25 @@ mod tests {
 
     #[test]
     fn string_concat_broadcasts_and_regex_matches_fully() {
-        let y = apply(build_concat, "StringConcat", vec![], vec![strs(&[2, 1], &["a", "é"]), strs(&[3], &["1", "", "的"])]).unwrap();
+        let y =
+            apply(build_concat, "StringConcat", vec![], vec![strs(&[2, 1], &["a", "é"]), strs(&[3], &["1", "", "的"])])
+                .unwrap();
         assert_eq!(y[0].shape(), &[2, 3]);
         assert_eq!(texts(&y[0]), vec!["a1", "a", "a的", "é1", "é", "é的"]);
-        assert!(apply(build_concat, "StringConcat", vec![], vec![strs(&[2], &["a", "b"]), strs(&[3], &["1", "2", "3"])]).is_err());
+        assert!(apply(
+            build_concat,
+            "StringConcat",
+            vec![],
+            vec![strs(&[2], &["a", "b"]), strs(&[3], &["1", "2", "3"])]
+        )
+        .is_err());
         let x = strs(&[2, 2], &["abc123", "xabc123", "abc", "ABC1"]);
         let y = apply(build_regex, "RegexFullMatch", vec![("pattern", string("[a-c]+\\d*|ABC\\d"))], vec![x]).unwrap();
         assert_eq!(bool_values(&y[0]), vec![true, false, true, true]);
         assert!(apply(build_regex, "RegexFullMatch", vec![("pattern", string("(unclosed"))], vec![]).is_err());
-        let e = apply(build_regex, "RegexFullMatch", vec![("pattern", string("a"))], vec![Tensor::scalar(1f32)]).unwrap_err().to_string();
+        let e = apply(build_regex, "RegexFullMatch", vec![("pattern", string("a"))], vec![Tensor::scalar(1f32)])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("string tensor"), "{e}");
     }
 }

@@ -44,16 +44,34 @@ impl TensorScatter {
         let at = &self.at;
         let axis = util::normalize_axis(self.axis, cache.len(), at)?;
         if axis == 0 {
-            return Err(Error::attribute(at, "axis", "a sequence axis other than the batch axis 0", self.axis.to_string()));
+            return Err(Error::attribute(
+                at,
+                "axis",
+                "a sequence axis other than the batch axis 0",
+                self.axis.to_string(),
+            ));
         }
-        let agree = update.len() == cache.len() && (0..cache.len()).all(|d| if d == axis { update[d] <= cache[d] } else { update[d] == cache[d] });
+        let agree = update.len() == cache.len()
+            && (0..cache.len()).all(|d| if d == axis { update[d] <= cache[d] } else { update[d] == cache[d] });
         if !agree {
-            return Err(Error::input(at, 1, format!("an update matching {cache:?} except for at most {} on axis {axis}", cache[axis]), format!("{update:?}")));
+            return Err(Error::input(
+                at,
+                1,
+                format!("an update matching {cache:?} except for at most {} on axis {axis}", cache[axis]),
+                format!("{update:?}"),
+            ));
         }
         let batch = cache[0];
         let writes = match indices {
             Some(t) if t.shape() == [batch] && t.dtype() == DataType::Int64 => util::to_i64(t)?,
-            Some(t) => return Err(Error::input(at, 2, format!("int64 write_indices of shape [{batch}]"), format!("{} {:?}", t.dtype(), t.shape()))),
+            Some(t) => {
+                return Err(Error::input(
+                    at,
+                    2,
+                    format!("int64 write_indices of shape [{batch}]"),
+                    format!("{} {:?}", t.dtype(), t.shape()),
+                ))
+            }
             None => vec![0; batch],
         };
         let (max_seq, seq) = (cache[axis], update[axis]);
@@ -61,7 +79,14 @@ impl TensorScatter {
         let per_batch: usize = cache[1..axis].iter().product();
         let mut runs = Vec::with_capacity(batch * per_batch * seq);
         for (b, &w) in writes.iter().enumerate() {
-            let bad = || Error::input(at, 2, format!("write indices with index + {seq} <= {max_seq} (linear mode)"), w.to_string());
+            let bad = || {
+                Error::input(
+                    at,
+                    2,
+                    format!("write indices with index + {seq} <= {max_seq} (linear mode)"),
+                    w.to_string(),
+                )
+            };
             if w < 0 || (!self.circular && w as usize + seq > max_seq) {
                 return Err(bad());
             }
@@ -79,7 +104,12 @@ impl TensorScatter {
         Ok(Moves { runs, inner })
     }
 
-    fn compute(&self, cache: &TensorView<'_>, update: &TensorView<'_>, indices: Option<&TensorView<'_>>) -> Result<Value> {
+    fn compute(
+        &self,
+        cache: &TensorView<'_>,
+        update: &TensorView<'_>,
+        indices: Option<&TensorView<'_>>,
+    ) -> Result<Value> {
         if update.dtype() != cache.dtype() {
             return Err(Error::input(&self.at, 1, cache.dtype().name(), update.dtype().name()));
         }
@@ -95,7 +125,12 @@ impl TensorScatter {
         }
         let bits = cache.dtype().bit_width();
         if bits % 8 != 0 {
-            return Err(Error::input(&self.at, 0, "a tensor of whole-byte elements", format!("a {} tensor", cache.dtype())));
+            return Err(Error::input(
+                &self.at,
+                0,
+                "a tensor of whole-byte elements",
+                format!("a {} tensor", cache.dtype()),
+            ));
         }
         let size = bits / 8;
         let mut out = cache.bytes()?.to_vec();
@@ -139,7 +174,16 @@ mod tests {
         let writes = vec![0i64, 3, 5];
         for mode in ["linear", "circular"] {
             let w = if mode == "linear" { vec![0i64, 3, 2] } else { writes.clone() };
-            let y = scatter(mode, -2, vec![Some(tensor(&cache_shape, cache.clone())), Some(tensor(&update_shape, update.clone())), Some(tensor(&[3], w.clone()))]).unwrap();
+            let y = scatter(
+                mode,
+                -2,
+                vec![
+                    Some(tensor(&cache_shape, cache.clone())),
+                    Some(tensor(&update_shape, update.clone())),
+                    Some(tensor(&[3], w.clone())),
+                ],
+            )
+            .unwrap();
             let mut want = cache.clone();
             for (flat, &u) in update.iter().enumerate() {
                 let idx = unravel(flat, &update_shape);

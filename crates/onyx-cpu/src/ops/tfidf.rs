@@ -83,7 +83,12 @@ fn index_pool<K: Clone + Eq + Hash>(
         }
         for gram in items[start..end].chunks_exact(n) {
             let column = *indexes.get(k).ok_or_else(|| {
-                Error::attribute(at, "ngram_indexes", "one output column per n-gram of the pool", format!("{} columns", indexes.len()))
+                Error::attribute(
+                    at,
+                    "ngram_indexes",
+                    "one output column per n-gram of the pool",
+                    format!("{} columns", indexes.len()),
+                )
             })?;
             if (min..=max).contains(&n) {
                 map.insert(gram.to_vec(), column);
@@ -106,13 +111,21 @@ fn build_tfidf(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
     let min_len = nonneg(ctx, "min_gram_length", true)?;
     let max_len = nonneg(ctx, "max_gram_length", true)?;
     if min_len == 0 || min_len > max_len {
-        return Err(Error::attribute(&at, "min_gram_length", format!("1..={max_len} (max_gram_length)"), min_len.to_string()));
+        return Err(Error::attribute(
+            &at,
+            "min_gram_length",
+            format!("1..={max_len} (max_gram_length)"),
+            min_len.to_string(),
+        ));
     }
     let max_skip = nonneg(ctx, "max_skip_count", true)?;
     let to_usize = |name: &str| -> Result<Vec<usize>> {
-        let v = node.get_ints(name)?.ok_or_else(|| Error::attribute(&at, name, "a list of ints (required)", "nothing"))?;
+        let v =
+            node.get_ints(name)?.ok_or_else(|| Error::attribute(&at, name, "a list of ints (required)", "nothing"))?;
         v.iter()
-            .map(|&x| usize::try_from(x).map_err(|_| Error::attribute(&at, name, "non-negative values", format!("{v:?}"))))
+            .map(|&x| {
+                usize::try_from(x).map_err(|_| Error::attribute(&at, name, "non-negative values", format!("{v:?}")))
+            })
             .collect()
     };
     let counts = to_usize("ngram_counts")?;
@@ -125,11 +138,23 @@ fn build_tfidf(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
             let p: Vec<String> = p.iter().map(|s| String::from_utf8_lossy(s).into_owned()).collect();
             Pool::Strings(index_pool(&p, &counts, &indexes, range, &at)?)
         }
-        _ => return Err(Error::attribute(&at, "pool_int64s", "exactly one of pool_int64s and pool_strings", "both or neither")),
+        _ => {
+            return Err(Error::attribute(
+                &at,
+                "pool_int64s",
+                "exactly one of pool_int64s and pool_strings",
+                "both or neither",
+            ))
+        }
     };
     let weights = node.get_floats("weights")?.map(<[f32]>::to_vec).unwrap_or_default();
     if !weights.is_empty() && weights.len() < width {
-        return Err(Error::attribute(&at, "weights", format!("{width} weights (one per output column)"), weights.len().to_string()));
+        return Err(Error::attribute(
+            &at,
+            "weights",
+            format!("{width} weights (one per output column)"),
+            weights.len().to_string(),
+        ));
     }
     Ok(Box::new(TfIdf { mode, min_len, max_len, max_skip, pool, width, weights, at }))
 }
@@ -188,8 +213,12 @@ impl TfIdf {
         let freq = match (&self.pool, x.dtype()) {
             (Pool::Ints(map), DataType::Int32 | DataType::Int64) => self.rows(&util::to_i64(x)?, rows, map),
             (Pool::Strings(map), DataType::String) => self.rows(x.strings()?, rows, map),
-            (Pool::Ints(_), d) => return Err(Error::input(at, 0, "an int32/int64 tensor (the pool is pool_int64s)", d.name())),
-            (Pool::Strings(_), d) => return Err(Error::input(at, 0, "a string tensor (the pool is pool_strings)", d.name())),
+            (Pool::Ints(_), d) => {
+                return Err(Error::input(at, 0, "an int32/int64 tensor (the pool is pool_int64s)", d.name()))
+            }
+            (Pool::Strings(_), d) => {
+                return Err(Error::input(at, 0, "a string tensor (the pool is pool_strings)", d.name()))
+            }
         };
         util::out(shape, self.weigh(&freq))
     }
@@ -210,7 +239,15 @@ mod tests {
     use onyx_core::Tensor;
 
     /// Attributes for an int pool.
-    fn attrs(mode: &str, min: i64, max: i64, skip: i64, counts: &[i64], indexes: &[i64], pool: &[i64]) -> Vec<(&'static str, AttrValue)> {
+    fn attrs(
+        mode: &str,
+        min: i64,
+        max: i64,
+        skip: i64,
+        counts: &[i64],
+        indexes: &[i64],
+        pool: &[i64],
+    ) -> Vec<(&'static str, AttrValue)> {
         vec![
             ("mode", string(mode)),
             ("min_gram_length", AttrValue::Int(min)),
@@ -270,7 +307,9 @@ mod tests {
             let k = kernel(attrs("TF", min, max, skip, &counts, &indexes, &pool)).unwrap();
             let y = run(k.as_ref(), &[Some(Tensor::from_vec(vec![b, c], x.clone()).unwrap())], 1).unwrap();
             assert_eq!(y[0].as_tensor().unwrap().shape(), [b, 9]);
-            let want: Vec<f32> = (0..b).flat_map(|r| naive(&x[r * c..(r + 1) * c], &grams, min as usize, max as usize, skip as usize, 9)).collect();
+            let want: Vec<f32> = (0..b)
+                .flat_map(|r| naive(&x[r * c..(r + 1) * c], &grams, min as usize, max as usize, skip as usize, 9))
+                .collect();
             assert_eq!(floats(&y[0]), want, "min {min} max {max} skip {skip}");
         }
     }
@@ -297,7 +336,8 @@ mod tests {
         a.retain(|(n, _)| *n != "pool_int64s");
         let p = ["a", "b", "a", "b"].iter().map(|s| s.as_bytes().to_vec()).collect();
         a.push(("pool_strings", AttrValue::Strings(p)));
-        let xs = Tensor::from_strings(vec![1, 5], ["a", "b", "a", "b", "c"].iter().map(|s| s.to_string()).collect()).unwrap();
+        let xs = Tensor::from_strings(vec![1, 5], ["a", "b", "a", "b", "c"].iter().map(|s| s.to_string()).collect())
+            .unwrap();
         let y = run(kernel(a).unwrap().as_ref(), &[Some(xs)], 1).unwrap();
         assert_eq!(y[0].as_tensor().unwrap().shape(), [1, 3]);
         assert_eq!(floats(&y[0]), [2.0, 2.0, 2.0]);
@@ -315,9 +355,13 @@ mod tests {
         let e = kernel(attrs("TF", 1, 1, 0, &[0], &[0], &[1, 2])).err().unwrap().to_string();
         assert!(e.contains("ngram_indexes"), "{e}");
         let k = kernel(attrs("TF", 1, 1, 0, &[0], &[0], &[1])).unwrap();
-        let e = run(k.as_ref(), &[Some(Tensor::from_vec(vec![2], vec![1f32, 2.0]).unwrap())], 1).err().unwrap().to_string();
+        let e =
+            run(k.as_ref(), &[Some(Tensor::from_vec(vec![2], vec![1f32, 2.0]).unwrap())], 1).err().unwrap().to_string();
         assert!(e.contains("int32/int64"), "{e}");
-        let e = run(k.as_ref(), &[Some(Tensor::from_vec(vec![1, 1, 2], vec![1i64, 2]).unwrap())], 1).err().unwrap().to_string();
+        let e = run(k.as_ref(), &[Some(Tensor::from_vec(vec![1, 1, 2], vec![1i64, 2]).unwrap())], 1)
+            .err()
+            .unwrap()
+            .to_string();
         assert!(e.contains("[B, C]"), "{e}");
     }
 }

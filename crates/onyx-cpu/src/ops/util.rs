@@ -143,18 +143,54 @@ pub fn to_i64(v: &TensorView<'_>) -> Result<Vec<i64>> {
 macro_rules! dispatch_numeric {
     ($dtype:expr, $T:ident => $body:expr, _ => $else:expr) => {
         match $dtype {
-            onyx_core::DataType::Float => { type $T = f32; $body }
-            onyx_core::DataType::Double => { type $T = f64; $body }
-            onyx_core::DataType::Float16 => { type $T = half::f16; $body }
-            onyx_core::DataType::BFloat16 => { type $T = half::bf16; $body }
-            onyx_core::DataType::Int8 => { type $T = i8; $body }
-            onyx_core::DataType::Int16 => { type $T = i16; $body }
-            onyx_core::DataType::Int32 => { type $T = i32; $body }
-            onyx_core::DataType::Int64 => { type $T = i64; $body }
-            onyx_core::DataType::Uint8 => { type $T = u8; $body }
-            onyx_core::DataType::Uint16 => { type $T = u16; $body }
-            onyx_core::DataType::Uint32 => { type $T = u32; $body }
-            onyx_core::DataType::Uint64 => { type $T = u64; $body }
+            onyx_core::DataType::Float => {
+                type $T = f32;
+                $body
+            }
+            onyx_core::DataType::Double => {
+                type $T = f64;
+                $body
+            }
+            onyx_core::DataType::Float16 => {
+                type $T = half::f16;
+                $body
+            }
+            onyx_core::DataType::BFloat16 => {
+                type $T = half::bf16;
+                $body
+            }
+            onyx_core::DataType::Int8 => {
+                type $T = i8;
+                $body
+            }
+            onyx_core::DataType::Int16 => {
+                type $T = i16;
+                $body
+            }
+            onyx_core::DataType::Int32 => {
+                type $T = i32;
+                $body
+            }
+            onyx_core::DataType::Int64 => {
+                type $T = i64;
+                $body
+            }
+            onyx_core::DataType::Uint8 => {
+                type $T = u8;
+                $body
+            }
+            onyx_core::DataType::Uint16 => {
+                type $T = u16;
+                $body
+            }
+            onyx_core::DataType::Uint32 => {
+                type $T = u32;
+                $body
+            }
+            onyx_core::DataType::Uint64 => {
+                type $T = u64;
+                $body
+            }
             _ => $else,
         }
     };
@@ -166,10 +202,22 @@ macro_rules! dispatch_numeric {
 macro_rules! dispatch_by_size {
     ($dtype:expr, $T:ident => $body:expr, _ => $else:expr) => {
         match $dtype.bit_width() {
-            8 => { type $T = u8; $body }
-            16 => { type $T = u16; $body }
-            32 => { type $T = u32; $body }
-            64 => { type $T = u64; $body }
+            8 => {
+                type $T = u8;
+                $body
+            }
+            16 => {
+                type $T = u16;
+                $body
+            }
+            32 => {
+                type $T = u32;
+                $body
+            }
+            64 => {
+                type $T = u64;
+                $body
+            }
             _ => $else,
         }
     };

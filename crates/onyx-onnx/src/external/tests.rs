@@ -11,7 +11,14 @@ fn entry(key: &str, value: &str) -> StringStringEntryProto {
     StringStringEntryProto { key: Some(key.into()), value: Some(value.into()) }
 }
 
-fn external(name: &str, dtype: DataType, dims: &[i64], location: &str, offset: usize, length: Option<usize>) -> TensorProto {
+fn external(
+    name: &str,
+    dtype: DataType,
+    dims: &[i64],
+    location: &str,
+    offset: usize,
+    length: Option<usize>,
+) -> TensorProto {
     let mut entries = vec![entry("location", location), entry("offset", &offset.to_string())];
     entries.extend(length.map(|l| entry("length", &l.to_string())));
     TensorProto {
@@ -126,7 +133,13 @@ fn rejected_locations_and_ranges() {
         (f("w.bin", usize::MAX - 2, None), "past the end"),
         (f("w.bin", 0, Some(12)), "length 12 does not match the tensor's 16 bytes"),
         (TensorProto { external_data: vec![entry("offset", "0")], ..f("w.bin", 0, None) }, "without a 'location'"),
-        (TensorProto { external_data: vec![entry("location", "w.bin"), entry("offset", "-4")], ..f("w.bin", 0, None) }, "'offset' is '-4'"),
+        (
+            TensorProto {
+                external_data: vec![entry("location", "w.bin"), entry("offset", "-4")],
+                ..f("w.bin", 0, None)
+            },
+            "'offset' is '-4'",
+        ),
     ];
     #[cfg(unix)]
     cases.push((f("link.bin", 0, None), "outside the model's folder"));
@@ -169,7 +182,8 @@ fn a_2gb_external_tensor_is_mapped_not_read() {
     file.write_all(&1.75f32.to_le_bytes()).unwrap();
     drop(file);
     let before = resident_kib();
-    let model = load_with(dir.path(), vec![external("w", DataType::Float, &[COUNT as i64], "big.bin", 4096, None)]).unwrap();
+    let model =
+        load_with(dir.path(), vec![external("w", DataType::Float, &[COUNT as i64], "big.bin", 4096, None)]).unwrap();
     let w = model.graph.initializers["w"].as_slice::<f32>().unwrap();
     assert_eq!(w.len(), COUNT);
     assert_eq!((w[0], w[COUNT - 1]), (0.0, 1.75));

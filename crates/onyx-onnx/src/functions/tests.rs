@@ -30,7 +30,12 @@ fn ref_attr(name: &str, referenced: &str, ty: AttributeType) -> AttributeProto {
     }
 }
 
-fn with_functions(nodes: Vec<NodeProto>, inputs: &[&str], outputs: &[&str], functions: Vec<FunctionProto>) -> ModelProto {
+fn with_functions(
+    nodes: Vec<NodeProto>,
+    inputs: &[&str],
+    outputs: &[&str],
+    functions: Vec<FunctionProto>,
+) -> ModelProto {
     let mut m = model_proto(graph_proto(nodes, inputs, outputs));
     m.opset_import.push(opset("custom", 1));
     m.functions = functions;
@@ -91,7 +96,12 @@ fn references_without_value_or_default_are_dropped() {
 #[test]
 fn omitted_inputs_become_empty_and_omitted_outputs_stay_internal() {
     // custom::Clamp(X, Lo, Hi) -> (Y, Z): Y = Clip(X, Lo, Hi); Z = Neg(Y).
-    let f = function("Clamp", &["X", "Lo", "Hi"], &["Y", "Z"], vec![node("Clip", &["X", "Lo", "Hi"], &["Y"]), node("Neg", &["Y"], &["Z"])]);
+    let f = function(
+        "Clamp",
+        &["X", "Lo", "Hi"],
+        &["Y", "Z"],
+        vec![node("Clip", &["X", "Lo", "Hi"], &["Y"]), node("Neg", &["Y"], &["Z"])],
+    );
     let mut g = graph_proto(vec![call("Clamp", &["x", "", "hi"], &["", "z"])], &["x"], &["z"]);
     g.input.push(tensor_info("hi", DataType::Float, &[]));
     let mut m = with_functions(vec![], &[], &[], vec![f.clone()]);
@@ -177,16 +187,26 @@ fn invalid_functions_are_errors() {
     let mut conflicting = scaled();
     conflicting.opset_import = vec![opset("ai.onnx", 13)];
     let cases: Vec<(ModelProto, &str)> = vec![
-        (with_functions(vec![call("F", &["x"], &["y"])], &["x"], &["y"], vec![recursive_f.clone(), recursive_g]),
-            "calls itself (custom::F -> custom::G -> custom::F)"),
-        (with_functions(vec![call("F", &["x"], &["y"])], &["x"], &["y"], vec![recursive_f.clone(), recursive_f]),
-            "defined twice"),
-        (with_functions(vec![call("Scaled", &["x", "x"], &["y"])], &["x"], &["y"], vec![conflicting]),
-            "imports opset ai.onnx version 13, but the model imports version 17"),
-        (with_functions(vec![call("Scaled", &["x", "x", "x"], &["y"])], &["x"], &["y"], vec![scaled()]),
-            "with 3 inputs, but it declares 2"),
-        (with_functions(vec![call("Scaled", &["x", "x"], &["y", "z"])], &["x"], &["y"], vec![scaled()]),
-            "with 2 outputs, but it declares 1"),
+        (
+            with_functions(vec![call("F", &["x"], &["y"])], &["x"], &["y"], vec![recursive_f.clone(), recursive_g]),
+            "calls itself (custom::F -> custom::G -> custom::F)",
+        ),
+        (
+            with_functions(vec![call("F", &["x"], &["y"])], &["x"], &["y"], vec![recursive_f.clone(), recursive_f]),
+            "defined twice",
+        ),
+        (
+            with_functions(vec![call("Scaled", &["x", "x"], &["y"])], &["x"], &["y"], vec![conflicting]),
+            "imports opset ai.onnx version 13, but the model imports version 17",
+        ),
+        (
+            with_functions(vec![call("Scaled", &["x", "x", "x"], &["y"])], &["x"], &["y"], vec![scaled()]),
+            "with 3 inputs, but it declares 2",
+        ),
+        (
+            with_functions(vec![call("Scaled", &["x", "x"], &["y", "z"])], &["x"], &["y"], vec![scaled()]),
+            "with 2 outputs, but it declares 1",
+        ),
     ];
     for (m, needle) in cases {
         let err = load(&m).unwrap_err();
@@ -201,7 +221,12 @@ fn exponential_inlining_is_bounded() {
     let mut functions = vec![function("F0", &["X"], &["Y"], vec![node("Relu", &["X"], &["Y"])])];
     for i in 1..=30 {
         let prev = format!("F{}", i - 1);
-        functions.push(function(&format!("F{i}"), &["X"], &["Y"], vec![call(&prev, &["X"], &["T"]), call(&prev, &["T"], &["Y"])]));
+        functions.push(function(
+            &format!("F{i}"),
+            &["X"],
+            &["Y"],
+            vec![call(&prev, &["X"], &["T"]), call(&prev, &["T"], &["Y"])],
+        ));
     }
     let mut m = with_functions(vec![call("F30", &["x"], &["y"])], &["x"], &["y"], functions.clone());
     let err = super::inline_with_limit(&mut m, 5000).unwrap_err().to_string();
@@ -220,7 +245,12 @@ fn long_call_chains_are_bounded() {
     let chain = |n: usize| {
         let mut functions = vec![function("F0", &["X"], &["Y"], vec![node("Relu", &["X"], &["Y"])])];
         for i in 1..=n {
-            functions.push(function(&format!("F{i}"), &["X"], &["Y"], vec![call(&format!("F{}", i - 1), &["X"], &["Y"])]));
+            functions.push(function(
+                &format!("F{i}"),
+                &["X"],
+                &["Y"],
+                vec![call(&format!("F{}", i - 1), &["X"], &["Y"])],
+            ));
         }
         with_functions(vec![call(&format!("F{n}"), &["x"], &["y"])], &["x"], &["y"], functions)
     };

@@ -155,7 +155,8 @@ fn old_files_without_opset_imports_use_opset_1() {
 #[test]
 fn sparse_initializers_are_densified() {
     let mut m = model_proto(graph_proto(vec![node("Add", &["x", "w"], &["y"])], &["x"], &["y"]));
-    let indices = TensorProto { data_type: Some(7), dims: vec![2, 2], int64_data: vec![0, 2, 1, 1], ..Default::default() };
+    let indices =
+        TensorProto { data_type: Some(7), dims: vec![2, 2], int64_data: vec![0, 2, 1, 1], ..Default::default() };
     m.graph.as_mut().unwrap().sparse_initializer = vec![SparseTensorProto {
         values: Some(float_tensor("w", &[2], vec![4.5, -2.0])),
         indices: Some(indices),
@@ -205,7 +206,8 @@ fn subgraph_depth_is_limited_during_conversion() {
     assert!(err.contains("nested more than 64 deep"), "{err}");
     // Encoded, such nesting already exceeds prost's decoding recursion limit.
     let mut m = model_proto(nested_ifs(200));
-    m.graph.as_mut().unwrap().input = vec![tensor_info("x", DataType::Float, &[1]), tensor_info("cond", DataType::Bool, &[])];
+    m.graph.as_mut().unwrap().input =
+        vec![tensor_info("x", DataType::Float, &[1]), tensor_info("cond", DataType::Bool, &[])];
     assert!(matches!(load(&m), Err(Error::Load(_))));
 }
 
@@ -228,10 +230,12 @@ fn shallow_nesting_loads() {
 fn symbolic_dims_survive_loading() {
     let mut m = relu_model();
     let g = m.graph.as_mut().unwrap();
-    let Some(crate::proto::type_proto::Value::TensorType(t)) = g.input[0].r#type.as_mut().unwrap().value.as_mut() else {
+    let Some(crate::proto::type_proto::Value::TensorType(t)) = g.input[0].r#type.as_mut().unwrap().value.as_mut()
+    else {
         unreachable!()
     };
-    t.shape.as_mut().unwrap().dim[0].value = Some(crate::proto::tensor_shape_proto::dimension::Value::DimParam("N".into()));
+    t.shape.as_mut().unwrap().dim[0].value =
+        Some(crate::proto::tensor_shape_proto::dimension::Value::DimParam("N".into()));
     let model = load(&m).unwrap();
     let shape = model.graph.inputs[0].ty.as_tensor().unwrap().shape.clone().unwrap();
     assert_eq!(shape, vec![Dim::Symbol("N".into()), Dim::Fixed(3)]);

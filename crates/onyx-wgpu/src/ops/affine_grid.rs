@@ -60,7 +60,11 @@ struct AffineGrid {
 
 fn build_affine_grid(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<dyn GpuOp>> {
     let pipeline = gpu.pipeline("affine_grid/f32", || element_shader("", 4, &[("t", 4)], AFFINE))?;
-    Ok(Box::new(AffineGrid { align_corners: ctx.node.int_or("align_corners", 0)? != 0, pipeline, at: ctx.node.location() }))
+    Ok(Box::new(AffineGrid {
+        align_corners: ctx.node.int_or("align_corners", 0)? != 0,
+        pipeline,
+        at: ctx.node.location(),
+    }))
 }
 
 impl GpuOp for AffineGrid {
@@ -82,7 +86,12 @@ impl GpuOp for AffineGrid {
         };
         let n = dims[0];
         if theta.shape() != [n, r, r + 1] {
-            return Err(Error::input(at, 0, format!("theta of shape [{n}, {r}, {}]", r + 1), format!("{:?}", theta.shape())));
+            return Err(Error::input(
+                at,
+                0,
+                format!("theta of shape [{n}, {r}, {}]", r + 1),
+                format!("{:?}", theta.shape()),
+            ));
         }
         let spatial = &dims[2..];
         let shape: Vec<usize> = [n].iter().chain(spatial).chain(&[r]).copied().collect();
@@ -110,9 +119,13 @@ mod tests {
             let r = size.len() - 2;
             let theta = rand(&[size[0] as usize, r, r + 1], -2.0, 2.0, 700 + s as u64);
             for align in [0, 1] {
-                let case = Case::new("AffineGrid", vec![theta.clone(), i64s(size)]).attrs(vec![int("align_corners", align)]).opset(20);
+                let case = Case::new("AffineGrid", vec![theta.clone(), i64s(size)])
+                    .attrs(vec![int("align_corners", align)])
+                    .opset(20);
                 case.constants(&[1]).check(1e-5, 1e-5);
-                let case = Case::new("AffineGrid", vec![theta.clone(), i64s(size)]).attrs(vec![int("align_corners", align)]).opset(20);
+                let case = Case::new("AffineGrid", vec![theta.clone(), i64s(size)])
+                    .attrs(vec![int("align_corners", align)])
+                    .opset(20);
                 case.check(1e-5, 1e-5);
             }
         }

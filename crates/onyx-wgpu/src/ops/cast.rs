@@ -488,7 +488,9 @@ mod tests {
         ];
         let mut rng = fastrand::Rng::with_seed(11);
         v.extend((0..300).map(|_| f64::from_bits(rng.u64(..))).filter(|x| !x.is_nan()));
-        v.extend((0..300).map(|_| f64::from_bits((rng.u64(..) & 0x800f_ffff_ffff_ffff) | (rng.u64(0x360..0x420) << 52))));
+        v.extend(
+            (0..300).map(|_| f64::from_bits((rng.u64(..) & 0x800f_ffff_ffff_ffff) | (rng.u64(0x360..0x420) << 52))),
+        );
         v
     }
 

@@ -26,10 +26,7 @@ pub(crate) fn register(r: &mut Registry) {
 /// f32 inputs and a known activation.
 fn supports_causal_conv(ctx: &NodeContext<'_>, _gpu: &Capabilities) -> bool {
     let f32_or_absent = |i| ctx.node.input(i).is_none() || input_dtype(ctx, i) == Some(DataType::Float);
-    (0..4).all(f32_or_absent)
-        && ctx.node.input(0).is_some()
-        && ctx.node.input(1).is_some()
-        && activation(ctx).is_ok()
+    (0..4).all(f32_or_absent) && ctx.node.input(0).is_some() && ctx.node.input(1).is_some() && activation(ctx).is_ok()
 }
 
 /// Whether the node applies SiLU, from its `activation` attribute.
@@ -127,7 +124,13 @@ fn build_causal_conv(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box
 
 impl CausalConv {
     /// Checks the shapes; returns (batch, channels, length, taps).
-    fn dims(&self, x: &GpuTensor<'_>, w: &GpuTensor<'_>, b: Option<&GpuTensor<'_>>, past: Option<&GpuTensor<'_>>) -> Result<[usize; 4]> {
+    fn dims(
+        &self,
+        x: &GpuTensor<'_>,
+        w: &GpuTensor<'_>,
+        b: Option<&GpuTensor<'_>>,
+        past: Option<&GpuTensor<'_>>,
+    ) -> Result<[usize; 4]> {
         let at = &self.at;
         let &[n, c, l] = x.shape() else {
             return Err(Error::input(at, 0, "a [batch, channels, length] tensor", format!("{:?}", x.shape())));
@@ -140,7 +143,12 @@ impl CausalConv {
             return Err(Error::input(at, 2, format!("a bias of shape [{c}]"), format!("{:?}", b.shape())));
         }
         if let Some(p) = past.filter(|p| p.shape() != [n, c, k - 1]) {
-            return Err(Error::input(at, 3, format!("a past_state of shape [{n}, {c}, {}]", k - 1), format!("{:?}", p.shape())));
+            return Err(Error::input(
+                at,
+                3,
+                format!("a past_state of shape [{n}, {c}, {}]", k - 1),
+                format!("{:?}", p.shape()),
+            ));
         }
         for (i, t) in [(0, Some(x)), (1, Some(w)), (2, b), (3, past)] {
             if let Some(t) = t.filter(|t| t.dtype() != DataType::Float) {
@@ -188,14 +196,17 @@ mod tests {
     use crate::testkit::{rand, string, Case};
 
     fn case(inputs: Vec<Option<Tensor>>, activation: &str) -> Case {
-        let mut case = Case::new("CausalConvWithState", vec![]).attrs(vec![string("activation", activation)]).opset(27).outputs(2);
+        let mut case =
+            Case::new("CausalConvWithState", vec![]).attrs(vec![string("activation", activation)]).opset(27).outputs(2);
         case.inputs = inputs;
         case
     }
 
     #[test]
     fn causal_conv_matches_the_cpu() {
-        for (s, &(n, c, l, k)) in [(2usize, 3usize, 7usize, 4usize), (1, 5, 1, 3), (3, 2, 9, 1), (1, 1, 2, 5)].iter().enumerate() {
+        for (s, &(n, c, l, k)) in
+            [(2usize, 3usize, 7usize, 4usize), (1, 5, 1, 3), (3, 2, 9, 1), (1, 1, 2, 5)].iter().enumerate()
+        {
             let seed = 90 + 10 * s as u64;
             let x = rand(&[n, c, l], -1.0, 1.0, seed);
             let w = rand(&[c, 1, k], -1.0, 1.0, seed + 1);

@@ -54,7 +54,8 @@ struct CenterCropPad {
 
 fn build_center_crop_pad(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<dyn GpuOp>> {
     let size = known_size(ctx, 0)?;
-    let pipeline = gpu.pipeline(&format!("center_crop_pad/{size}"), || element_shader("", size, &[("x", size)], CENTER))?;
+    let pipeline =
+        gpu.pipeline(&format!("center_crop_pad/{size}"), || element_shader("", size, &[("x", size)], CENTER))?;
     let axes = ctx.node.get_ints("axes")?.map(<[i64]>::to_vec);
     Ok(Box::new(CenterCropPad { axes, size, pipeline, at: ctx.node.location() }))
 }

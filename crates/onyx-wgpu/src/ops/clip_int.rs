@@ -36,11 +36,7 @@ pub(crate) fn supports(ctx: &NodeContext<'_>) -> bool {
 /// `fetch(e)`: the clipped element, compared as `T` (`i32` or `u32`). Parameters: shift (32 -
 /// bits), lo and hi as `T` bits.
 fn code(signed: bool) -> String {
-    let (t, extend) = if signed {
-        ("i32", "(i32(load_x(e) << p[3]) >> p[3])")
-    } else {
-        ("u32", "load_x(e)")
-    };
+    let (t, extend) = if signed { ("i32", "(i32(load_x(e) << p[3]) >> p[3])") } else { ("u32", "load_x(e)") };
     format!(
         "fn fetch(e: u32) -> E {{
     let v = {extend};
@@ -79,7 +75,12 @@ impl ClipInt {
         }
         let t = host_input(inputs, i, at)?;
         if t.dtype() != self.dtype || t.len() != 1 {
-            return Err(Error::input(at, i, format!("a {} scalar", self.dtype), format!("{} {:?}", t.dtype(), t.shape())));
+            return Err(Error::input(
+                at,
+                i,
+                format!("a {} scalar", self.dtype),
+                format!("{} {:?}", t.dtype(), t.shape()),
+            ));
         }
         let b = t.bytes()?;
         Ok(match self.dtype {
@@ -110,7 +111,14 @@ impl GpuOp for ClipInt {
         let y = run.alloc(x.dtype(), x.shape().to_vec())?;
         if !y.is_empty() {
             let params = [32 - self.bits, lo as u32, hi as u32];
-            dispatch_elements(run, &self.pipeline, Elements::new(self.bits / 8, y.len()), &params, &[x.buffer, y.gpu()?], at)?;
+            dispatch_elements(
+                run,
+                &self.pipeline,
+                Elements::new(self.bits / 8, y.len()),
+                &params,
+                &[x.buffer, y.gpu()?],
+                at,
+            )?;
         }
         Ok(vec![Value::Tensor(y)])
     }
@@ -131,11 +139,14 @@ mod tests {
 
     #[test]
     fn integer_clip_matches_the_cpu() {
-        let types = [DataType::Int8, DataType::Uint8, DataType::Int16, DataType::Uint16, DataType::Int32, DataType::Uint32];
+        let types =
+            [DataType::Int8, DataType::Uint8, DataType::Int16, DataType::Uint16, DataType::Int32, DataType::Uint32];
         for (s, dtype) in types.into_iter().enumerate() {
             for shape in [&[3usize, 4, 5][..], &[7], &[0, 3], &[1]] {
                 let x = random(dtype, shape, 500 + s as u64);
-                for (lo, hi) in [(Some(-5i64), Some(90i64)), (Some(3), None), (None, Some(7)), (None, None), (Some(9), Some(2))] {
+                for (lo, hi) in
+                    [(Some(-5i64), Some(90i64)), (Some(3), None), (None, Some(7)), (None, None), (Some(9), Some(2))]
+                {
                     let mut case = Case::new("Clip", vec![x.clone()]).opset(13);
                     case.inputs.push(lo.map(|v| scalar(dtype, v)));
                     case.inputs.push(hi.map(|v| scalar(dtype, v)));

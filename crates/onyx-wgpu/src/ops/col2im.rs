@@ -146,7 +146,10 @@ impl GpuOp for Col2Im {
             let span = dilations[d] * (kernel[d] - 1) + 1;
             let padded = image[d] + pads[d] + pads[n + d];
             if padded < span {
-                return Err(Error::node(at, format!("block of {span} does not fit the padded image size {padded} on axis {d}")));
+                return Err(Error::node(
+                    at,
+                    format!("block of {span} does not fit the padded image size {padded} on axis {d}"),
+                ));
             }
             blocks.push((padded - span) / strides[d] + 1);
         }
@@ -196,7 +199,11 @@ mod tests {
             let kprod: i64 = block.iter().product();
             for (batch, channels) in [(1usize, 1usize), (2, 3)] {
                 let x = rand(&[batch, channels * kprod as usize, l as usize], -1.0, 1.0, 300 + i as u64);
-                let attrs = vec![ints("strides", &vec![stride; n]), ints("dilations", &vec![dil; n]), ints("pads", &vec![pad; 2 * n])];
+                let attrs = vec![
+                    ints("strides", &vec![stride; n]),
+                    ints("dilations", &vec![dil; n]),
+                    ints("pads", &vec![pad; 2 * n]),
+                ];
                 let case = Case::new("Col2Im", vec![x.clone(), i64s(image), i64s(block)]).attrs(attrs).opset(18);
                 case.constants(&[1, 2]).check(1e-5, 1e-6);
                 if stride == 1 && dil == 1 && pad == 0 {

@@ -114,6 +114,10 @@ mod tests {
             Case::new("Det", vec![x]).check(1e-4, 1e-4);
         }
         // A singular matrix and one that needs a row swap.
-        Case::new("Det", vec![t(&[2, 3, 3], vec![1f32, 2., 3., 2., 4., 6., 1., 0., 1., 0., 1., 2., 3., 4., 5., 1., 1., 0.])]).check(1e-5, 1e-5);
+        Case::new(
+            "Det",
+            vec![t(&[2, 3, 3], vec![1f32, 2., 3., 2., 4., 6., 1., 0., 1., 0., 1., 2., 3., 4., 5., 1., 1., 0.])],
+        )
+        .check(1e-5, 1e-5);
     }
 }

@@ -160,11 +160,17 @@ mod tests {
             // 2.5 ulp and Vulkan may split the fma of the residual step), and then a quantized
             // value lands one step away.
             let (w, g) = (want[1].as_slice::<f32>().unwrap()[0], got[1].as_slice::<f32>().unwrap()[0]);
-            assert!(w.to_bits().abs_diff(g.to_bits()) <= 1 || (w.is_nan() && g.is_nan()), "{x:?}: scale {g}, expected {w}");
+            assert!(
+                w.to_bits().abs_diff(g.to_bits()) <= 1 || (w.is_nan() && g.is_nan()),
+                "{x:?}: scale {g}, expected {w}"
+            );
             for o in [0, 2] {
                 assert_eq!(got[o].shape(), want[o].shape(), "{x:?}: output {o}");
                 let (w, g) = (want[o].as_slice::<u8>().unwrap(), got[o].as_slice::<u8>().unwrap());
-                assert!(w.iter().zip(g).all(|(a, b)| a.abs_diff(*b) <= 1), "{x:?}: output {o} is {g:?}, expected {w:?}");
+                assert!(
+                    w.iter().zip(g).all(|(a, b)| a.abs_diff(*b) <= 1),
+                    "{x:?}: output {o} is {g:?}, expected {w:?}"
+                );
             }
         }
     }

@@ -146,7 +146,8 @@ pub(crate) fn register(r: &mut Registry) {
 }
 
 fn supports_unary(ctx: &NodeContext<'_>, gpu: &Capabilities) -> bool {
-    let gelu_ok = ctx.node.op_type != "Gelu" || ctx.node.string_or("approximate", "none").is_ok_and(|s| s == "none" || s == "tanh");
+    let gelu_ok = ctx.node.op_type != "Gelu"
+        || ctx.node.string_or("approximate", "none").is_ok_and(|s| s == "none" || s == "tanh");
     gelu_ok && ctx.node.inputs.len() == 1 && float_inputs(ctx, gpu, 0..1)
 }
 
@@ -174,7 +175,11 @@ fn supports_binary(ctx: &NodeContext<'_>, gpu: &Capabilities) -> bool {
 
 /// The expression of an op in `table`.
 pub(crate) fn expression(table: &[(&'static str, &'static str)], op: &str) -> Result<&'static str> {
-    table.iter().find(|(n, _)| *n == op).map(|(_, e)| *e).ok_or_else(|| Error::Unsupported(format!("wgpu: no {op} kernel")))
+    table
+        .iter()
+        .find(|(n, _)| *n == op)
+        .map(|(_, e)| *e)
+        .ok_or_else(|| Error::Unsupported(format!("wgpu: no {op} kernel")))
 }
 
 /// Attribute defaults of the unary ops that take `a` (alpha) and `b` (beta or gamma).
@@ -398,7 +403,36 @@ mod tests {
         let x = rand(&[3, 5, 67], -4.0, 4.0, 1);
         let positive = rand(&[1000], 0.1, 9.0, 2);
         let unit = rand(&[7, 11], -0.99, 0.99, 3);
-        for op in ["Relu", "Sigmoid", "Tanh", "Exp", "Abs", "Neg", "Floor", "Ceil", "Round", "Sign", "Sin", "Cos", "Atan", "Sinh", "Cosh", "Asinh", "Erf", "Softplus", "Softsign", "Mish", "HardSwish", "LeakyRelu", "Elu", "Selu", "Celu", "ThresholdedRelu", "HardSigmoid", "Gelu"] {
+        for op in [
+            "Relu",
+            "Sigmoid",
+            "Tanh",
+            "Exp",
+            "Abs",
+            "Neg",
+            "Floor",
+            "Ceil",
+            "Round",
+            "Sign",
+            "Sin",
+            "Cos",
+            "Atan",
+            "Sinh",
+            "Cosh",
+            "Asinh",
+            "Erf",
+            "Softplus",
+            "Softsign",
+            "Mish",
+            "HardSwish",
+            "LeakyRelu",
+            "Elu",
+            "Selu",
+            "Celu",
+            "ThresholdedRelu",
+            "HardSigmoid",
+            "Gelu",
+        ] {
             Case::new(op, vec![x.clone()]).check(1e-5, 1e-5);
         }
         for op in ["Log", "Sqrt", "Reciprocal", "Acosh"] {
@@ -408,7 +442,9 @@ mod tests {
             Case::new(op, vec![unit.clone()]).check(1e-5, 1e-6);
         }
         Case::new("LeakyRelu", vec![x.clone()]).attrs(vec![float("alpha", 0.3)]).check(1e-6, 0.0);
-        Case::new("HardSigmoid", vec![x.clone()]).attrs(vec![float("alpha", 0.4), float("beta", 0.3)]).check(1e-6, 1e-7);
+        Case::new("HardSigmoid", vec![x.clone()])
+            .attrs(vec![float("alpha", 0.4), float("beta", 0.3)])
+            .check(1e-6, 1e-7);
         Case::new("Gelu", vec![x.clone()]).attrs(vec![crate::testkit::string("approximate", "tanh")]).check(1e-5, 1e-5);
     }
 
@@ -439,7 +475,8 @@ mod tests {
             let a = rand(sa, -3.0, 3.0, 10 + i as u64);
             let b = rand(sb, 0.5, 3.0, 20 + i as u64);
             for op in ["Add", "Sub", "Mul", "Div", "Max", "Min", "Pow", "PRelu"] {
-                let a_is_output = sa.len() >= sb.len() && sb.iter().rev().zip(sa.iter().rev()).all(|(b, a)| b == a || *b == 1);
+                let a_is_output =
+                    sa.len() >= sb.len() && sb.iter().rev().zip(sa.iter().rev()).all(|(b, a)| b == a || *b == 1);
                 if op == "PRelu" && !a_is_output {
                     continue;
                 }
@@ -451,7 +488,12 @@ mod tests {
 
     #[test]
     fn variadic_ops_fold_any_number_of_inputs_like_the_cpu() {
-        let xs = [rand(&[3, 1, 37], -3.0, 3.0, 30), rand(&[5, 1], -3.0, 3.0, 31), rand(&[37], -3.0, 3.0, 32), rand(&[1], -3.0, 3.0, 33)];
+        let xs = [
+            rand(&[3, 1, 37], -3.0, 3.0, 30),
+            rand(&[5, 1], -3.0, 3.0, 31),
+            rand(&[37], -3.0, 3.0, 32),
+            rand(&[1], -3.0, 3.0, 33),
+        ];
         for op in ["Max", "Min", "Sum", "Mean"] {
             for n in 1..=4 {
                 Case::new(op, xs[..n].to_vec()).check(1e-6, 1e-6);

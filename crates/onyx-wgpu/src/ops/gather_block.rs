@@ -26,7 +26,9 @@ pub(crate) fn register(r: &mut Registry) {
 fn supports(ctx: &NodeContext<'_>, gpu: &Capabilities) -> bool {
     let Ok(op) = Op::from_node(ctx.node) else { return false };
     let Some(rank) = known_dims(ctx, Op::DATA).map(|d| d.len() as i64) else { return false };
-    let axes = rank >= 1 && (op.gather_axis == 0 || op.gather_axis == -rank) && (op.quantize_axis == rank - 1 || op.quantize_axis == -1);
+    let axes = rank >= 1
+        && (op.gather_axis == 0 || op.gather_axis == -rank)
+        && (op.quantize_axis == rank - 1 || op.quantize_axis == -1);
     let data = input_dtype(ctx, Op::DATA);
     let data_ok = matches!(data, Some(DataType::Uint8 | DataType::Int4 | DataType::Uint4));
     let zp_ok = ctx.node.input(Op::ZERO_POINTS).is_none() || input_dtype(ctx, Op::ZERO_POINTS) == data;
@@ -43,7 +45,8 @@ struct GatherBlock {
 
 fn build(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<dyn GpuOp>> {
     let op = Op::from_node(ctx.node)?;
-    let dtype = input_dtype(ctx, Op::SCALES).ok_or_else(|| Error::Unsupported(format!("wgpu: {}: untyped scales", op.at)))?;
+    let dtype =
+        input_dtype(ctx, Op::SCALES).ok_or_else(|| Error::Unsupported(format!("wgpu: {}: untyped scales", op.at)))?;
     let ty = wgsl_type(dtype).ok_or_else(|| Error::Unsupported(format!("wgpu: {} on {dtype}", op.at)))?;
     let pipeline = gpu.pipeline(&format!("gather_block/{ty}"), || shader(ty, enables(dtype)))?;
     Ok(Box::new(GatherBlock { op, pipeline, dtype }))
@@ -111,7 +114,12 @@ impl GpuOp for GatherBlock {
         let indices = gpu_input(run, inputs, Op::INDICES, at)?;
         let scales = gpu_input(run, inputs, Op::SCALES, at)?;
         let zp = opt_gpu_input(run, inputs, Op::ZERO_POINTS, at)?;
-        let g = op.geometry((data.dtype(), data.shape()), indices.dtype(), (scales.dtype(), scales.shape()), zp.as_ref().map(|z| (z.dtype(), z.shape())))?;
+        let g = op.geometry(
+            (data.dtype(), data.shape()),
+            indices.dtype(),
+            (scales.dtype(), scales.shape()),
+            zp.as_ref().map(|z| (z.dtype(), z.shape())),
+        )?;
         if g.gather_axis != 0 || g.quantize_axis + 1 != g.dims.len() || scales.dtype() != self.dtype {
             return Err(Error::node(at, "the GPU kernel gathers along axis 0 of data quantized along its last axis"));
         }
@@ -144,7 +152,12 @@ impl GpuOp for GatherBlock {
             g.default_zero_point as u32,
         ];
         let zp_buffer = zp.map_or(scales.buffer, |z| z.buffer);
-        run.dispatch(&self.pipeline, &params, &[data.buffer, indices.buffer, scales.buffer, zp_buffer, y.gpu()?], grid(y.len()))?;
+        run.dispatch(
+            &self.pipeline,
+            &params,
+            &[data.buffer, indices.buffer, scales.buffer, zp_buffer, y.gpu()?],
+            grid(y.len()),
+        )?;
         Ok(vec![Value::Tensor(y)])
     }
 }
@@ -173,8 +186,14 @@ mod tests {
             let scales = rand(&[rows, blocks], 0.01, 0.1, 5);
             let zp = t(&[rows, blocks.div_ceil(per)], random_bytes(rows * blocks.div_ceil(per), 6));
             let attrs = vec![int("block_size", block as i64), int("bits", bits as i64), int("quantize_axis", 1)];
-            for inputs in [vec![data.clone(), indices.clone(), scales.clone()], vec![data.clone(), indices.clone(), scales.clone(), zp]] {
-                Case::new("GatherBlockQuantized", inputs).attrs(attrs.clone()).domain("com.microsoft").check(1e-6, 1e-7);
+            for inputs in [
+                vec![data.clone(), indices.clone(), scales.clone()],
+                vec![data.clone(), indices.clone(), scales.clone(), zp],
+            ] {
+                Case::new("GatherBlockQuantized", inputs)
+                    .attrs(attrs.clone())
+                    .domain("com.microsoft")
+                    .check(1e-6, 1e-7);
             }
         }
         for dtype in [DataType::Int4, DataType::Uint4] {
@@ -183,8 +202,14 @@ mod tests {
             let zp = nibbles(dtype, &[rows, blocks], 9);
             let idx32 = t(&[4], vec![1i32, 0, 10, -2]);
             let attrs = vec![int("block_size", block as i64), int("quantize_axis", 1)];
-            Case::new("GatherBlockQuantized", vec![data.clone(), idx32.clone(), scales.clone()]).attrs(attrs.clone()).domain("com.microsoft").check(1e-6, 1e-7);
-            Case::new("GatherBlockQuantized", vec![data, idx32, scales, zp]).attrs(attrs).domain("com.microsoft").check(1e-6, 1e-7);
+            Case::new("GatherBlockQuantized", vec![data.clone(), idx32.clone(), scales.clone()])
+                .attrs(attrs.clone())
+                .domain("com.microsoft")
+                .check(1e-6, 1e-7);
+            Case::new("GatherBlockQuantized", vec![data, idx32, scales, zp])
+                .attrs(attrs)
+                .domain("com.microsoft")
+                .check(1e-6, 1e-7);
         }
     }
 }

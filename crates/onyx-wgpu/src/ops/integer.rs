@@ -61,14 +61,18 @@ enum IntOp {
     Mul,
     Div,
     /// `floor`: the remainder takes the divisor's sign (`fmod` 0).
-    Mod { floor: bool },
+    Mod {
+        floor: bool,
+    },
     Max,
     Min,
     And,
     Or,
     Xor,
     Not,
-    Shift { left: bool },
+    Shift {
+        left: bool,
+    },
     Pow,
 }
 
@@ -550,7 +554,9 @@ mod tests {
         }
         for (k, dtype) in INTS.into_iter().enumerate() {
             let (lo, hi) = range(dtype);
-            let xs: Vec<Tensor> = (0..3).map(|i| ints(dtype, &[[1, 7], [4, 1], [4, 7]][i], lo, hi, false, k as u64 * 3 + i as u64)).collect();
+            let xs: Vec<Tensor> = (0..3)
+                .map(|i| ints(dtype, &[[1, 7], [4, 1], [4, 7]][i], lo, hi, false, k as u64 * 3 + i as u64))
+                .collect();
             for op in ["Max", "Min"] {
                 check_exact(&Case::new(op, xs.clone()));
                 check_exact(&Case::new(op, xs[..1].to_vec()));

@@ -61,7 +61,12 @@ impl Attrs {
         };
         let (q_heads, kv_heads) = (heads("q_num_heads")?, heads("kv_num_heads")?);
         if q_heads % kv_heads != 0 {
-            return Err(Error::attribute(&at, "q_num_heads", format!("a multiple of kv_num_heads ({kv_heads})"), q_heads.to_string()));
+            return Err(Error::attribute(
+                &at,
+                "q_num_heads",
+                format!("a multiple of kv_num_heads ({kv_heads})"),
+                q_heads.to_string(),
+            ));
         }
         let rule = match node.string_or("update_rule", "gated_delta")?.as_str() {
             "linear" => Rule { gating: false, delta: false },
@@ -209,7 +214,14 @@ impl LinearAttention {
             decay: opt_gpu_input(run, inputs, 4, at)?,
             beta: opt_gpu_input(run, inputs, 5, at)?,
         };
-        let all = [(0, Some(&x.q)), (1, Some(&x.k)), (2, Some(&x.v)), (3, x.past.as_ref()), (4, x.decay.as_ref()), (5, x.beta.as_ref())];
+        let all = [
+            (0, Some(&x.q)),
+            (1, Some(&x.k)),
+            (2, Some(&x.v)),
+            (3, x.past.as_ref()),
+            (4, x.decay.as_ref()),
+            (5, x.beta.as_ref()),
+        ];
         for (i, t) in all {
             if let Some(t) = t.filter(|t| t.dtype() != DataType::Float) {
                 return Err(Error::input(at, i, "float", t.dtype().name()));
@@ -217,11 +229,19 @@ impl LinearAttention {
         }
         let Rule { gating, delta } = self.attrs.rule;
         if gating != x.decay.is_some() {
-            let want = if gating { "a decay input (the update rule gates)" } else { "no decay input (the update rule does not gate)" };
+            let want = if gating {
+                "a decay input (the update rule gates)"
+            } else {
+                "no decay input (the update rule does not gate)"
+            };
             return Err(Error::input(at, 4, want, if x.decay.is_some() { "a tensor" } else { "no input" }));
         }
         if delta != x.beta.is_some() {
-            let want = if delta { "a beta input (the update rule is a delta rule)" } else { "no beta input (the update rule is not a delta rule)" };
+            let want = if delta {
+                "a beta input (the update rule is a delta rule)"
+            } else {
+                "no beta input (the update rule is not a delta rule)"
+            };
             return Err(Error::input(at, 5, want, if x.beta.is_some() { "a tensor" } else { "no input" }));
         }
         Ok(x)
@@ -231,19 +251,30 @@ impl LinearAttention {
     fn dims(&self, x: &Inputs<'_>) -> Result<Dims> {
         let at = &self.at;
         let rank3 = |t: &GpuTensor<'_>, i: usize| -> Result<[usize; 3]> {
-            <[usize; 3]>::try_from(t.shape())
-                .map_err(|_| Error::input(at, i, "a rank-3 tensor [batch, seq, heads * size]", format!("{:?}", t.shape())))
+            <[usize; 3]>::try_from(t.shape()).map_err(|_| {
+                Error::input(at, i, "a rank-3 tensor [batch, seq, heads * size]", format!("{:?}", t.shape()))
+            })
         };
         let [batch, seq, qw] = rank3(&x.q, 0)?;
         let [kb, ks, kw] = rank3(&x.k, 1)?;
         let [vb, vs, vw] = rank3(&x.v, 2)?;
         let (qh, kh) = (self.attrs.q_heads, self.attrs.kv_heads);
         if qw % qh != 0 || qw == 0 {
-            return Err(Error::input(at, 0, format!("a last axis divisible by q_num_heads ({qh})"), format!("{:?}", x.q.shape())));
+            return Err(Error::input(
+                at,
+                0,
+                format!("a last axis divisible by q_num_heads ({qh})"),
+                format!("{:?}", x.q.shape()),
+            ));
         }
         let dk = qw / qh;
         if (kb, ks, kw) != (batch, seq, kh * dk) {
-            return Err(Error::input(at, 1, format!("shape [{batch}, {seq}, {}]", kh * dk), format!("{:?}", x.k.shape())));
+            return Err(Error::input(
+                at,
+                1,
+                format!("shape [{batch}, {seq}, {}]", kh * dk),
+                format!("{:?}", x.k.shape()),
+            ));
         }
         if (vb, vs) != (batch, seq) || vw % kh != 0 || vw == 0 {
             let want = format!("shape [{batch}, {seq}, kv_num_heads ({kh}) * v_head_size]");
@@ -254,14 +285,24 @@ impl LinearAttention {
         if let Some(g) = &x.decay {
             let [gb, gs, gw] = rank3(g, 4)?;
             if (gb, gs) != (batch, seq) || (gw != kh && gw != kh * dk) {
-                return Err(Error::input(at, 4, format!("shape [{batch}, {seq}, {kh} or {}]", kh * dk), format!("{:?}", g.shape())));
+                return Err(Error::input(
+                    at,
+                    4,
+                    format!("shape [{batch}, {seq}, {kh} or {}]", kh * dk),
+                    format!("{:?}", g.shape()),
+                ));
             }
             d.decay_width = gw / kh;
         }
         if let Some(b) = &x.beta {
             let [bb, bs, bw] = rank3(b, 5)?;
             if (bb, bs) != (batch, seq) || (bw != kh && bw != 1) {
-                return Err(Error::input(at, 5, format!("shape [{batch}, {seq}, {kh} or 1]"), format!("{:?}", b.shape())));
+                return Err(Error::input(
+                    at,
+                    5,
+                    format!("shape [{batch}, {seq}, {kh} or 1]"),
+                    format!("{:?}", b.shape()),
+                ));
             }
             d.beta_heads = bw;
         }
@@ -317,7 +358,15 @@ mod tests {
     /// A case of `rule` with `qh` query and `kh` KV heads; `decay_width` 1 or dk, beta per head
     /// or shared.
     #[allow(clippy::too_many_arguments)]
-    fn case(rule: &str, [b, s, qh, kh, dk, dv]: [usize; 6], past: bool, decay_width: usize, beta_heads: usize, scale: Option<f32>, seed: u64) -> Case {
+    fn case(
+        rule: &str,
+        [b, s, qh, kh, dk, dv]: [usize; 6],
+        past: bool,
+        decay_width: usize,
+        beta_heads: usize,
+        scale: Option<f32>,
+        seed: u64,
+    ) -> Case {
         let gating = rule.starts_with("gated");
         let delta = rule.ends_with("delta");
         let inputs: Vec<Option<Tensor>> = vec![
@@ -328,7 +377,8 @@ mod tests {
             gating.then(|| rand(&[b, s, kh * decay_width], -1.0, 0.0, seed + 4)),
             delta.then(|| rand(&[b, s, beta_heads], 0.0, 1.0, seed + 5)),
         ];
-        let mut attrs = vec![int("q_num_heads", qh as i64), int("kv_num_heads", kh as i64), string("update_rule", rule)];
+        let mut attrs =
+            vec![int("q_num_heads", qh as i64), int("kv_num_heads", kh as i64), string("update_rule", rule)];
         if let Some(sc) = scale {
             attrs.push(float("scale", sc));
         }

@@ -77,7 +77,8 @@ fn build(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<dyn GpuOp>>
     let node = ctx.node;
     let at = node.location();
     let r = node.string_or("reduction", "mean")?;
-    let reduction = Reduction::parse(&r).ok_or_else(|| Error::attribute(&at, "reduction", "none, sum or mean", r.clone()))?;
+    let reduction =
+        Reduction::parse(&r).ok_or_else(|| Error::attribute(&at, "reduction", "none, sum or mean", r.clone()))?;
     let dtype = input_dtype(ctx, 0).ok_or_else(|| Error::input(&at, 0, "a float tensor", "an unknown type"))?;
     let ty = float_type(dtype)?;
     let wide = match input_dtype(ctx, 1) {
@@ -241,10 +242,12 @@ mod tests {
     fn targets(shape: &[usize], c: i64, ignore: Option<i64>, seed: u64) -> Tensor {
         let mut rng = fastrand::Rng::with_seed(seed);
         let n: usize = shape.iter().product();
-        let v: Vec<i64> = (0..n).map(|_| match ignore {
-            Some(i) if rng.u32(0..4) == 0 => i,
-            _ => rng.i64(0..c),
-        }).collect();
+        let v: Vec<i64> = (0..n)
+            .map(|_| match ignore {
+                Some(i) if rng.u32(0..4) == 0 => i,
+                _ => rng.i64(0..c),
+            })
+            .collect();
         t(shape, v)
     }
 
@@ -273,7 +276,10 @@ mod tests {
                         }
                         let outs = if op == "SoftmaxCrossEntropyLoss" { 2 } else { 1 };
                         Case::new(op, vec![x.clone(), tg.clone()]).attrs(attrs.clone()).outputs(outs).check(1e-4, 1e-5);
-                        Case::new(op, vec![x.clone(), tg.clone(), w.clone()]).attrs(attrs).outputs(outs).check(1e-4, 1e-5);
+                        Case::new(op, vec![x.clone(), tg.clone(), w.clone()])
+                            .attrs(attrs)
+                            .outputs(outs)
+                            .check(1e-4, 1e-5);
                     }
                 }
             }

@@ -75,7 +75,14 @@ impl GpuOp for Trilu {
         if rows > 0 && cols > 0 {
             let k32 = i32::try_from(k).map_err(|_| Error::node(&self.at, "matrix too large"))?;
             let params = [u32_of(rows, &self.at)?, u32_of(cols, &self.at)?, k32 as u32, u32::from(self.upper)];
-            dispatch_elements(run, &self.pipeline, Elements::new(self.size, y.len()), &params, &[x.buffer, y.gpu()?], &self.at)?;
+            dispatch_elements(
+                run,
+                &self.pipeline,
+                Elements::new(self.size, y.len()),
+                &params,
+                &[x.buffer, y.gpu()?],
+                &self.at,
+            )?;
         }
         Ok(vec![Value::Tensor(y)])
     }
@@ -168,7 +175,8 @@ mod tests {
                 for upper in [0, 1] {
                     check_exact(&Case::new("Trilu", vec![x.clone()]).attrs(vec![int("upper", upper)]));
                     for k in [-100i64, -3, -1, 0, 2, 7, 1 << 40] {
-                        let case = Case::new("Trilu", vec![x.clone(), t(&[], vec![k])]).attrs(vec![int("upper", upper)]);
+                        let case =
+                            Case::new("Trilu", vec![x.clone(), t(&[], vec![k])]).attrs(vec![int("upper", upper)]);
                         check_exact(&case.constants(&[1]));
                     }
                 }

@@ -13,23 +13,30 @@ use crate::context::GpuContext;
 use crate::kernel::GpuOp;
 
 pub(crate) mod activation;
+pub(crate) mod affine_grid;
 pub(crate) mod attention;
 pub(crate) mod bitcast;
 pub(crate) mod cast;
+pub(crate) mod causal_conv;
+pub(crate) mod center_crop_pad;
+pub(crate) mod clip_int;
+pub(crate) mod col2im;
 pub(crate) mod compare;
 pub(crate) mod compress;
 pub(crate) mod contrib;
-pub(crate) mod dynamic_quantize;
 pub(crate) mod conv;
 pub(crate) mod cumulative;
+pub(crate) mod det;
+pub(crate) mod dynamic_quantize;
 pub(crate) mod elementwise;
 pub(crate) mod gather;
 pub(crate) mod gather_block;
-pub(crate) mod generate;
 pub(crate) mod gather_nd;
+pub(crate) mod generate;
 pub(crate) mod grid_sample;
 pub(crate) mod integer;
 pub(crate) mod layout;
+pub(crate) mod linear_attention;
 pub(crate) mod loss;
 pub(crate) mod lp_norm;
 pub(crate) mod lrn;
@@ -41,20 +48,13 @@ pub(crate) mod onehot;
 pub(crate) mod pool;
 pub(crate) mod quantize;
 pub(crate) mod reduce;
+pub(crate) mod reverse_sequence;
+pub(crate) mod rotary;
 pub(crate) mod scatter;
+pub(crate) mod scatter_nd;
 pub(crate) mod softmax;
 pub(crate) mod topk;
 pub(crate) mod window;
-pub(crate) mod causal_conv;
-pub(crate) mod linear_attention;
-pub(crate) mod rotary;
-pub(crate) mod det;
-pub(crate) mod affine_grid;
-pub(crate) mod reverse_sequence;
-pub(crate) mod center_crop_pad;
-pub(crate) mod clip_int;
-pub(crate) mod col2im;
-pub(crate) mod scatter_nd;
 
 /// Whether the EP takes a node: dtypes and attributes the kernel handles on a device that can
 /// do what the adapter says (known before the device is open).
@@ -134,7 +134,13 @@ impl Registry {
     }
 
     /// Registers an op with some inputs read on the host.
-    pub fn add_with_host_inputs(&mut self, op: &'static str, supports: SupportsFn, build: BuildFn, host: &'static [usize]) {
+    pub fn add_with_host_inputs(
+        &mut self,
+        op: &'static str,
+        supports: SupportsFn,
+        build: BuildFn,
+        host: &'static [usize],
+    ) {
         self.ops.insert(op, OpDef { supports, build, host_inputs: host });
     }
 
@@ -144,7 +150,14 @@ impl Registry {
     }
 
     /// Registers an op of another domain with some inputs read on the host.
-    pub fn add_in_with_host_inputs(&mut self, domain: &'static str, op: &'static str, supports: SupportsFn, build: BuildFn, host: &'static [usize]) {
+    pub fn add_in_with_host_inputs(
+        &mut self,
+        domain: &'static str,
+        op: &'static str,
+        supports: SupportsFn,
+        build: BuildFn,
+        host: &'static [usize],
+    ) {
         self.domains.insert((domain, op), OpDef { supports, build, host_inputs: host });
     }
 

@@ -41,7 +41,9 @@ fn supports(ctx: &NodeContext<'_>, gpu: &Capabilities) -> bool {
     let Ok(op) = Op::from_node(ctx.node) else { return false };
     let a = input_dtype(ctx, Op::A);
     let typed = |i: usize, want: Option<DataType>| ctx.node.input(i).is_none() || input_dtype(ctx, i) == want;
-    let zp_ok = ctx.node.input(Op::ZERO_POINTS).is_none() || matches!(input_dtype(ctx, Op::ZERO_POINTS), Some(DataType::Uint8)) || input_dtype(ctx, Op::ZERO_POINTS) == a;
+    let zp_ok = ctx.node.input(Op::ZERO_POINTS).is_none()
+        || matches!(input_dtype(ctx, Op::ZERO_POINTS), Some(DataType::Uint8))
+        || input_dtype(ctx, Op::ZERO_POINTS) == a;
     let bindings = gpu.limits().max_storage_buffers_per_shader_stage >= 11;
     is_float_input(ctx, gpu, Op::A)
         && input_dtype(ctx, Op::B) == Some(DataType::Uint8)
@@ -70,11 +72,16 @@ fn build(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<dyn GpuOp>>
     let ty = wgsl_type(dtype).ok_or_else(|| Error::Unsupported(format!("wgpu: {at} on {dtype}")))?;
     let enable = enables(dtype);
     let pipelines = |int8: bool| -> Result<[Arc<Pipeline>; 2]> {
-        let make = |rows: u32| gpu.pipeline(&format!("nbits/{ty}/{}/{rows}", if int8 { "int8" } else { "float" }), || product_shader(ty, enable, rows, int8));
+        let make = |rows: u32| {
+            gpu.pipeline(&format!("nbits/{ty}/{}/{rows}", if int8 { "int8" } else { "float" }), || {
+                product_shader(ty, enable, rows, int8)
+            })
+        };
         Ok([make(1)?, make(PROMPT_ROWS)?])
     };
     // The int8 arithmetic as ONNX Runtime's CPU EP has it (see the CPU kernel).
-    let int_zp = ctx.node.input(Op::ZERO_POINTS).is_none() || input_dtype(ctx, Op::ZERO_POINTS) == Some(DataType::Uint8);
+    let int_zp =
+        ctx.node.input(Op::ZERO_POINTS).is_none() || input_dtype(ctx, Op::ZERO_POINTS) == Some(DataType::Uint8);
     let kernel = op.bits != 2 || [32, 64, 128].contains(&op.block_size);
     let int8 = if op.accuracy_level == 4 && int_zp && kernel && ctx.node.input(Op::G_IDX).is_none() {
         let quantize = gpu.pipeline(&format!("nbits/{ty}/quantize"), || quantize_shader(ty, enable))?;
@@ -391,7 +398,8 @@ impl GpuOp for MatMulNBits {
         let scales = t[Op::SCALES].expect("checked").buffer;
         let or_scales = |i: usize| t[i].map_or(scales, |x| x.buffer);
         let zp = or_scales(Op::ZERO_POINTS);
-        let mut buffers: Vec<&GpuBuffer> = vec![t[Op::B].expect("checked").buffer, scales, zp, zp, or_scales(Op::G_IDX), or_scales(Op::BIAS)];
+        let mut buffers: Vec<&GpuBuffer> =
+            vec![t[Op::B].expect("checked").buffer, scales, zp, zp, or_scales(Op::G_IDX), or_scales(Op::BIAS)];
         let pick = |pipelines: &'_ [Arc<Pipeline>; 2]| pipelines[(rows > 1) as usize].clone();
         let groups = [x, yy, row_tiles];
         match &self.int8 {
@@ -426,7 +434,18 @@ mod tests {
     /// A MatMulNBits case: `rows` rows of A, K x N weights of `bits` bits in blocks of `block`;
     /// `zp` 0 none, 1 packed, 2 float; with `g_idx` and `bias` when asked.
     #[allow(clippy::too_many_arguments)]
-    fn case(rows: usize, k: usize, n: usize, bits: usize, block: usize, zp: u8, g_idx: bool, bias: bool, level: i64, seed: u64) -> Case {
+    fn case(
+        rows: usize,
+        k: usize,
+        n: usize,
+        bits: usize,
+        block: usize,
+        zp: u8,
+        g_idx: bool,
+        bias: bool,
+        level: i64,
+        seed: u64,
+    ) -> Case {
         let kb = k.div_ceil(block);
         let blob = block * bits / 8;
         let mut inputs: Vec<Option<Tensor>> = vec![
@@ -452,7 +471,13 @@ mod tests {
         while inputs.last().is_some_and(Option::is_none) {
             inputs.pop();
         }
-        let attrs = vec![int("K", k as i64), int("N", n as i64), int("bits", bits as i64), int("block_size", block as i64), int("accuracy_level", level)];
+        let attrs = vec![
+            int("K", k as i64),
+            int("N", n as i64),
+            int("bits", bits as i64),
+            int("block_size", block as i64),
+            int("accuracy_level", level),
+        ];
         let constants: Vec<usize> = (1..inputs.len()).collect();
         let mut c = Case::new("MatMulNBits", vec![]).attrs(attrs).domain("com.microsoft").constants(&constants);
         c.inputs = inputs;

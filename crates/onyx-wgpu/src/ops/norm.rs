@@ -405,8 +405,14 @@ mod tests {
                 .attrs(attrs.clone())
                 .opset(17)
                 .check(1e-4, 1e-5);
-            Case::new("RMSNormalization", vec![x.clone(), scale.clone()]).attrs(attrs.clone()).opset(23).check(1e-4, 1e-5);
-            Case::new("SimplifiedLayerNormalization", vec![x.clone(), scale.clone()]).attrs(attrs.clone()).opset(17).check(1e-4, 1e-5);
+            Case::new("RMSNormalization", vec![x.clone(), scale.clone()])
+                .attrs(attrs.clone())
+                .opset(23)
+                .check(1e-4, 1e-5);
+            Case::new("SimplifiedLayerNormalization", vec![x.clone(), scale.clone()])
+                .attrs(attrs.clone())
+                .opset(17)
+                .check(1e-4, 1e-5);
             let stats = Case::new("LayerNormalization", vec![x, scale]).attrs(attrs).opset(17).outputs(3);
             stats.check(1e-4, 1e-5);
         }

@@ -35,7 +35,12 @@ fn axes(ctx: &NodeContext<'_>) -> Result<(usize, usize)> {
     match (batch, time) {
         (0, 1) => Ok((0, 1)),
         (1, 0) => Ok((1, 0)),
-        _ => Err(Error::attribute(&at, "batch_axis", "0 or 1, and time_axis the other one", format!("{batch} and {time}"))),
+        _ => Err(Error::attribute(
+            &at,
+            "batch_axis",
+            "0 or 1, and time_axis the other one",
+            format!("{batch} and {time}"),
+        )),
     }
 }
 
@@ -63,7 +68,8 @@ struct ReverseSequence {
 fn build_reverse_sequence(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<dyn GpuOp>> {
     let (batch, time) = axes(ctx)?;
     let size = known_size(ctx, 0)?;
-    let pipeline = gpu.pipeline(&format!("reverse_sequence/{size}"), || element_shader("", size, &[("x", size)], REVERSE))?;
+    let pipeline =
+        gpu.pipeline(&format!("reverse_sequence/{size}"), || element_shader("", size, &[("x", size)], REVERSE))?;
     Ok(Box::new(ReverseSequence { batch, time, size, pipeline, at: ctx.node.location() }))
 }
 
@@ -78,18 +84,31 @@ impl GpuOp for ReverseSequence {
         }
         let (nb, nt) = (shape[self.batch], shape[self.time]);
         if lens.len() != nb || nb > MAX_BATCH {
-            return Err(Error::input(at, 1, format!("{nb} sequence lengths (the batch dim, at most {MAX_BATCH})"), lens.len().to_string()));
+            return Err(Error::input(
+                at,
+                1,
+                format!("{nb} sequence lengths (the batch dim, at most {MAX_BATCH})"),
+                lens.len().to_string(),
+            ));
         }
         let s = strides(shape);
         let mut params = vec![u32_of(s[self.batch], at)?, u32_of(s[self.time], at)?, u32_of(nb, at)?, u32_of(nt, at)?];
         for &l in &lens {
             let l = usize::try_from(l).ok().filter(|&l| l <= nt);
-            let l = l.ok_or_else(|| Error::input(at, 1, format!("sequence lengths in [0, {nt}]"), format!("{lens:?}")))?;
+            let l =
+                l.ok_or_else(|| Error::input(at, 1, format!("sequence lengths in [0, {nt}]"), format!("{lens:?}")))?;
             params.push(l as u32);
         }
         let y = run.alloc(x.dtype(), shape.to_vec())?;
         if !y.is_empty() {
-            dispatch_elements(run, &self.pipeline, Elements::new(self.size, y.len()), &params, &[x.buffer, y.gpu()?], at)?;
+            dispatch_elements(
+                run,
+                &self.pipeline,
+                Elements::new(self.size, y.len()),
+                &params,
+                &[x.buffer, y.gpu()?],
+                at,
+            )?;
         }
         Ok(vec![Value::Tensor(y)])
     }
@@ -112,7 +131,8 @@ mod tests {
                     let x = random(dtype, &full, 800 + s as u64);
                     let attrs = vec![int("batch_axis", batch_axis as i64), int("time_axis", time_axis as i64)];
                     for lens in [[5i64, 0, 3], [1, 2, 5]] {
-                        let case = Case::new("ReverseSequence", vec![x.clone(), i64s(&lens)]).attrs(attrs.clone()).opset(10);
+                        let case =
+                            Case::new("ReverseSequence", vec![x.clone(), i64s(&lens)]).attrs(attrs.clone()).opset(10);
                         check_exact(&case);
                         check_exact(&case.constants(&[1]));
                     }

@@ -34,7 +34,12 @@ fn supports_rotary(ctx: &NodeContext<'_>, gpu: &Capabilities) -> bool {
     let (c, s, p) = op.input_indices();
     let x = input_dtype(ctx, 0);
     let pos_ok = ctx.node.input(p).is_none() || input_dtype(ctx, p) == Some(DataType::Int64);
-    is_float_input(ctx, gpu, 0) && input_dtype(ctx, c) == x && input_dtype(ctx, s) == x && pos_ok && op.rotary_dim < 1 << 24 && op.num_heads < 1 << 24
+    is_float_input(ctx, gpu, 0)
+        && input_dtype(ctx, c) == x
+        && input_dtype(ctx, s) == x
+        && pos_ok
+        && op.rotary_dim < 1 << 24
+        && op.num_heads < 1 << 24
 }
 
 /// Parameters: n, three_d, heads, seq, head, half (rot / 2), interleaved, rows (0 per token,
@@ -156,7 +161,12 @@ impl GpuOp for Rotary {
             u32_of(max_pos, at)?,
         ];
         let pos_buffer = pos.map_or(x.buffer, |p| p.buffer);
-        run.dispatch(&self.pipeline, &params, &[x.buffer, cos.buffer, sin.buffer, pos_buffer, y.gpu()?], grid(y.len()))?;
+        run.dispatch(
+            &self.pipeline,
+            &params,
+            &[x.buffer, cos.buffer, sin.buffer, pos_buffer, y.gpu()?],
+            grid(y.len()),
+        )?;
         Ok(vec![Value::Tensor(y)])
     }
 }
@@ -221,11 +231,15 @@ mod tests {
                     Case::new("RotaryEmbedding", inputs).attrs(attrs.clone()).domain("com.microsoft").check(1e-5, 1e-6);
                     if gpu_f16 {
                         let half = |t: &onyx_core::Tensor| {
-                            let v: Vec<half::f16> = t.as_slice::<f32>().unwrap().iter().map(|&x| half::f16::from_f32(x)).collect();
+                            let v: Vec<half::f16> =
+                                t.as_slice::<f32>().unwrap().iter().map(|&x| half::f16::from_f32(x)).collect();
                             crate::testkit::t(t.shape(), v)
                         };
                         let inputs = vec![half(&x), pos, half(&cos), half(&sin)];
-                        Case::new("RotaryEmbedding", inputs).attrs(attrs.clone()).domain("com.microsoft").check(1e-3, 1e-3);
+                        Case::new("RotaryEmbedding", inputs)
+                            .attrs(attrs.clone())
+                            .domain("com.microsoft")
+                            .check(1e-3, 1e-3);
                     }
                 }
             }

@@ -38,7 +38,9 @@ pub(crate) fn supports(ctx: &NodeContext<'_>, gpu: &Capabilities) -> bool {
 /// Builds the node: [`build_scatter_nd`] for reduction "none", else [`ScatterNdReduce`].
 pub(crate) fn build(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<dyn GpuOp>> {
     let at = ctx.node.location();
-    let r = reduction(ctx).ok_or_else(|| Error::attribute(&at, "reduction", "none, add, mul (or max, min from opset 18)", "another value"))?;
+    let r = reduction(ctx).ok_or_else(|| {
+        Error::attribute(&at, "reduction", "none, add, mul (or max, min from opset 18)", "another value")
+    })?;
     if r == Reduction::None {
         return build_scatter_nd(ctx, gpu);
     }
@@ -137,7 +139,11 @@ mod tests {
             .map(|j| {
                 let dim = shape[j % k] as i64;
                 let v = rng.i64(0..dim);
-                if rng.bool() { v - dim } else { v }
+                if rng.bool() {
+                    v - dim
+                } else {
+                    v
+                }
             })
             .collect();
         t(&[n, k], data)
@@ -153,11 +159,14 @@ mod tests {
             let x = rand(&shape, -2.0, 2.0, 410 + s as u64);
             let u = rand(&u_shape, -2.0, 2.0, 420 + s as u64);
             for r in ["add", "mul", "max", "min"] {
-                let case = Case::new("ScatterND", vec![x.clone(), idx.clone(), u.clone()]).attrs(vec![string("reduction", r)]).opset(18);
+                let case = Case::new("ScatterND", vec![x.clone(), idx.clone(), u.clone()])
+                    .attrs(vec![string("reduction", r)])
+                    .opset(18);
                 case.check(1e-5, 1e-6);
                 let xi = t(&shape, (0..x.len()).map(|v| (v as i32 * 7919) % 101 - 50).collect::<Vec<i32>>());
                 let ui = t(&u_shape, (0..u.len()).map(|v| (v as i32 * 31) % 13 - 6).collect::<Vec<i32>>());
-                let case = Case::new("ScatterND", vec![xi, idx.clone(), ui]).attrs(vec![string("reduction", r)]).opset(18);
+                let case =
+                    Case::new("ScatterND", vec![xi, idx.clone(), ui]).attrs(vec![string("reduction", r)]).opset(18);
                 case.check(0.0, 0.0);
             }
         }

@@ -186,7 +186,9 @@ impl RowLogSoftmax {
         let kind = Kind::LogSoftmax;
         let pipelines = ALL_LANES
             .iter()
-            .map(|&l| gpu.pipeline(&format!("softmax/{kind:?}/{ty}/{}", l.key()), || shader(kind, ty, enables(dtype), l)))
+            .map(|&l| {
+                gpu.pipeline(&format!("softmax/{kind:?}/{ty}/{}", l.key()), || shader(kind, ty, enables(dtype), l))
+            })
             .collect::<Result<_>>()?;
         Ok(RowLogSoftmax { pipelines })
     }

@@ -192,11 +192,8 @@ fn minifloat(dtype: DataType, x: u8) -> f64 {
         _ => {}
     }
     let scale = 2f64.powi(-(m_bits as i32));
-    let value = if e == 0 {
-        m as f64 * scale * 2f64.powi(1 - bias)
-    } else {
-        (1.0 + m as f64 * scale) * 2f64.powi(e - bias)
-    };
+    let value =
+        if e == 0 { m as f64 * scale * 2f64.powi(1 - bias) } else { (1.0 + m as f64 * scale) * 2f64.powi(e - bias) };
     sign * value
 }
 

@@ -153,7 +153,12 @@ impl GroupQueryAttentionOp {
         let num_heads = super::positive(node, "num_heads")?;
         let kv_num_heads = super::positive(node, "kv_num_heads")?;
         if num_heads % kv_num_heads != 0 {
-            return Err(Error::attribute(&at, "kv_num_heads", format!("a divisor of num_heads = {num_heads}"), kv_num_heads.to_string()));
+            return Err(Error::attribute(
+                &at,
+                "kv_num_heads",
+                format!("a divisor of num_heads = {num_heads}"),
+                kv_num_heads.to_string(),
+            ));
         }
         let scale = super::finite(node, "scale", 0.0)?;
         let softcap = super::finite(node, "softcap", 0.0)?;
@@ -168,15 +173,28 @@ impl GroupQueryAttentionOp {
         }
         let sliding_cache = super::flag(node, "sliding_window_cache", false)?;
         if sliding_cache && local_window.is_none_or(|w| w == 0) {
-            return Err(Error::attribute(&at, "local_window_size", "a window > 0 (sliding_window_cache is 1)", format!("{local_window:?}")));
+            return Err(Error::attribute(
+                &at,
+                "local_window_size",
+                "a window > 0 (sliding_window_cache is 1)",
+                format!("{local_window:?}"),
+            ));
         }
         // Quantized caches: not implemented, and refused rather than computed wrongly.
         let quant = node.string_or("k_quant_type", "NONE")?;
         if quant != "NONE" {
-            return Err(Error::attribute(&at, "k_quant_type", "NONE (quantized KV caches are not supported yet)", quant));
+            return Err(Error::attribute(
+                &at,
+                "k_quant_type",
+                "NONE (quantized KV caches are not supported yet)",
+                quant,
+            ));
         }
         let qk = node.int_or("qk_output", 0)?;
-        let qk_output = u8::try_from(qk).ok().filter(|&q| q <= 2).ok_or_else(|| Error::attribute(&at, "qk_output", "0, 1 or 2", qk.to_string()))?;
+        let qk_output = u8::try_from(qk)
+            .ok()
+            .filter(|&q| q <= 2)
+            .ok_or_else(|| Error::attribute(&at, "qk_output", "0, 1 or 2", qk.to_string()))?;
         Ok(GroupQueryAttentionOp {
             num_heads,
             kv_num_heads,
@@ -202,8 +220,14 @@ impl GroupQueryAttentionOp {
     pub fn head_size(&self, hidden: usize, packed: bool) -> Result<usize> {
         let heads = if packed { self.packed_heads() } else { self.num_heads };
         if hidden == 0 || hidden % heads != 0 {
-            let what = if packed { format!("(num_heads + 2 kv_num_heads) = {heads}") } else { format!("num_heads = {heads}") };
-            return Err(Error::input(&self.at, Self::QUERY, format!("a hidden size that is a positive multiple of {what}"), hidden.to_string()));
+            let what =
+                if packed { format!("(num_heads + 2 kv_num_heads) = {heads}") } else { format!("num_heads = {heads}") };
+            return Err(Error::input(
+                &self.at,
+                Self::QUERY,
+                format!("a hidden size that is a positive multiple of {what}"),
+                hidden.to_string(),
+            ));
         }
         Ok(hidden / heads)
     }
@@ -230,7 +254,12 @@ impl GroupQueryAttentionOp {
             (Some(_), Some(_)) => false,
             (k, _) => {
                 let i = if k.is_none() { Self::KEY } else { Self::VALUE };
-                return Err(Error::input(at, i, "key and value both given or both absent (packed q, k, v)", "only one of them"));
+                return Err(Error::input(
+                    at,
+                    i,
+                    "key and value both given or both absent (packed q, k, v)",
+                    "only one of them",
+                ));
             }
         };
         let head = self.head_size(hidden, packed)?;
@@ -254,25 +283,47 @@ impl GroupQueryAttentionOp {
             }
             (pk, _) => {
                 let i = if pk.is_none() { Self::PAST_KEY } else { Self::PAST_VALUE };
-                return Err(Error::input(at, i, "past_key and past_value both given or both absent", "only one of them"));
+                return Err(Error::input(
+                    at,
+                    i,
+                    "past_key and past_value both given or both absent",
+                    "only one of them",
+                ));
             }
         };
         let seqlens = get(Self::SEQLENS_K).ok_or_else(|| Error::input(at, Self::SEQLENS_K, "seqlens_k", "none"))?;
         super::expect_shape(at, Self::SEQLENS_K, "seqlens_k", seqlens, &[batch])?;
-        let total = get(Self::TOTAL_SEQUENCE_LENGTH).ok_or_else(|| Error::input(at, Self::TOTAL_SEQUENCE_LENGTH, "total_sequence_length", "none"))?;
+        let total = get(Self::TOTAL_SEQUENCE_LENGTH)
+            .ok_or_else(|| Error::input(at, Self::TOTAL_SEQUENCE_LENGTH, "total_sequence_length", "none"))?;
         if total.iter().product::<usize>() != 1 || total.len() > 1 {
             return Err(Error::input(at, Self::TOTAL_SEQUENCE_LENGTH, "a scalar", format!("{total:?}")));
         }
         let (rotary_dim, max_position) = self.check_rotary(get(Self::COS_CACHE), get(Self::SIN_CACHE), head)?;
         let position_columns = match get(Self::POSITION_IDS) {
             Some(&[pb, ps]) if pb == batch && ps >= seq => ps,
-            Some(p) => return Err(Error::input(at, Self::POSITION_IDS, format!("position_ids [{batch}, >= {seq}]"), format!("{p:?}"))),
+            Some(p) => {
+                return Err(Error::input(
+                    at,
+                    Self::POSITION_IDS,
+                    format!("position_ids [{batch}, >= {seq}]"),
+                    format!("{p:?}"),
+                ))
+            }
             None => 0,
         };
         let bias = match get(Self::ATTENTION_BIAS) {
-            Some(&[bb, bh, bs, bt]) if (bb == 1 || bb == batch) && (bh == 1 || bh == self.num_heads) && bs == seq && bt > 0 => Some((bb, bh, bt)),
+            Some(&[bb, bh, bs, bt])
+                if (bb == 1 || bb == batch) && (bh == 1 || bh == self.num_heads) && bs == seq && bt > 0 =>
+            {
+                Some((bb, bh, bt))
+            }
             Some(b) => {
-                return Err(Error::input(at, Self::ATTENTION_BIAS, format!("an attention bias [{batch} or 1, {} or 1, {seq}, total]", self.num_heads), format!("{b:?}")))
+                return Err(Error::input(
+                    at,
+                    Self::ATTENTION_BIAS,
+                    format!("an attention bias [{batch} or 1, {} or 1, {seq}, total]", self.num_heads),
+                    format!("{b:?}"),
+                ))
             }
             None => None,
         };
@@ -289,7 +340,12 @@ impl GroupQueryAttentionOp {
             (false, _, _) => Ok((0, 0)),
             (true, Some(c), Some(s)) => {
                 if c.len() != 2 || c[0] == 0 || c[1] == 0 || 2 * c[1] > head {
-                    return Err(Error::input(at, Self::COS_CACHE, format!("a cache [max_position, rotary_dim / 2] with rotary_dim <= the head size {head}"), format!("{c:?}")));
+                    return Err(Error::input(
+                        at,
+                        Self::COS_CACHE,
+                        format!("a cache [max_position, rotary_dim / 2] with rotary_dim <= the head size {head}"),
+                        format!("{c:?}"),
+                    ));
                 }
                 super::expect_shape(at, Self::SIN_CACHE, "a sine cache (cos_cache's shape)", s, c)?;
                 Ok((2 * c[1], c[0]))
@@ -312,11 +368,15 @@ impl GroupQueryAttentionOp {
             .map(|&k| {
                 let row = usize::try_from(k).ok().map(|k| k + 1);
                 let bad = |want: String| Error::input(at, Self::SEQLENS_K, want, k.to_string());
-                let total_b = row.filter(|&t| t <= total).ok_or_else(|| bad(format!("row lengths minus one in 0..{total} (total_sequence_length)")))?;
+                let total_b = row
+                    .filter(|&t| t <= total)
+                    .ok_or_else(|| bad(format!("row lengths minus one in 0..{total} (total_sequence_length)")))?;
                 if first_prompt {
                     return Ok(RowLengths { past: 0, total: total_b, cached: 0 });
                 }
-                let past = total_b.checked_sub(s.seq).ok_or_else(|| bad(format!("at least {} (the new tokens) minus one", s.seq)))?;
+                let past = total_b
+                    .checked_sub(s.seq)
+                    .ok_or_else(|| bad(format!("at least {} (the new tokens) minus one", s.seq)))?;
                 if self.sliding_cache {
                     return Ok(RowLengths { past, total: total_b, cached: self.window_rows(s.past_capacity, past) });
                 }
@@ -329,7 +389,12 @@ impl GroupQueryAttentionOp {
         if s.rotary_dim > 0 {
             let need = if first_prompt { s.seq } else { rows.iter().map(|r| r.total).max().unwrap_or(0) };
             if need > s.max_position && s.position_columns == 0 {
-                return Err(Error::input(at, Self::COS_CACHE, format!("a cache of at least {need} positions"), s.max_position.to_string()));
+                return Err(Error::input(
+                    at,
+                    Self::COS_CACHE,
+                    format!("a cache of at least {need} positions"),
+                    s.max_position.to_string(),
+                ));
             }
         }
         Ok(GqaLengths { present, first_prompt, rows })
@@ -340,20 +405,38 @@ impl GroupQueryAttentionOp {
     /// first prompt, with the checks of the total against the shapes.
     pub fn phase(&self, s: &GqaShapes, total: i32) -> Result<(usize, bool)> {
         let at = &self.at;
-        let total = usize::try_from(total).ok().filter(|&t| t >= 1).ok_or_else(|| Error::input(at, Self::TOTAL_SEQUENCE_LENGTH, "a total length >= 1", total.to_string()))?;
+        let total = usize::try_from(total)
+            .ok()
+            .filter(|&t| t >= 1)
+            .ok_or_else(|| Error::input(at, Self::TOTAL_SEQUENCE_LENGTH, "a total length >= 1", total.to_string()))?;
         let first_prompt = s.seq == total;
         if !first_prompt && total < s.seq {
-            return Err(Error::input(at, Self::TOTAL_SEQUENCE_LENGTH, format!("a total length >= the {} new tokens", s.seq), total.to_string()));
+            return Err(Error::input(
+                at,
+                Self::TOTAL_SEQUENCE_LENGTH,
+                format!("a total length >= the {} new tokens", s.seq),
+                total.to_string(),
+            ));
         }
         if let Some((_, _, bt)) = s.bias {
             if bt != total {
-                return Err(Error::input(at, Self::ATTENTION_BIAS, format!("a last dim equal to total_sequence_length = {total}"), bt.to_string()));
+                return Err(Error::input(
+                    at,
+                    Self::ATTENTION_BIAS,
+                    format!("a last dim equal to total_sequence_length = {total}"),
+                    bt.to_string(),
+                ));
             }
         }
         if self.sliding_cache {
             let w = self.local_window.unwrap_or(0);
             if s.past_capacity < w {
-                return Err(Error::input(at, Self::PAST_KEY, format!("a windowed cache of at least local_window_size = {w} rows"), s.past_capacity.to_string()));
+                return Err(Error::input(
+                    at,
+                    Self::PAST_KEY,
+                    format!("a windowed cache of at least local_window_size = {w} rows"),
+                    s.past_capacity.to_string(),
+                ));
             }
             return Ok((s.past_capacity, first_prompt));
         }
@@ -395,7 +478,12 @@ impl GroupQueryAttentionOp {
         };
         usize::try_from(p).ok().filter(|&p| p < shapes.max_position).ok_or_else(|| {
             let i = if ids.is_empty() { Self::SEQLENS_K } else { Self::POSITION_IDS };
-            Error::input(&self.at, i, format!("rotary positions in 0..{} (the cache's rows)", shapes.max_position), p.to_string())
+            Error::input(
+                &self.at,
+                i,
+                format!("rotary positions in 0..{} (the cache's rows)", shapes.max_position),
+                p.to_string(),
+            )
         })
     }
 }
@@ -417,19 +505,33 @@ mod tests {
     /// ONNX Runtime's windowed cache with window 3 and 5 rows, over 12 steps.
     #[test]
     fn windowed_cache_rows_follow_onnx_runtime() {
-        let op = GroupQueryAttentionOp::from_node(&node(&[("num_heads", 2), ("kv_num_heads", 1), ("local_window_size", 3), ("sliding_window_cache", 1)])).unwrap();
+        let op = GroupQueryAttentionOp::from_node(&node(&[
+            ("num_heads", 2),
+            ("kv_num_heads", 1),
+            ("local_window_size", 3),
+            ("sliding_window_cache", 1),
+        ]))
+        .unwrap();
         let rows: Vec<usize> = (1..=12).map(|t| op.window_rows(5, t)).collect();
         assert_eq!(rows, [1, 2, 3, 4, 5, 3, 4, 5, 3, 4, 5, 3]);
-        assert!(GroupQueryAttentionOp::from_node(&node(&[("num_heads", 2), ("kv_num_heads", 1), ("sliding_window_cache", 1)])).is_err());
+        assert!(GroupQueryAttentionOp::from_node(&node(&[
+            ("num_heads", 2),
+            ("kv_num_heads", 1),
+            ("sliding_window_cache", 1)
+        ]))
+        .is_err());
     }
 
     #[test]
     fn decodes_and_checks_shapes_and_lengths() {
-        let op = GroupQueryAttentionOp::from_node(&node(&[("num_heads", 4), ("kv_num_heads", 2), ("local_window_size", 3)])).unwrap();
+        let op =
+            GroupQueryAttentionOp::from_node(&node(&[("num_heads", 4), ("kv_num_heads", 2), ("local_window_size", 3)]))
+                .unwrap();
         let q = [2usize, 1, 40];
         let kv = [2usize, 1, 20];
         let past = [2usize, 2, 16, 10];
-        let shapes: Vec<Option<&[usize]>> = vec![Some(&q), Some(&kv), Some(&kv), Some(&past), Some(&past), Some(&[2]), Some(&[])];
+        let shapes: Vec<Option<&[usize]>> =
+            vec![Some(&q), Some(&kv), Some(&kv), Some(&past), Some(&past), Some(&[2]), Some(&[])];
         let s = op.shapes(&shapes).unwrap();
         assert_eq!((s.head, s.packed, s.past_capacity), (10, false, 16));
         let l = op.lengths(&s, &[6, 3], 7).unwrap();
@@ -456,7 +558,10 @@ mod tests {
         let err = op.shapes(&[Some(&packed), Some(&kv), None]).unwrap_err().to_string();
         assert!(err.contains("input 2"), "{err}");
         let bad_past = [2usize, 2, 16, 8];
-        let err = op.shapes(&[Some(&q), Some(&kv), Some(&kv), Some(&bad_past), Some(&bad_past), Some(&[2]), Some(&[])]).unwrap_err().to_string();
+        let err = op
+            .shapes(&[Some(&q), Some(&kv), Some(&kv), Some(&bad_past), Some(&bad_past), Some(&[2]), Some(&[])])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("input 3") && err.contains("[2, 2, 16, 10]"), "{err}");
         assert!(GroupQueryAttentionOp::from_node(&node(&[("num_heads", 4), ("kv_num_heads", 3)])).is_err());
         assert!(GroupQueryAttentionOp::from_node(&node(&[("num_heads", 4)])).is_err());

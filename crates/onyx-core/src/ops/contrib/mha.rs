@@ -78,17 +78,38 @@ impl AttentionCommon {
     /// `dim / num_heads`, or an error naming input `i`.
     fn heads_of(&self, i: usize, what: &str, dim: usize) -> Result<usize> {
         if dim == 0 || dim % self.num_heads != 0 {
-            return Err(Error::input(&self.at, i, format!("{what} that is a positive multiple of num_heads = {}", self.num_heads), dim.to_string()));
+            return Err(Error::input(
+                &self.at,
+                i,
+                format!("{what} that is a positive multiple of num_heads = {}", self.num_heads),
+                dim.to_string(),
+            ));
         }
         Ok(dim / self.num_heads)
     }
 
     /// The attention bias' `[batch, heads]` dims, checked against `[B or 1, N or 1, S, T]`.
-    fn attention_bias(&self, i: usize, shape: Option<&[usize]>, batch: usize, seq: usize, total: usize) -> Result<Option<[usize; 2]>> {
+    fn attention_bias(
+        &self,
+        i: usize,
+        shape: Option<&[usize]>,
+        batch: usize,
+        seq: usize,
+        total: usize,
+    ) -> Result<Option<[usize; 2]>> {
         match shape {
             None => Ok(None),
-            Some(&[bb, bn, bs, bt]) if (bb == 1 || bb == batch) && (bn == 1 || bn == self.num_heads) && bs == seq && bt == total => Ok(Some([bb, bn])),
-            Some(s) => Err(Error::input(&self.at, i, format!("an attention bias [{batch} or 1, {} or 1, {seq}, {total}]", self.num_heads), format!("{s:?}"))),
+            Some(&[bb, bn, bs, bt])
+                if (bb == 1 || bb == batch) && (bn == 1 || bn == self.num_heads) && bs == seq && bt == total =>
+            {
+                Ok(Some([bb, bn]))
+            }
+            Some(s) => Err(Error::input(
+                &self.at,
+                i,
+                format!("an attention bias [{batch} or 1, {} or 1, {seq}, {total}]", self.num_heads),
+                format!("{s:?}"),
+            )),
         }
     }
 }
@@ -111,7 +132,15 @@ pub enum KeyMask {
 impl KeyMask {
     /// Reads a mask's shape; `ranges` allows `[2B]` and `[B, 1]`/`[1, 1]` (no mask), as
     /// Attention does.
-    fn from_shape(at: &Location, i: usize, shape: &[usize], batch: usize, seq: usize, total: usize, ranges: bool) -> Result<KeyMask> {
+    fn from_shape(
+        at: &Location,
+        i: usize,
+        shape: &[usize],
+        batch: usize,
+        seq: usize,
+        total: usize,
+        ranges: bool,
+    ) -> Result<KeyMask> {
         Ok(match *shape {
             [n] if n == batch => KeyMask::Counts,
             [n] if n == 3 * batch + 2 => KeyMask::Counts,
@@ -121,7 +150,12 @@ impl KeyMask {
             [b, s, t] if b == batch && s == seq && t == total => KeyMask::Full,
             _ => {
                 let d1 = if ranges { format!("[{batch}], [{}], ", 2 * batch) } else { format!("[{batch}], ") };
-                return Err(Error::input(at, i, format!("a key mask {d1}[{}], [{batch}, {total}] or [{batch}, {seq}, {total}]", 3 * batch + 2), format!("{shape:?}")));
+                return Err(Error::input(
+                    at,
+                    i,
+                    format!("a key mask {d1}[{}], [{batch}, {total}] or [{batch}, {seq}, {total}]", 3 * batch + 2),
+                    format!("{shape:?}"),
+                ));
             }
         })
     }
@@ -216,18 +250,30 @@ impl MultiHeadAttentionOp {
         let get = |i: usize| shapes.get(i).copied().flatten();
         let q = get(Self::QUERY).ok_or_else(|| Error::input(at, Self::QUERY, "a query", "none"))?;
         let &[batch, seq, hidden] = q else {
-            return Err(Error::input(at, Self::QUERY, "a 3-D query [batch, seq, hidden] (packed q, k, v is not supported)", format!("{q:?}")));
+            return Err(Error::input(
+                at,
+                Self::QUERY,
+                "a 3-D query [batch, seq, hidden] (packed q, k, v is not supported)",
+                format!("{q:?}"),
+            ));
         };
         let head = c.heads_of(Self::QUERY, "a hidden size", hidden)?;
         if get(Self::CACHE_INDIRECTION).is_some() {
-            return Err(Error::input(at, Self::CACHE_INDIRECTION, "no cache_indirection (beam search's decoder attention is not supported)", "a tensor"));
+            return Err(Error::input(
+                at,
+                Self::CACHE_INDIRECTION,
+                "no cache_indirection (beam search's decoder attention is not supported)",
+                "a tensor",
+            ));
         }
         let (k, v) = match (get(Self::KEY), get(Self::VALUE)) {
             (Some(k), Some(v)) => (k, v),
             _ => return Err(Error::input(at, Self::KEY, "key and value (packed q, k, v is not supported)", "none")),
         };
         let (kv_seq, v_head, kv_bnsh) = match (k, v) {
-            (&[kb, l, kd], &[vb, vl, vd]) if kb == batch && vb == batch && vl == l && kd == hidden => (l, c.heads_of(Self::VALUE, "a value hidden size", vd)?, false),
+            (&[kb, l, kd], &[vb, vl, vd]) if kb == batch && vb == batch && vl == l && kd == hidden => {
+                (l, c.heads_of(Self::VALUE, "a value hidden size", vd)?, false)
+            }
             (&[_, _, _, _], _) if k == v && k[..2] == [batch, c.num_heads] && k[3] == head => (k[2], head, true),
             _ => {
                 let want = format!("key and value [{batch}, L, {hidden}] and [{batch}, L, Dv], or both [{batch}, {}, L, {head}] (packed k and v is not supported)", c.num_heads);
@@ -237,7 +283,8 @@ impl MultiHeadAttentionOp {
         if let Some(bias) = get(Self::BIAS) {
             super::expect_shape(at, Self::BIAS, "biases of q, k and v", bias, &[2 * hidden + c.num_heads * v_head])?;
         }
-        let (past, capacity) = self.past(get(Self::PAST_KEY), get(Self::PAST_VALUE), batch, head, v_head, kv_seq, past_sequence_length)?;
+        let (past, capacity) =
+            self.past(get(Self::PAST_KEY), get(Self::PAST_VALUE), batch, head, v_head, kv_seq, past_sequence_length)?;
         let total = past + kv_seq;
         let mask = match get(Self::KEY_PADDING_MASK) {
             Some(m) => KeyMask::from_shape(at, Self::KEY_PADDING_MASK, m, batch, seq, total, false)?,
@@ -248,7 +295,16 @@ impl MultiHeadAttentionOp {
     }
 
     /// The valid past rows and, with past_sequence_length, the buffers' capacity.
-    fn past(&self, pk: Option<&[usize]>, pv: Option<&[usize]>, batch: usize, head: usize, v_head: usize, kv_seq: usize, valid: Option<i64>) -> Result<(usize, Option<usize>)> {
+    fn past(
+        &self,
+        pk: Option<&[usize]>,
+        pv: Option<&[usize]>,
+        batch: usize,
+        head: usize,
+        v_head: usize,
+        kv_seq: usize,
+        valid: Option<i64>,
+    ) -> Result<(usize, Option<usize>)> {
         let c = &self.0;
         let at = &c.at;
         let (pk, pv) = match (pk, pv) {
@@ -256,11 +312,21 @@ impl MultiHeadAttentionOp {
             (Some(pk), Some(pv)) => (pk, pv),
             (pk, _) => {
                 let i = if pk.is_none() { Self::PAST_KEY } else { Self::PAST_VALUE };
-                return Err(Error::input(at, i, "past_key and past_value both given or both absent", "only one of them"));
+                return Err(Error::input(
+                    at,
+                    i,
+                    "past_key and past_value both given or both absent",
+                    "only one of them",
+                ));
             }
         };
         if v_head != head {
-            return Err(Error::input(at, Self::PAST_VALUE, format!("no past (a value head size {v_head} other than the key's {head} has no cache)"), format!("{pv:?}")));
+            return Err(Error::input(
+                at,
+                Self::PAST_VALUE,
+                format!("no past (a value head size {v_head} other than the key's {head} has no cache)"),
+                format!("{pv:?}"),
+            ));
         }
         let rows = match pk {
             &[_, _, p, _] => p,
@@ -274,7 +340,15 @@ impl MultiHeadAttentionOp {
         };
         match usize::try_from(valid) {
             Ok(p) if p + kv_seq <= rows => Ok((p, Some(rows))),
-            _ => Err(Error::input(at, Self::PAST_SEQUENCE_LENGTH, format!("a past length in 0..={} (capacity {rows} minus {kv_seq} new keys)", rows.saturating_sub(kv_seq)), valid.to_string())),
+            _ => Err(Error::input(
+                at,
+                Self::PAST_SEQUENCE_LENGTH,
+                format!(
+                    "a past length in 0..={} (capacity {rows} minus {kv_seq} new keys)",
+                    rows.saturating_sub(kv_seq)
+                ),
+                valid.to_string(),
+            )),
         }
     }
 }
@@ -309,7 +383,12 @@ impl PackedAttentionOp {
         let common = AttentionCommon::from_node(node)?;
         let at = &common.at;
         if super::flag(node, "do_rotary", false)? {
-            return Err(Error::attribute(at, "do_rotary", "0 (rotary inside Attention is not supported: RotaryEmbedding nodes before MultiHeadAttention are)", "1"));
+            return Err(Error::attribute(
+                at,
+                "do_rotary",
+                "0 (rotary inside Attention is not supported: RotaryEmbedding nodes before MultiHeadAttention are)",
+                "1",
+            ));
         }
         let qkv_hidden_sizes = match node.get_ints("qkv_hidden_sizes")? {
             None => None,
@@ -317,7 +396,17 @@ impl PackedAttentionOp {
                 let sizes = [q, k, v].map(|s| usize::try_from(s).ok().filter(|&s| s > 0 && s % common.num_heads == 0));
                 match sizes {
                     [Some(q), Some(k), Some(v)] if q == k => Some([q, k, v]),
-                    _ => return Err(Error::attribute(at, "qkv_hidden_sizes", format!("three positive multiples of num_heads = {}, the first two equal", common.num_heads), format!("{:?}", [q, k, v]))),
+                    _ => {
+                        return Err(Error::attribute(
+                            at,
+                            "qkv_hidden_sizes",
+                            format!(
+                                "three positive multiples of num_heads = {}, the first two equal",
+                                common.num_heads
+                            ),
+                            format!("{:?}", [q, k, v]),
+                        ))
+                    }
                 }
             }
             Some(other) => return Err(Error::attribute(at, "qkv_hidden_sizes", "three sizes", format!("{other:?}"))),
@@ -330,9 +419,24 @@ impl PackedAttentionOp {
         let at = &self.common.at;
         match self.qkv_hidden_sizes {
             Some([q, k, v]) if q + k + v == columns => Ok((q, v)),
-            Some(s) => Err(Error::input(at, Self::WEIGHTS, format!("weights with {} columns (qkv_hidden_sizes {s:?})", s.iter().sum::<usize>()), columns.to_string())),
-            None if columns % 3 == 0 && (columns / 3) % self.common.num_heads == 0 && columns > 0 => Ok((columns / 3, columns / 3)),
-            None => Err(Error::input(at, Self::WEIGHTS, format!("weights whose columns split into q, k and v of num_heads = {} heads each", self.common.num_heads), columns.to_string())),
+            Some(s) => Err(Error::input(
+                at,
+                Self::WEIGHTS,
+                format!("weights with {} columns (qkv_hidden_sizes {s:?})", s.iter().sum::<usize>()),
+                columns.to_string(),
+            )),
+            None if columns % 3 == 0 && (columns / 3) % self.common.num_heads == 0 && columns > 0 => {
+                Ok((columns / 3, columns / 3))
+            }
+            None => Err(Error::input(
+                at,
+                Self::WEIGHTS,
+                format!(
+                    "weights whose columns split into q, k and v of num_heads = {} heads each",
+                    self.common.num_heads
+                ),
+                columns.to_string(),
+            )),
         }
     }
 
@@ -347,10 +451,20 @@ impl PackedAttentionOp {
         };
         let w = get(Self::WEIGHTS).ok_or_else(|| Error::input(at, Self::WEIGHTS, "weights", "none"))?;
         let &[rows, columns] = w else {
-            return Err(Error::input(at, Self::WEIGHTS, format!("weights [{input_hidden}, D + D + Dv]"), format!("{w:?}")));
+            return Err(Error::input(
+                at,
+                Self::WEIGHTS,
+                format!("weights [{input_hidden}, D + D + Dv]"),
+                format!("{w:?}"),
+            ));
         };
         if rows != input_hidden {
-            return Err(Error::input(at, Self::WEIGHTS, format!("weights with {input_hidden} rows (the input's hidden size)"), format!("{w:?}")));
+            return Err(Error::input(
+                at,
+                Self::WEIGHTS,
+                format!("weights with {input_hidden} rows (the input's hidden size)"),
+                format!("{w:?}"),
+            ));
         }
         let (q_hidden, v_hidden) = self.hidden_sizes(columns)?;
         let (head, v_head) = (q_hidden / c.num_heads, v_hidden / c.num_heads);
@@ -361,15 +475,36 @@ impl PackedAttentionOp {
             None => 0,
             Some(p) => {
                 if get(Self::ATTENTION_BIAS).is_some() {
-                    return Err(Error::input(at, Self::ATTENTION_BIAS, "no attention bias with a past (as ONNX Runtime's CPU EP)", "both"));
+                    return Err(Error::input(
+                        at,
+                        Self::ATTENTION_BIAS,
+                        "no attention bias with a past (as ONNX Runtime's CPU EP)",
+                        "both",
+                    ));
                 }
                 if v_head != head {
-                    return Err(Error::input(at, Self::PAST, format!("no past (a value head size {v_head} other than the key's {head} has no cache)"), format!("{p:?}")));
+                    return Err(Error::input(
+                        at,
+                        Self::PAST,
+                        format!("no past (a value head size {v_head} other than the key's {head} has no cache)"),
+                        format!("{p:?}"),
+                    ));
                 }
                 let rows = if p.len() == 5 { p[3] } else { 0 };
-                super::expect_shape(at, Self::PAST, "a past [2, batch, num_heads, past, head]", p, &[2, batch, c.num_heads, rows, head])?;
+                super::expect_shape(
+                    at,
+                    Self::PAST,
+                    "a past [2, batch, num_heads, past, head]",
+                    p,
+                    &[2, batch, c.num_heads, rows, head],
+                )?;
                 if get(Self::PAST_SEQUENCE_LENGTH).is_some() {
-                    return Err(Error::input(at, Self::PAST_SEQUENCE_LENGTH, "no past_sequence_length (a shared past buffer is not supported for Attention)", "a tensor"));
+                    return Err(Error::input(
+                        at,
+                        Self::PAST_SEQUENCE_LENGTH,
+                        "no past_sequence_length (a shared past buffer is not supported for Attention)",
+                        "a tensor",
+                    ));
                 }
                 rows
             }
@@ -387,7 +522,12 @@ impl PackedAttentionOp {
     pub fn check_mask_values(&self, mask: KeyMask, values: &[i32]) -> Result<()> {
         if matches!(mask, KeyMask::Counts | KeyMask::Range) {
             if let Some((i, v)) = values.iter().enumerate().find(|(_, &v)| v < 0) {
-                return Err(Error::input(&self.common.at, Self::MASK_INDEX, format!("key counts >= 0 (element {i})"), v.to_string()));
+                return Err(Error::input(
+                    &self.common.at,
+                    Self::MASK_INDEX,
+                    format!("key counts >= 0 (element {i})"),
+                    v.to_string(),
+                ));
             }
         }
         Ok(())
@@ -431,7 +571,16 @@ mod tests {
         let s = op.shapes(&[Some(&[2, 3, 8]), Some(&[2, 2, 7, 4]), Some(&[2, 2, 7, 4])], None).unwrap();
         assert_eq!((s.kv_seq, s.kv_bnsh), (7, true));
         let past: &[usize] = &[2, 2, 9, 4];
-        let mut shapes = vec![Some(&[2usize, 1, 8][..]), Some(&[2, 1, 8][..]), Some(&[2, 1, 8][..]), None, Some(&[2, 10][..]), None, Some(past), Some(past)];
+        let mut shapes = vec![
+            Some(&[2usize, 1, 8][..]),
+            Some(&[2, 1, 8][..]),
+            Some(&[2, 1, 8][..]),
+            None,
+            Some(&[2, 10][..]),
+            None,
+            Some(past),
+            Some(past),
+        ];
         let s = op.shapes(&shapes, None).unwrap();
         assert_eq!((s.past, s.present_rows(), s.mask), (9, 10, KeyMask::Rows));
         shapes[4] = Some(&[2, 5]);
@@ -450,8 +599,21 @@ mod tests {
             (vec![Some(&[2, 3, 8][..]), Some(&[2, 5, 8][..]), Some(&[2, 4, 8][..])], "key and value lengths differ"),
             (vec![Some(&[2, 3, 7][..]), Some(&[2, 5, 7][..]), Some(&[2, 5, 7][..])], "7 does not split into 2 heads"),
             (vec![Some(&[2, 3, 8][..]), Some(&[2, 5, 8][..]), Some(&[2, 5, 8][..]), Some(&[23][..])], "bias length"),
-            (vec![Some(&[2, 3, 8][..]), Some(&[2, 5, 8][..]), Some(&[2, 5, 8][..]), None, Some(&[4][..])], "a [2B] mask"),
-            (vec![Some(&[2, 3, 8][..]), Some(&[2, 5, 8][..]), Some(&[2, 5, 8][..]), None, None, Some(&[2, 2, 3, 4][..])], "bias keys"),
+            (
+                vec![Some(&[2, 3, 8][..]), Some(&[2, 5, 8][..]), Some(&[2, 5, 8][..]), None, Some(&[4][..])],
+                "a [2B] mask",
+            ),
+            (
+                vec![
+                    Some(&[2, 3, 8][..]),
+                    Some(&[2, 5, 8][..]),
+                    Some(&[2, 5, 8][..]),
+                    None,
+                    None,
+                    Some(&[2, 2, 3, 4][..]),
+                ],
+                "bias keys",
+            ),
         ] {
             assert!(op.shapes(&shapes, None).is_err(), "{what}");
         }
@@ -462,13 +624,19 @@ mod tests {
         let m = [2, 3, 1, 0];
         assert!(KeyMask::Counts.keeps(&m, 2, 1, 4, 0, 0, 1) && !KeyMask::Counts.keeps(&m, 2, 1, 4, 0, 0, 2));
         assert!(KeyMask::Range.keeps(&m, 2, 1, 4, 0, 0, 1) && !KeyMask::Range.keeps(&m, 2, 1, 4, 0, 0, 0));
-        assert!(KeyMask::Rows.keeps(&[1, 0, 2, -1], 1, 1, 4, 0, 0, 2) && !KeyMask::Rows.keeps(&[1, 0, 2, -1], 1, 1, 4, 0, 0, 3));
+        assert!(
+            KeyMask::Rows.keeps(&[1, 0, 2, -1], 1, 1, 4, 0, 0, 2)
+                && !KeyMask::Rows.keeps(&[1, 0, 2, -1], 1, 1, 4, 0, 0, 3)
+        );
         assert!(KeyMask::Counts.keeps(&[-2], 1, 1, 1, 0, 0, 0) == false);
     }
 
     #[test]
     fn packed_attention_decodes_and_checks() {
-        let n = node("Attention", &[("num_heads", AttrValue::Int(2)), ("qkv_hidden_sizes", AttrValue::Ints(vec![8, 8, 6]))]);
+        let n = node(
+            "Attention",
+            &[("num_heads", AttrValue::Int(2)), ("qkv_hidden_sizes", AttrValue::Ints(vec![8, 8, 6]))],
+        );
         let op = PackedAttentionOp::from_node(&n).unwrap();
         let s = op.shapes(&[Some(&[2, 3, 5]), Some(&[5, 22]), Some(&[22]), Some(&[4])]).unwrap();
         assert_eq!((s.head, s.v_head, s.mask), (4, 3, KeyMask::Range));
@@ -476,7 +644,10 @@ mod tests {
         assert!(op.check_mask_values(KeyMask::Counts, &[1, -1]).is_err());
         let rotary = node("Attention", &[("num_heads", AttrValue::Int(2)), ("do_rotary", AttrValue::Int(1))]);
         assert!(PackedAttentionOp::from_node(&rotary).unwrap_err().to_string().contains("do_rotary"));
-        let unequal = node("Attention", &[("num_heads", AttrValue::Int(2)), ("qkv_hidden_sizes", AttrValue::Ints(vec![8, 4, 4]))]);
+        let unequal = node(
+            "Attention",
+            &[("num_heads", AttrValue::Int(2)), ("qkv_hidden_sizes", AttrValue::Ints(vec![8, 4, 4]))],
+        );
         assert!(PackedAttentionOp::from_node(&unequal).is_err());
         let plain = PackedAttentionOp::from_node(&node("Attention", &[("num_heads", AttrValue::Int(2))])).unwrap();
         let s = plain.shapes(&[Some(&[1, 2, 5]), Some(&[5, 12]), None, None, Some(&[2, 1, 2, 4, 2])]).unwrap();

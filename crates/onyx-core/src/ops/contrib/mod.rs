@@ -25,7 +25,9 @@ pub(crate) fn flag(node: &Node, name: &str, default: bool) -> Result<bool> {
 pub(crate) fn positive(node: &Node, name: &str) -> Result<usize> {
     let at = node.location();
     match node.get_int(name)? {
-        Some(v) if v > 0 => usize::try_from(v).map_err(|_| Error::attribute(&at, name, "a size that fits in memory", v.to_string())),
+        Some(v) if v > 0 => {
+            usize::try_from(v).map_err(|_| Error::attribute(&at, name, "a size that fits in memory", v.to_string()))
+        }
         Some(v) => Err(Error::attribute(&at, name, "a value >= 1", v.to_string())),
         None => Err(Error::attribute(&at, name, "a value >= 1", "no attribute")),
     }

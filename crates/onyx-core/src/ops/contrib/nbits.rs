@@ -81,7 +81,10 @@ impl MatMulNBitsOp {
             return Err(Error::attribute(&at, "block_size", "a power of two >= 16", block_size.to_string()));
         }
         let level = node.int_or("accuracy_level", 0)?;
-        let accuracy_level = u8::try_from(level).ok().filter(|&l| l <= 4).ok_or_else(|| Error::attribute(&at, "accuracy_level", "0 to 4", level.to_string()))?;
+        let accuracy_level = u8::try_from(level)
+            .ok()
+            .filter(|&l| l <= 4)
+            .ok_or_else(|| Error::attribute(&at, "accuracy_level", "0 to 4", level.to_string()))?;
         Ok(MatMulNBitsOp { k, n, bits: bits as usize, block_size, accuracy_level, at })
     }
 
@@ -109,7 +112,12 @@ impl MatMulNBitsOp {
     pub fn output_shape(&self, a: &[usize]) -> Result<Vec<usize>> {
         match a.split_last() {
             Some((&k, lead)) if k == self.k => Ok(lead.iter().copied().chain([self.n]).collect()),
-            _ => Err(Error::input(&self.at, Self::A, format!("a tensor whose last dimension is K = {}", self.k), format!("{a:?}"))),
+            _ => Err(Error::input(
+                &self.at,
+                Self::A,
+                format!("a tensor whose last dimension is K = {}", self.k),
+                format!("{a:?}"),
+            )),
         }
     }
 
@@ -127,22 +135,41 @@ impl MatMulNBitsOp {
         let (b_type, b_shape) = b.ok_or_else(|| Error::input(at, Self::B, "the packed weights", "none"))?;
         let b_ok = b_type == DataType::Uint8 && (b_shape == [self.n, kb, blob] || b_shape == [self.n, kb * blob]);
         if !b_ok {
-            return Err(Error::input(at, Self::B, format!("uint8[{}, {kb}, {blob}]", self.n), format!("{}{b_shape:?}", b_type.name())));
+            return Err(Error::input(
+                at,
+                Self::B,
+                format!("uint8[{}, {kb}, {blob}]", self.n),
+                format!("{}{b_shape:?}", b_type.name()),
+            ));
         }
         let (s_type, s_shape) = scales.ok_or_else(|| Error::input(at, Self::SCALES, "the scales", "none"))?;
         let per_block = |s: &[usize]| s == [self.n * kb] || s == [self.n, kb];
         if s_type != a_type || !per_block(s_shape) {
-            return Err(Error::input(at, Self::SCALES, format!("{}[{}] (one per block)", a_type.name(), self.n * kb), format!("{}{s_shape:?}", s_type.name())));
+            return Err(Error::input(
+                at,
+                Self::SCALES,
+                format!("{}[{}] (one per block)", a_type.name(), self.n * kb),
+                format!("{}{s_shape:?}", s_type.name()),
+            ));
         }
         let zero_points = match zp {
             None => ZeroPoints::Midpoint,
-            Some((DataType::Uint8, s)) if s == [self.n * self.zero_point_bytes()] || s == [self.n, self.zero_point_bytes()] => ZeroPoints::Packed,
+            Some((DataType::Uint8, s))
+                if s == [self.n * self.zero_point_bytes()] || s == [self.n, self.zero_point_bytes()] =>
+            {
+                ZeroPoints::Packed
+            }
             Some((t, s)) if t == a_type && per_block(s) => ZeroPoints::Float,
             Some((t, s)) => {
                 return Err(Error::input(
                     at,
                     Self::ZERO_POINTS,
-                    format!("uint8[{}] (packed) or {}[{}]", self.n * self.zero_point_bytes(), a_type.name(), self.n * kb),
+                    format!(
+                        "uint8[{}] (packed) or {}[{}]",
+                        self.n * self.zero_point_bytes(),
+                        a_type.name(),
+                        self.n * kb
+                    ),
                     format!("{}{s:?}", t.name()),
                 ))
             }
@@ -154,7 +181,12 @@ impl MatMulNBitsOp {
         }
         if let Some((t, s)) = bias {
             if t != a_type || s != [self.n] {
-                return Err(Error::input(at, Self::BIAS, format!("{}[{}]", a_type.name(), self.n), format!("{}{s:?}", t.name())));
+                return Err(Error::input(
+                    at,
+                    Self::BIAS,
+                    format!("{}[{}]", a_type.name(), self.n),
+                    format!("{}{s:?}", t.name()),
+                ));
             }
         }
         Ok(NBitsInputs { zero_points, g_idx: g_idx.is_some(), bias: bias.is_some() })
@@ -164,7 +196,12 @@ impl MatMulNBitsOp {
     pub fn check_g_idx(&self, g_idx: &[i32]) -> Result<()> {
         let kb = self.k_blocks();
         match g_idx.iter().position(|&g| g < 0 || g as usize >= kb) {
-            Some(i) => Err(Error::input(&self.at, Self::G_IDX, format!("block indices in 0..{kb}"), format!("{} at row {i}", g_idx[i]))),
+            Some(i) => Err(Error::input(
+                &self.at,
+                Self::G_IDX,
+                format!("block indices in 0..{kb}"),
+                format!("{} at row {i}", g_idx[i]),
+            )),
             None => Ok(()),
         }
     }
@@ -274,7 +311,11 @@ impl GatherBlockQuantizedOp {
 
     /// The data's logical dims from its stored shape (symbolic dims kept; the last one
     /// multiplied by [`Self::per_element`]).
-    pub fn logical_dims_sym(&self, dtype: DataType, shape: Option<&[crate::types::Dim]>) -> Option<Vec<crate::types::Dim>> {
+    pub fn logical_dims_sym(
+        &self,
+        dtype: DataType,
+        shape: Option<&[crate::types::Dim]>,
+    ) -> Option<Vec<crate::types::Dim>> {
         let mut dims = shape?.to_vec();
         let per = self.per_element(dtype);
         if per > 1 {
@@ -285,7 +326,13 @@ impl GatherBlockQuantizedOp {
     }
 
     /// Checks the inputs (type and shape each; zero points `None` when absent).
-    pub fn geometry(&self, data: (DataType, &[usize]), indices: DataType, scales: (DataType, &[usize]), zero_points: Option<(DataType, &[usize])>) -> Result<GatherBlockGeometry> {
+    pub fn geometry(
+        &self,
+        data: (DataType, &[usize]),
+        indices: DataType,
+        scales: (DataType, &[usize]),
+        zero_points: Option<(DataType, &[usize])>,
+    ) -> Result<GatherBlockGeometry> {
         let at = &self.at;
         let (bits, default_zero_point, signed) = self.value_format(data.0)?;
         let per = self.per_element(data.0);
@@ -297,14 +344,30 @@ impl GatherBlockQuantizedOp {
         let gather_axis = self.gather_axis(dims.len())?;
         let quantize_axis = self.axis("quantize_axis", self.quantize_axis, dims.len())?;
         if data.0 == DataType::Uint8 && (gather_axis != 0 || quantize_axis != dims.len() - 1) {
-            return Err(Error::attribute(at, "quantize_axis", "gather_axis 0 and the last axis quantized for uint8 data", format!("gather_axis {}, quantize_axis {}", self.gather_axis, self.quantize_axis)));
+            return Err(Error::attribute(
+                at,
+                "quantize_axis",
+                "gather_axis 0 and the last axis quantized for uint8 data",
+                format!("gather_axis {}, quantize_axis {}", self.gather_axis, self.quantize_axis),
+            ));
         }
         if !matches!(indices, DataType::Int32 | DataType::Int64) {
             return Err(Error::input(at, Self::INDICES, "int32 or int64 indices", indices.name()));
         }
-        let blocks: Vec<usize> = dims.iter().enumerate().map(|(i, &d)| if i == quantize_axis { d.div_ceil(self.block_size) } else { d }).collect();
-        if !matches!(scales.0, DataType::Float | DataType::Float16 | DataType::BFloat16) || scales.1 != blocks.as_slice() {
-            return Err(Error::input(at, Self::SCALES, format!("float scales of shape {blocks:?}"), format!("{}{:?}", scales.0.name(), scales.1)));
+        let blocks: Vec<usize> = dims
+            .iter()
+            .enumerate()
+            .map(|(i, &d)| if i == quantize_axis { d.div_ceil(self.block_size) } else { d })
+            .collect();
+        if !matches!(scales.0, DataType::Float | DataType::Float16 | DataType::BFloat16)
+            || scales.1 != blocks.as_slice()
+        {
+            return Err(Error::input(
+                at,
+                Self::SCALES,
+                format!("float scales of shape {blocks:?}"),
+                format!("{}{:?}", scales.0.name(), scales.1),
+            ));
         }
         if let Some((t, s)) = zero_points {
             let mut want = blocks.clone();
@@ -312,7 +375,12 @@ impl GatherBlockQuantizedOp {
                 *last = last.div_ceil(per);
             }
             if t != data.0 || s != want.as_slice() {
-                return Err(Error::input(at, Self::ZERO_POINTS, format!("{}{want:?} (the data's type)", data.0.name()), format!("{}{s:?}", t.name())));
+                return Err(Error::input(
+                    at,
+                    Self::ZERO_POINTS,
+                    format!("{}{want:?} (the data's type)", data.0.name()),
+                    format!("{}{s:?}", t.name()),
+                ));
             }
         }
         Ok(GatherBlockGeometry { dims, gather_axis, quantize_axis, bits, default_zero_point, signed })
@@ -347,18 +415,57 @@ mod tests {
         let op = MatMulNBitsOp::from_node(&node(&[("K", 77), ("N", 5), ("block_size", 16)])).unwrap();
         assert_eq!((op.bits, op.k_blocks(), op.blob_bytes(), op.zero_point_bytes(), op.midpoint()), (4, 5, 8, 3, 8));
         let f = DataType::Float;
-        let ok = op.check_inputs([Some((f, &[2, 77])), Some((DataType::Uint8, &[5, 5, 8])), Some((f, &[25])), Some((DataType::Uint8, &[15])), None, Some((f, &[5]))]).unwrap();
+        let ok = op
+            .check_inputs([
+                Some((f, &[2, 77])),
+                Some((DataType::Uint8, &[5, 5, 8])),
+                Some((f, &[25])),
+                Some((DataType::Uint8, &[15])),
+                None,
+                Some((f, &[5])),
+            ])
+            .unwrap();
         assert_eq!(ok, NBitsInputs { zero_points: ZeroPoints::Packed, g_idx: false, bias: true });
-        let err = op.check_inputs([Some((f, &[2, 76])), Some((DataType::Uint8, &[5, 5, 8])), Some((f, &[25])), None, None, None]).unwrap_err().to_string();
+        let err = op
+            .check_inputs([
+                Some((f, &[2, 76])),
+                Some((DataType::Uint8, &[5, 5, 8])),
+                Some((f, &[25])),
+                None,
+                None,
+                None,
+            ])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("input 0") && err.contains("K = 77"), "{err}");
-        let err = op.check_inputs([Some((f, &[77])), Some((DataType::Uint8, &[5, 4, 8])), Some((f, &[25])), None, None, None]).unwrap_err().to_string();
+        let err = op
+            .check_inputs([Some((f, &[77])), Some((DataType::Uint8, &[5, 4, 8])), Some((f, &[25])), None, None, None])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("input 1") && err.contains("[5, 5, 8]"), "{err}");
-        let err = op.check_inputs([Some((f, &[77])), Some((DataType::Uint8, &[5, 5, 8])), Some((f, &[24])), None, None, None]).unwrap_err().to_string();
+        let err = op
+            .check_inputs([Some((f, &[77])), Some((DataType::Uint8, &[5, 5, 8])), Some((f, &[24])), None, None, None])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("input 2"), "{err}");
-        let err = op.check_inputs([Some((f, &[77])), Some((DataType::Uint8, &[5, 5, 8])), Some((f, &[25])), Some((DataType::Uint8, &[14])), None, None]).unwrap_err().to_string();
+        let err = op
+            .check_inputs([
+                Some((f, &[77])),
+                Some((DataType::Uint8, &[5, 5, 8])),
+                Some((f, &[25])),
+                Some((DataType::Uint8, &[14])),
+                None,
+                None,
+            ])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("input 3"), "{err}");
         assert!(op.check_g_idx(&[0, 4, 5]).unwrap_err().to_string().contains("0..5"));
-        for bad in [&[("K", 8), ("N", 5), ("block_size", 24)][..], &[("K", 8), ("N", 5), ("block_size", 16), ("bits", 3)], &[("N", 5), ("block_size", 16)]] {
+        for bad in [
+            &[("K", 8), ("N", 5), ("block_size", 24)][..],
+            &[("K", 8), ("N", 5), ("block_size", 16), ("bits", 3)],
+            &[("N", 5), ("block_size", 16)],
+        ] {
             assert!(MatMulNBitsOp::from_node(&node(bad)).is_err());
         }
     }

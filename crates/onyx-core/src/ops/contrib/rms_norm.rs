@@ -58,7 +58,12 @@ impl RmsNormOp {
         let r = rank as i64;
         let a = if self.axis < 0 { self.axis + r } else { self.axis };
         if rank == 0 || a < 0 || a >= r {
-            return Err(Error::attribute(&self.at, "axis", format!("an axis of a rank-{rank} input"), self.axis.to_string()));
+            return Err(Error::attribute(
+                &self.at,
+                "axis",
+                format!("an axis of a rank-{rank} input"),
+                self.axis.to_string(),
+            ));
         }
         Ok(a as usize)
     }
@@ -66,7 +71,13 @@ impl RmsNormOp {
     /// Checks the inputs' shapes: `x`, then `skip` (Skip form: the input's shape or its
     /// trailing dims, repeated over the leading rows), `gamma` (Skip form: `[hidden]`; else
     /// broadcastable to the normalized dims) and the optional `bias` (Skip form: `[hidden]`).
-    pub fn geometry(&self, x: &[usize], skip: Option<&[usize]>, gamma: &[usize], bias: Option<&[usize]>) -> Result<RmsGeometry> {
+    pub fn geometry(
+        &self,
+        x: &[usize],
+        skip: Option<&[usize]>,
+        gamma: &[usize],
+        bias: Option<&[usize]>,
+    ) -> Result<RmsGeometry> {
         let at = &self.at;
         let axis = self.first_axis(x.len())?;
         let hidden: usize = x[axis..].iter().product();
@@ -77,7 +88,8 @@ impl RmsNormOp {
         let gamma_ok = if self.skip {
             gamma == [hidden]
         } else {
-            gamma.len() <= trailing.len() && gamma.iter().rev().zip(trailing.iter().rev()).all(|(&g, &t)| g == t || g == 1)
+            gamma.len() <= trailing.len()
+                && gamma.iter().rev().zip(trailing.iter().rev()).all(|(&g, &t)| g == t || g == 1)
         };
         let (gi, si, bi) = if self.skip { (2, 1, 3) } else { (1, usize::MAX, usize::MAX) };
         if !gamma_ok {
@@ -87,7 +99,12 @@ impl RmsNormOp {
             (true, Some(s)) => {
                 let first = s.iter().position(|&d| d != 1).unwrap_or(s.len());
                 if s.is_empty() || s.len() > x.len() || s.last() != x.last() || !x.ends_with(&s[first..]) {
-                    return Err(Error::input(at, si, format!("a skip of shape {x:?} or its trailing dims"), format!("{s:?}")));
+                    return Err(Error::input(
+                        at,
+                        si,
+                        format!("a skip of shape {x:?} or its trailing dims"),
+                        format!("{s:?}"),
+                    ));
                 }
                 s.iter().product()
             }
@@ -137,7 +154,8 @@ mod tests {
         let op = RmsNormOp::from_node(&node("SimplifiedLayerNormalization", vec![])).unwrap();
         assert_eq!((op.axis, op.epsilon, op.skip), (-1, 1e-5, false));
         assert_eq!(op.geometry(&[2, 3, 5], None, &[5], None).unwrap(), RmsGeometry { rows: 6, hidden: 5, skip_len: 0 });
-        let op = RmsNormOp::from_node(&node("SimplifiedLayerNormalization", vec![("axis", AttrValue::Int(1))])).unwrap();
+        let op =
+            RmsNormOp::from_node(&node("SimplifiedLayerNormalization", vec![("axis", AttrValue::Int(1))])).unwrap();
         assert_eq!(op.geometry(&[2, 3, 5], None, &[3, 5], None).unwrap().hidden, 15);
         assert!(op.geometry(&[2, 3, 5], None, &[5], None).is_ok());
         let err = op.geometry(&[2, 3, 5], None, &[2, 5], None).unwrap_err().to_string();
@@ -149,7 +167,8 @@ mod tests {
         assert!(err.contains("input 1"), "{err}");
         let err = skip.geometry(&[2, 3, 5], Some(&[3, 5]), &[5], Some(&[4])).unwrap_err().to_string();
         assert!(err.contains("input 3") && err.contains("[5]"), "{err}");
-        let err = RmsNormOp::from_node(&node("SimplifiedLayerNormalization", vec![("stash_type", AttrValue::Int(10))])).unwrap_err();
+        let err = RmsNormOp::from_node(&node("SimplifiedLayerNormalization", vec![("stash_type", AttrValue::Int(10))]))
+            .unwrap_err();
         assert!(err.to_string().contains("stash_type"), "{err}");
         assert_eq!(op.stats_shape(&[2, 3, 5]).unwrap(), vec![2, 1, 1]);
     }

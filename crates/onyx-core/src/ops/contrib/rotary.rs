@@ -121,7 +121,14 @@ impl RotaryOp {
             // ONNX Runtime's form: the head size is the rotated width, twice the cache's.
             (&[_, _, hidden], 0, RotaryForm::Microsoft) if self.rotary_dim == 0 => match cache.last() {
                 Some(&c) if c > 0 && hidden % (2 * c) == 0 => hidden / (2 * c),
-                _ => return Err(Error::input(at, 0, format!("a hidden size that is a multiple of twice the cache width {cache:?}"), format!("{x:?}"))),
+                _ => {
+                    return Err(Error::input(
+                        at,
+                        0,
+                        format!("a hidden size that is a multiple of twice the cache width {cache:?}"),
+                        format!("{x:?}"),
+                    ))
+                }
             },
             (&[_, _, _], _, _) => return Err(Error::node(at, "a 3-D input needs the num_heads attribute")),
             _ => return Err(Error::input(at, 0, "a 3-D or 4-D input", format!("{x:?}"))),
@@ -129,7 +136,14 @@ impl RotaryOp {
         let (batch, seq, head, three_d) = match *x {
             [b, _, s, d] => (b, s, d, false),
             [b, s, hidden] if hidden % heads == 0 => (b, s, hidden / heads, true),
-            _ => return Err(Error::input(at, 0, format!("a hidden size divisible by num_heads = {heads}"), format!("{x:?}"))),
+            _ => {
+                return Err(Error::input(
+                    at,
+                    0,
+                    format!("a hidden size divisible by num_heads = {heads}"),
+                    format!("{x:?}"),
+                ))
+            }
         };
         let rot = match (self.rotary_dim, self.form) {
             (0, RotaryForm::Microsoft) => cache.last().map_or(head, |&c| 2 * c),
@@ -137,7 +151,10 @@ impl RotaryOp {
             (r, _) => r,
         };
         if rot > head || rot % 2 != 0 {
-            return Err(Error::node(at, format!("rotary_embedding_dim {rot} must be even and at most the head size {head}")));
+            return Err(Error::node(
+                at,
+                format!("rotary_embedding_dim {rot} must be even and at most the head size {head}"),
+            ));
         }
         Ok(RotaryDims { batch, heads, seq, head, rot, three_d })
     }
@@ -154,18 +171,32 @@ impl RotaryOp {
         }
         let table = |cos: &[usize]| -> Result<usize> {
             if cos.len() != 2 || cos[1] != half || cos[0] == 0 {
-                return Err(Error::input(at, ci, format!("a cache of shape [max_position >= 1, {half}]"), format!("{cos:?}")));
+                return Err(Error::input(
+                    at,
+                    ci,
+                    format!("a cache of shape [max_position >= 1, {half}]"),
+                    format!("{cos:?}"),
+                ));
             }
             Ok(cos[0])
         };
         match (pos, self.form) {
             (Some(p), _) if p == [d.batch, d.seq] => Ok(CacheRows::Ids { max_position: table(cos)? }),
-            (Some(p), RotaryForm::Microsoft) if p.iter().product::<usize>() == 1 && p.len() <= 1 => Ok(CacheRows::Offset { max_position: table(cos)? }),
-            (Some(p), _) => Err(Error::input(at, pi, format!("position_ids of shape [{}, {}]", d.batch, d.seq), format!("{p:?}"))),
+            (Some(p), RotaryForm::Microsoft) if p.iter().product::<usize>() == 1 && p.len() <= 1 => {
+                Ok(CacheRows::Offset { max_position: table(cos)? })
+            }
+            (Some(p), _) => {
+                Err(Error::input(at, pi, format!("position_ids of shape [{}, {}]", d.batch, d.seq), format!("{p:?}")))
+            }
             (None, RotaryForm::Microsoft) => Err(Error::input(at, pi, "position_ids", "none")),
             (None, RotaryForm::Onnx) => {
                 if cos != [d.batch, d.seq, half] {
-                    return Err(Error::input(at, ci, format!("a cache of shape [{}, {}, {half}]", d.batch, d.seq), format!("{cos:?}")));
+                    return Err(Error::input(
+                        at,
+                        ci,
+                        format!("a cache of shape [{}, {}, {half}]", d.batch, d.seq),
+                        format!("{cos:?}"),
+                    ));
                 }
                 Ok(CacheRows::PerToken)
             }
@@ -180,10 +211,9 @@ impl RotaryOp {
             CacheRows::Ids { max_position } => (max_position, ids[b * d.seq + s]),
             CacheRows::Offset { max_position } => (max_position, ids[0].saturating_add(s as i64)),
         };
-        usize::try_from(p)
-            .ok()
-            .filter(|&p| p < max)
-            .ok_or_else(|| Error::input(&self.at, self.input_indices().2, format!("positions in 0..{max}"), p.to_string()))
+        usize::try_from(p).ok().filter(|&p| p < max).ok_or_else(|| {
+            Error::input(&self.at, self.input_indices().2, format!("positions in 0..{max}"), p.to_string())
+        })
     }
 }
 

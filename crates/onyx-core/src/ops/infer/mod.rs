@@ -60,7 +60,12 @@ pub fn infer_graph(graph: &Graph, opsets: &OpsetImports, known: &mut HashMap<Str
 }
 
 /// [`infer_graph`] for a graph nested `depth` subgraphs deep.
-fn infer_scope(graph: &Graph, opsets: &OpsetImports, known: &mut HashMap<String, Inferred>, depth: usize) -> Result<()> {
+fn infer_scope(
+    graph: &Graph,
+    opsets: &OpsetImports,
+    known: &mut HashMap<String, Inferred>,
+    depth: usize,
+) -> Result<()> {
     if depth > MAX_SUBGRAPH_DEPTH {
         return Err(Error::InvalidModel(format!("subgraphs are nested more than {MAX_SUBGRAPH_DEPTH} deep")));
     }
@@ -70,12 +75,8 @@ fn infer_scope(graph: &Graph, opsets: &OpsetImports, known: &mut HashMap<String,
     for (name, t) in &graph.initializers {
         known.insert(name.clone(), rules::from_constant(t));
     }
-    let declared: HashMap<&str, &ValueType> = graph
-        .value_info
-        .iter()
-        .chain(&graph.outputs)
-        .map(|v| (v.name.as_str(), &v.ty))
-        .collect();
+    let declared: HashMap<&str, &ValueType> =
+        graph.value_info.iter().chain(&graph.outputs).map(|v| (v.name.as_str(), &v.ty)).collect();
     for node in &graph.nodes {
         let since = registry::since_version(node, opsets)?;
         let inputs: Vec<Option<&Inferred>> =
@@ -236,7 +237,8 @@ mod tests {
         let mut g = bert_graph();
         let mystery = ValueType::Tensor(TensorType { dtype: crate::DataType::Float, shape: Some(vec![sym("m")]) });
         g.value_info.push(ValueInfo::new("mystery", mystery));
-        g.value_info.push(ValueInfo::new("split", input("", vec![Dim::Unknown, sym("s2"), Dim::Fixed(12), Dim::Unknown]).ty));
+        g.value_info
+            .push(ValueInfo::new("split", input("", vec![Dim::Unknown, sym("s2"), Dim::Fixed(12), Dim::Unknown]).ty));
         let mut known = HashMap::new();
         // "Frobnicate" is unknown to the registry: inference of a node needs its op.
         assert!(infer_graph(&g, &opsets(), &mut known).is_err());
@@ -287,7 +289,9 @@ mod tests {
             Some(c) => {
                 g.initializers.insert("c".into(), Tensor::from_bools(vec![], vec![c]).unwrap());
             }
-            None => g.inputs.push(ValueInfo::new("c", ValueType::Tensor(TensorType::fixed(crate::DataType::Bool, &[])))),
+            None => {
+                g.inputs.push(ValueInfo::new("c", ValueType::Tensor(TensorType::fixed(crate::DataType::Bool, &[]))))
+            }
         }
         g
     }

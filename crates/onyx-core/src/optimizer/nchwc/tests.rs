@@ -99,12 +99,27 @@ fn a_resnet_like_chain_becomes_one_blocked_chain() {
         node("GlobalAveragePool", &["a1"], "g", vec![]),
         node("Flatten", &["g"], "y", vec![]),
     ];
-    let m = model(nodes, &[1, 3, 16, 16], vec![("w0", weights(&[20, 3, 3, 3])), ("w1", weights(&[20, 20, 3, 3]))], &["y", "p0"]);
+    let m = model(
+        nodes,
+        &[1, 3, 16, 16],
+        vec![("w0", weights(&[20, 3, 3, 3])), ("w1", weights(&[20, 20, 3, 3]))],
+        &["y", "p0"],
+    );
     let (n, out) = run(m, Some(16));
     assert_eq!(n, 6);
     assert_eq!(
         ops(&out),
-        ["NchwcConv", "Relu", "NchwcMaxPool", "NchwcConv", "Add", "NchwcGlobalAveragePool", "ReorderOutput", "Flatten", "ReorderOutput"]
+        [
+            "NchwcConv",
+            "Relu",
+            "NchwcMaxPool",
+            "NchwcConv",
+            "Add",
+            "NchwcGlobalAveragePool",
+            "ReorderOutput",
+            "Flatten",
+            "ReorderOutput"
+        ]
     );
     let stem = &out.graph.nodes[0];
     assert_eq!(stem.inputs[0], "x", "3 channels: the stem reads NCHW");
@@ -124,7 +139,8 @@ fn a_wide_input_is_reordered_once_and_depthwise_converts() {
         node("Conv", &["x", "wd"], "b", vec![group]),
         node("Add", &["a", "b"], "y", vec![]),
     ];
-    let m = model(nodes, &[1, 32, 8, 8], vec![("w0", weights(&[32, 32, 1, 1])), ("wd", weights(&[32, 1, 1, 1]))], &["y"]);
+    let m =
+        model(nodes, &[1, 32, 8, 8], vec![("w0", weights(&[32, 32, 1, 1])), ("wd", weights(&[32, 1, 1, 1]))], &["y"]);
     let (n, out) = run(m, Some(8));
     assert_eq!(n, 3);
     assert_eq!(ops(&out), ["ReorderInput", "NchwcConv", "NchwcConv", "Add", "ReorderOutput"]);
@@ -134,14 +150,25 @@ fn a_wide_input_is_reordered_once_and_depthwise_converts() {
 /// graph stays as it is.
 #[test]
 fn what_must_stay_nchw_stays() {
-    let conv = |w: &str, attrs| model(vec![node("Conv", &["x", w], "y", attrs)], &[1, 32, 8, 8], vec![("w", weights(&[32, 32, 1, 1])), ("wg", weights(&[32, 16, 1, 1]))], &["y"]);
+    let conv = |w: &str, attrs| {
+        model(
+            vec![node("Conv", &["x", w], "y", attrs)],
+            &[1, 32, 8, 8],
+            vec![("w", weights(&[32, 32, 1, 1])), ("wg", weights(&[32, 16, 1, 1]))],
+            &["y"],
+        )
+    };
     assert_eq!(run(conv("w", vec![]), None).0, 0, "provider without a block");
     let group = Attribute { name: "group".into(), value: AttrValue::Int(2) };
     assert_eq!(run(conv("wg", vec![group]), Some(16)).0, 0, "grouped");
     let mut variable = conv("w", vec![]);
     variable.graph.initializers.clear();
-    variable.graph.inputs.push(ValueInfo::new("w", ValueType::Tensor(TensorType::fixed(DataType::Float, &[32, 32, 1, 1]))));
+    variable
+        .graph
+        .inputs
+        .push(ValueInfo::new("w", ValueType::Tensor(TensorType::fixed(DataType::Float, &[32, 32, 1, 1]))));
     assert_eq!(run(variable, Some(16)).0, 0, "weights are an input");
-    let one_d = model(vec![node("Conv", &["x", "w"], "y", vec![])], &[1, 32, 8], vec![("w", weights(&[32, 32, 1]))], &["y"]);
+    let one_d =
+        model(vec![node("Conv", &["x", "w"], "y", vec![])], &[1, 32, 8], vec![("w", weights(&[32, 32, 1]))], &["y"]);
     assert_eq!(run(one_d, Some(16)).0, 0, "1-D");
 }

@@ -37,7 +37,13 @@ struct NewTokens {
 
 impl Gqa {
     /// Splits the query (packed or not), key and value into per-head rows.
-    fn new_tokens(&self, s: &GqaShapes, q: &TensorView<'_>, k: Option<&TensorView<'_>>, v: Option<&TensorView<'_>>) -> Result<NewTokens> {
+    fn new_tokens(
+        &self,
+        s: &GqaShapes,
+        q: &TensorView<'_>,
+        k: Option<&TensorView<'_>>,
+        v: Option<&TensorView<'_>>,
+    ) -> Result<NewTokens> {
         let op = &self.0;
         let (hq, hkv, d) = (op.num_heads, op.kv_num_heads, s.head);
         let q_all = util::to_f32(q)?;
@@ -47,13 +53,24 @@ impl Gqa {
         }
         let tokens = s.batch * s.seq;
         let row = (hq + 2 * hkv) * d;
-        let part = |from: usize, len: usize| -> Vec<f32> { (0..tokens).flat_map(|t| q_all[t * row + from..][..len].iter().copied()).collect() };
+        let part = |from: usize, len: usize| -> Vec<f32> {
+            (0..tokens).flat_map(|t| q_all[t * row + from..][..len].iter().copied()).collect()
+        };
         Ok(NewTokens { q: part(0, hq * d), k: part(hq * d, hkv * d), v: part((hq + hkv) * d, hkv * d) })
     }
 
     /// Rotates the first `rotary_dim` elements of each q and k head vector in place and rounds
     /// them to `dtype`.
-    fn rotate(&self, s: &GqaShapes, l: &GqaLengths, new: &mut NewTokens, cos: &[f32], sin: &[f32], ids: &[i64], dtype: DataType) -> Result<()> {
+    fn rotate(
+        &self,
+        s: &GqaShapes,
+        l: &GqaLengths,
+        new: &mut NewTokens,
+        cos: &[f32],
+        sin: &[f32],
+        ids: &[i64],
+        dtype: DataType,
+    ) -> Result<()> {
         let op = &self.0;
         let (d, half) = (s.head, s.rotary_dim / 2);
         for b in 0..s.batch {
@@ -103,7 +120,14 @@ impl Gqa {
     /// head): each row's last `window_rows(total)` tokens, then what the past buffer held in
     /// the rows after (as ONNX Runtime moves the rows within the buffer; zeros in a first
     /// prompt).
-    fn windowed_present(&self, s: &GqaShapes, l: &GqaLengths, past: Option<&[f32]>, keys: &[f32], rows: usize) -> Vec<f32> {
+    fn windowed_present(
+        &self,
+        s: &GqaShapes,
+        l: &GqaLengths,
+        past: Option<&[f32]>,
+        keys: &[f32],
+        rows: usize,
+    ) -> Vec<f32> {
         let (hkv, d, c) = (self.0.kv_num_heads, s.head, s.past_capacity);
         let mut out = onyx_core::host_pool::take_zeroed::<f32>(s.batch * hkv * c * d);
         if let Some(p) = past.filter(|_| !l.first_prompt) {
@@ -248,7 +272,11 @@ impl Kernel for Gqa {
                 }
             }
         }
-        for (i, want) in [(Op::SEQLENS_K, DataType::Int32), (Op::TOTAL_SEQUENCE_LENGTH, DataType::Int32), (Op::POSITION_IDS, DataType::Int64)] {
+        for (i, want) in [
+            (Op::SEQLENS_K, DataType::Int32),
+            (Op::TOTAL_SEQUENCE_LENGTH, DataType::Int32),
+            (Op::POSITION_IDS, DataType::Int64),
+        ] {
             if let Some(t) = views[i].as_ref().filter(|t| t.dtype() != want) {
                 return Err(Error::input(at, i, want.name(), t.dtype().name()));
             }
@@ -268,7 +296,11 @@ impl Kernel for Gqa {
         if op.do_rotary {
             let cos = util::f32s(views[Op::COS_CACHE].as_ref().expect("checked"))?;
             let sin = util::f32s(views[Op::SIN_CACHE].as_ref().expect("checked"))?;
-            let ids = views[Op::POSITION_IDS].as_ref().map(|p| p.as_slice::<i64>().map(<[i64]>::to_vec)).transpose()?.unwrap_or_default();
+            let ids = views[Op::POSITION_IDS]
+                .as_ref()
+                .map(|p| p.as_slice::<i64>().map(<[i64]>::to_vec))
+                .transpose()?
+                .unwrap_or_default();
             self.rotate(&shapes, &lengths, &mut new, &cos, &sin, &ids, dtype)?;
         }
         let past_k = views[Op::PAST_KEY].as_ref().map(util::f32s).transpose()?;
@@ -281,7 +313,18 @@ impl Kernel for Gqa {
         let (hq, d, seq) = (op.num_heads, shapes.head, shapes.seq);
         let want_qk = op.qk_output != 0 && wanted.get(3).copied().unwrap_or(false);
         let total = total as usize;
-        let task = Task { op, shapes: &shapes, lengths: &lengths, q: &new.q, keys: &keys, values: &values, bias: bias.as_deref(), sink: sink.as_deref(), total, rows };
+        let task = Task {
+            op,
+            shapes: &shapes,
+            lengths: &lengths,
+            q: &new.q,
+            keys: &keys,
+            values: &values,
+            bias: bias.as_deref(),
+            sink: sink.as_deref(),
+            total,
+            rows,
+        };
         // Per (row, head): the head's outputs [S, D], then its qk rows [S, total].
         let per_task = seq * d + if want_qk { seq * total } else { 0 };
         let mut scratch = onyx_core::host_pool::take_zeroed::<f32>(shapes.batch * hq * per_task);

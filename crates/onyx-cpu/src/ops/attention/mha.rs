@@ -6,7 +6,9 @@
 //! widened exactly, as ONNX Runtime's inserted casts do); (row, head) pairs run in parallel.
 
 use onyx_core::ep::{Kernel, NodeContext, ValueRef};
-use onyx_core::ops::contrib::mha::{AttentionCommon, AttentionShapes, MultiHeadAttentionOp as Mha, PackedAttentionOp as Packed};
+use onyx_core::ops::contrib::mha::{
+    AttentionCommon, AttentionShapes, MultiHeadAttentionOp as Mha, PackedAttentionOp as Packed,
+};
 use onyx_core::{DataType, Error, Location, Result, TensorView, Value};
 
 use super::gqa::{dot, softmax};
@@ -37,7 +39,13 @@ struct Heads {
 
 /// `[B, N, seq, head]` from rows of `stride` elements (`[B, seq, stride]`) whose head `n` starts
 /// at `offset + n * head`, plus `bias[offset + n * head ..]` when given.
-fn split_heads(x: &[f32], s: (usize, usize, usize, usize), stride: usize, offset: usize, bias: Option<&[f32]>) -> Vec<f32> {
+fn split_heads(
+    x: &[f32],
+    s: (usize, usize, usize, usize),
+    stride: usize,
+    offset: usize,
+    bias: Option<&[f32]>,
+) -> Vec<f32> {
     let (batch, seq, heads, head) = s;
     let mut out = onyx_core::host_pool::take::<f32>(batch * heads * seq * head);
     for b in 0..batch {
@@ -46,7 +54,10 @@ fn split_heads(x: &[f32], s: (usize, usize, usize, usize), stride: usize, offset
                 let src = &x[(b * seq + t) * stride + offset + n * head..][..head];
                 let dst = &mut out[((b * heads + n) * seq + t) * head..][..head];
                 match bias {
-                    Some(bias) => dst.iter_mut().zip(src.iter().zip(&bias[offset + n * head..])).for_each(|(d, (x, c))| *d = x + c),
+                    Some(bias) => dst
+                        .iter_mut()
+                        .zip(src.iter().zip(&bias[offset + n * head..]))
+                        .for_each(|(d, (x, c))| *d = x + c),
                     None => dst.copy_from_slice(src),
                 }
             }
@@ -75,7 +86,8 @@ fn with_past(old: Option<&[f32]>, rows: usize, past: usize, new: &[f32], bn: usi
 fn into_buffer(old: &[f32], rows: usize, past: usize, keys: &[f32], total: usize, bn: usize, head: usize) -> Vec<f32> {
     let mut out = old.to_vec();
     for i in 0..bn {
-        out[(i * rows + past) * head..(i * rows + total) * head].copy_from_slice(&keys[(i * total + past) * head..(i + 1) * total * head]);
+        out[(i * rows + past) * head..(i * rows + total) * head]
+            .copy_from_slice(&keys[(i * total + past) * head..(i + 1) * total * head]);
     }
     out
 }
@@ -87,7 +99,13 @@ struct Masks<'a> {
 }
 
 /// Outputs of the core: `[B, S, N·Hv]`, and the scores `[B, N, S, T]` when asked for.
-fn attend(c: &AttentionCommon, s: &AttentionShapes, heads: &Heads, masks: &Masks<'_>, want_qk: bool) -> (Vec<f32>, Option<Vec<f32>>) {
+fn attend(
+    c: &AttentionCommon,
+    s: &AttentionShapes,
+    heads: &Heads,
+    masks: &Masks<'_>,
+    want_qk: bool,
+) -> (Vec<f32>, Option<Vec<f32>>) {
     let (n_heads, seq, total, d, dv) = (c.num_heads, s.seq, s.total(), s.head, s.v_head);
     let scale = c.scale_for(d);
     let per_task = seq * dv + if want_qk { seq * total } else { 0 };
@@ -173,29 +191,47 @@ impl Kernel for MhaKernel {
         let c = &op.0;
         let at = &c.at;
         let views = (0..=Mha::CACHE_INDIRECTION).map(|i| util::opt_input(inputs, i, at)).collect::<Result<Vec<_>>>()?;
-        let dtype = float_type(at, &views, &[Mha::KEY, Mha::VALUE, Mha::BIAS, Mha::ATTENTION_BIAS, Mha::PAST_KEY, Mha::PAST_VALUE])?;
+        let dtype = float_type(
+            at,
+            &views,
+            &[Mha::KEY, Mha::VALUE, Mha::BIAS, Mha::ATTENTION_BIAS, Mha::PAST_KEY, Mha::PAST_VALUE],
+        )?;
         let past_len = int32s(at, &views, Mha::PAST_SEQUENCE_LENGTH)?;
         let past_len = match past_len {
             Some(&[p]) => Some(i64::from(p)),
-            Some(p) => return Err(Error::input(at, Mha::PAST_SEQUENCE_LENGTH, "one value", format!("{} values", p.len()))),
+            Some(p) => {
+                return Err(Error::input(at, Mha::PAST_SEQUENCE_LENGTH, "one value", format!("{} values", p.len())))
+            }
             None => None,
         };
         let s = op.shapes(&shapes_of(&views), past_len.filter(|_| views[Mha::PAST_KEY].is_some()))?;
         let mask = int32s(at, &views, Mha::KEY_PADDING_MASK)?;
         let (n, d, dv, bn) = (c.num_heads, s.head, s.v_head, s.batch * c.num_heads);
         let get = |i| f32s_of(&views, i);
-        let (q, k, v, bias) = (get(Mha::QUERY)?.unwrap_or_default(), get(Mha::KEY)?.unwrap_or_default(), get(Mha::VALUE)?.unwrap_or_default(), get(Mha::BIAS)?);
+        let (q, k, v, bias) = (
+            get(Mha::QUERY)?.unwrap_or_default(),
+            get(Mha::KEY)?.unwrap_or_default(),
+            get(Mha::VALUE)?.unwrap_or_default(),
+            get(Mha::BIAS)?,
+        );
         let q = split_heads(&q, (s.batch, s.seq, n, d), n * d, 0, bias.as_deref());
         // With BNSH keys and values the bias' k and v parts are not applied (ONNX Runtime's CPU EP).
         let (k, v) = if s.kv_bnsh {
             (k, v)
         } else {
             let kv_bias = bias.as_deref().map(|b| &b[n * d..]);
-            (split_heads(&k, (s.batch, s.kv_seq, n, d), n * d, 0, kv_bias), split_heads(&v, (s.batch, s.kv_seq, n, dv), n * dv, 0, kv_bias.map(|b| &b[n * d..])))
+            (
+                split_heads(&k, (s.batch, s.kv_seq, n, d), n * d, 0, kv_bias),
+                split_heads(&v, (s.batch, s.kv_seq, n, dv), n * dv, 0, kv_bias.map(|b| &b[n * d..])),
+            )
         };
         let (past_k, past_v) = (get(Mha::PAST_KEY)?, get(Mha::PAST_VALUE)?);
         let rows = s.capacity.unwrap_or(s.past);
-        let heads = Heads { q, k: with_past(past_k.as_deref(), rows, s.past, &k, bn, d), v: with_past(past_v.as_deref(), rows, s.past, &v, bn, dv) };
+        let heads = Heads {
+            q,
+            k: with_past(past_k.as_deref(), rows, s.past, &k, bn, d),
+            v: with_past(past_v.as_deref(), rows, s.past, &v, bn, dv),
+        };
         let attn_bias = get(Mha::ATTENTION_BIAS)?;
         let want_qk = wanted.get(3).copied().unwrap_or(false);
         let (y, qk) = attend(c, &s, &heads, &Masks { bias: attn_bias.as_deref(), keys: mask }, want_qk);
@@ -221,7 +257,8 @@ impl Kernel for PackedKernel {
         let op = &self.0;
         let c = &op.common;
         let at = &c.at;
-        let views = (0..=Packed::PAST_SEQUENCE_LENGTH).map(|i| util::opt_input(inputs, i, at)).collect::<Result<Vec<_>>>()?;
+        let views =
+            (0..=Packed::PAST_SEQUENCE_LENGTH).map(|i| util::opt_input(inputs, i, at)).collect::<Result<Vec<_>>>()?;
         let dtype = float_type(at, &views, &[Packed::WEIGHTS, Packed::BIAS, Packed::PAST, Packed::ATTENTION_BIAS])?;
         let s = op.shapes(&shapes_of(&views))?;
         let want_present = wanted.get(1).copied().unwrap_or(false);
@@ -238,9 +275,17 @@ impl Kernel for PackedKernel {
         let (rows, cols) = (s.batch * s.seq, 2 * n * d + n * dv);
         let di = w.len() / cols;
         let mut qkv = onyx_core::host_pool::take_zeroed::<f32>(rows * cols);
-        gemm(1.0, MatRef::row_major(&x, rows, di), MatRef::row_major(&w, di, cols), 0.0, MatMut::row_major(&mut qkv, rows, cols))?;
+        gemm(
+            1.0,
+            MatRef::row_major(&x, rows, di),
+            MatRef::row_major(&w, di, cols),
+            0.0,
+            MatMut::row_major(&mut qkv, rows, cols),
+        )?;
         let bias = get(Packed::BIAS)?;
-        let geometry = |heads_width, offset| -> Vec<f32> { split_heads(&qkv, (s.batch, s.seq, n, heads_width), cols, offset, bias.as_deref()) };
+        let geometry = |heads_width, offset| -> Vec<f32> {
+            split_heads(&qkv, (s.batch, s.seq, n, heads_width), cols, offset, bias.as_deref())
+        };
         let (q, k, v) = (geometry(d, 0), geometry(d, n * d), geometry(dv, 2 * n * d));
         let past = get(Packed::PAST)?;
         let half = bn * s.past * d;
@@ -248,13 +293,20 @@ impl Kernel for PackedKernel {
             Some(p) => (Some(&p[..half]), Some(&p[half..])),
             None => (None, None),
         };
-        let heads = Heads { q, k: with_past(past_k, s.past, s.past, &k, bn, d), v: with_past(past_v, s.past, s.past, &v, bn, dv) };
+        let heads = Heads {
+            q,
+            k: with_past(past_k, s.past, s.past, &k, bn, d),
+            v: with_past(past_v, s.past, s.past, &v, bn, dv),
+        };
         let attn_bias = get(Packed::ATTENTION_BIAS)?;
         let (y, _) = attend(c, &s, &heads, &Masks { bias: attn_bias.as_deref(), keys: mask }, false);
         let mut out = vec![util::from_f32(dtype, vec![s.batch, s.seq, n * dv], y)?];
         if want_present {
             if dv != d {
-                return Err(Error::node(at, format!("no present output (a value head size {dv} other than the key's {d} has no cache)")));
+                return Err(Error::node(
+                    at,
+                    format!("no present output (a value head size {dv} other than the key's {d} has no cache)"),
+                ));
             }
             let mut both = heads.k;
             both.extend_from_slice(&heads.v);

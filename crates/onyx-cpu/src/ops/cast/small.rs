@@ -12,7 +12,16 @@ pub(crate) fn is_small(dtype: DataType) -> bool {
     use DataType::*;
     matches!(
         dtype,
-        Float8E4M3FN | Float8E4M3FNUZ | Float8E5M2 | Float8E5M2FNUZ | Float8E8M0 | Float4E2M1 | Int4 | Uint4 | Int2 | Uint2
+        Float8E4M3FN
+            | Float8E4M3FNUZ
+            | Float8E5M2
+            | Float8E5M2FNUZ
+            | Float8E8M0
+            | Float4E2M1
+            | Int4
+            | Uint4
+            | Int2
+            | Uint2
     )
 }
 
@@ -90,7 +99,11 @@ impl Format {
         } else {
             self.value(c)
         };
-        if neg { -v } else { v }
+        if neg {
+            -v
+        } else {
+            v
+        }
     }
 
     /// The code of `x`, rounded to nearest even; `values` are the finite non-negative values.
@@ -128,10 +141,18 @@ impl Format {
                 i as u8
             } else {
                 let (lo, hi) = (a - values[i], values[i + 1] - a);
-                if lo < hi || (lo == hi && i % 2 == 0) { i as u8 } else { (i + 1) as u8 }
+                if lo < hi || (lo == hi && i % 2 == 0) {
+                    i as u8
+                } else {
+                    (i + 1) as u8
+                }
             }
         };
-        if code == 0 && self.uz { 0 } else { code | sign }
+        if code == 0 && self.uz {
+            0
+        } else {
+            code | sign
+        }
     }
 
     fn values(&self) -> Vec<f64> {
@@ -194,12 +215,17 @@ pub(crate) fn to_f64s(v: &TensorView<'_>) -> Result<Vec<f64>> {
 
 fn sign_extend(c: u8, bits: u32, signed: bool) -> i64 {
     let v = i64::from(c);
-    if signed && v >= 1 << (bits - 1) { v - (1 << bits) } else { v }
+    if signed && v >= 1 << (bits - 1) {
+        v - (1 << bits)
+    } else {
+        v
+    }
 }
 
 /// The range of a packed integer type.
 pub(crate) fn int_range(dtype: DataType) -> Option<(i64, i64)> {
-    packed_int(dtype).map(|(bits, signed)| if signed { (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) } else { (0, (1 << bits) - 1) })
+    packed_int(dtype)
+        .map(|(bits, signed)| if signed { (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) } else { (0, (1 << bits) - 1) })
 }
 
 /// A tensor of a packed integer type from integers, keeping their low bits.
@@ -210,7 +236,13 @@ pub(crate) fn from_ints(dtype: DataType, shape: Vec<usize>, values: &[i64]) -> R
 
 /// A tensor of a small float type from values (rounded to nearest even; see the module doc
 /// for `saturate`), or of a packed integer type (truncated toward zero, low bits kept).
-pub(crate) fn from_f64s(dtype: DataType, shape: Vec<usize>, values: &[f64], saturate: bool, round: RoundMode) -> Result<Tensor> {
+pub(crate) fn from_f64s(
+    dtype: DataType,
+    shape: Vec<usize>,
+    values: &[f64],
+    saturate: bool,
+    round: RoundMode,
+) -> Result<Tensor> {
     if packed_int(dtype).is_some() {
         let ints: Vec<i64> = values.iter().map(|&v| if v.is_finite() { v.trunc() as i64 } else { 0 }).collect();
         return from_ints(dtype, shape, &ints);
@@ -287,7 +319,11 @@ mod tests {
         assert_eq!(t.view().unwrap().bytes().unwrap(), &[0xF2, 0x01]);
         // to_float8e8m0 of [1, 3, 0.7, 2^127 * 1.5, nan] for each round mode
         let x = [1.0f32, 3.0, 0.7, 1.5 * 2f32.powi(127), f32::NAN];
-        for (mode, want) in [(RoundMode::Up, [127, 129, 127, 254, 255]), (RoundMode::Down, [127, 128, 126, 254, 255]), (RoundMode::Nearest, [127, 129, 126, 254, 255])] {
+        for (mode, want) in [
+            (RoundMode::Up, [127, 129, 127, 254, 255]),
+            (RoundMode::Down, [127, 128, 126, 254, 255]),
+            (RoundMode::Nearest, [127, 129, 126, 254, 255]),
+        ] {
             let cs: Vec<u8> = x.iter().map(|&v| e8m0(v, true, mode)).collect();
             assert_eq!(cs, want, "{mode:?}");
         }

@@ -2,7 +2,6 @@
 //! bias along the last axis) and FastGelu (the tanh approximation, with an optional bias).
 //! Computed in f64 for double and f32 otherwise (half types rounded once).
 
-
 use onyx_core::ep::{Kernel, NodeContext, ValueRef};
 use onyx_core::{DataType, Error, Location, Result, TensorView, Value};
 

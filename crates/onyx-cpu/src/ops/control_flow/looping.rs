@@ -36,7 +36,10 @@ pub(super) fn build_loop(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
     }
     let carried = node.inputs.len() - 2;
     if node.outputs.len() < carried {
-        return Err(Error::node(&at, format!("Loop has {carried} loop-carried values but only {} outputs", node.outputs.len())));
+        return Err(Error::node(
+            &at,
+            format!("Loop has {carried} loop-carried values but only {} outputs", node.outputs.len()),
+        ));
     }
     let scans = node.outputs.len() - carried;
     if g.inputs.len() != 2 + carried || g.outputs.len() != 1 + carried + scans {
@@ -71,14 +74,22 @@ impl Kernel for Loop {
             let m = util::input(inputs, 0, &self.at)?;
             match elems::int_values(&m, 0, &[DataType::Int64], &self.at)?.as_slice() {
                 &[m] => Some(m),
-                _ => return Err(Error::input(&self.at, 0, "a trip count of one element", format!("shape {:?}", m.shape()))),
+                _ => {
+                    return Err(Error::input(
+                        &self.at,
+                        0,
+                        "a trip count of one element",
+                        format!("shape {:?}", m.shape()),
+                    ))
+                }
             }
         } else {
             None
         };
         let mut cond = if self.has_condition { condition(inputs, 1, &self.at)? } else { true };
-        let mut carried: Vec<Value> =
-            (0..self.carried).map(|j| elems::input_ref(inputs, 2 + j, &self.at).map(|r| r.to_value())).collect::<Result<_>>()?;
+        let mut carried: Vec<Value> = (0..self.carried)
+            .map(|j| elems::input_ref(inputs, 2 + j, &self.at).map(|r| r.to_value()))
+            .collect::<Result<_>>()?;
         let mut scans: Vec<Vec<Tensor>> = vec![vec![]; self.scans];
         let mut i = 0i64;
         while max.is_none_or(|m| i < m) && cond {
@@ -88,7 +99,10 @@ impl Kernel for Loop {
             args.extend(carried.iter().map(ValueRef::Value));
             let mut outs = self.body.run(&args, &outer)?;
             if outs.len() != 1 + self.carried + self.scans {
-                return Err(Error::node(&self.at, format!("the body returned {} values, expected {}", outs.len(), 1 + self.carried + self.scans)));
+                return Err(Error::node(
+                    &self.at,
+                    format!("the body returned {} values, expected {}", outs.len(), 1 + self.carried + self.scans),
+                ));
             }
             let rest = outs.split_off(1 + self.carried);
             if self.has_condition {
@@ -99,7 +113,12 @@ impl Kernel for Loop {
                 })?;
                 cond = match c.bytes()? {
                     &[b] => b != 0,
-                    _ => return Err(Error::node(&self.at, format!("the body's condition output has shape {:?}", c.shape()))),
+                    _ => {
+                        return Err(Error::node(
+                            &self.at,
+                            format!("the body's condition output has shape {:?}", c.shape()),
+                        ))
+                    }
                 };
             }
             carried = outs.split_off(1);
@@ -197,10 +216,16 @@ mod tests {
         let err = build_with(&loop_node(false, false), 16, &compile).err().unwrap().to_string();
         assert!(err.contains("never ends"), "{err}");
         let n = loop_node(true, false);
-        let inputs = [Some(Value::Tensor(i64s(&[1, 2]))), None, Some(Value::Tensor(Tensor::scalar(1f32))), Some(Value::Tensor(Tensor::scalar(0f32)))];
+        let inputs = [
+            Some(Value::Tensor(i64s(&[1, 2]))),
+            None,
+            Some(Value::Tensor(Tensor::scalar(1f32))),
+            Some(Value::Tensor(Tensor::scalar(0f32))),
+        ];
         let err = run_values(&n, 16, &compile, &inputs).unwrap_err().to_string();
         assert!(err.contains("input 0") && err.contains("trip count"), "{err}");
-        let missing_outer = [Some(Value::Tensor(Tensor::scalar(1i64))), None, Some(Value::Tensor(Tensor::scalar(1f32)))];
+        let missing_outer =
+            [Some(Value::Tensor(Tensor::scalar(1i64))), None, Some(Value::Tensor(Tensor::scalar(1f32)))];
         let err = run_values(&n, 16, &compile, &missing_outer).unwrap_err().to_string();
         assert!(err.contains("'k'"), "{err}");
         // A scan output whose shape changes between iterations.
@@ -214,7 +239,12 @@ mod tests {
                 ])
             })))
         };
-        let ok = [Some(Value::Tensor(Tensor::scalar(3i64))), None, Some(Value::Tensor(Tensor::scalar(1f32))), Some(Value::Tensor(Tensor::scalar(0f32)))];
+        let ok = [
+            Some(Value::Tensor(Tensor::scalar(3i64))),
+            None,
+            Some(Value::Tensor(Tensor::scalar(1f32))),
+            Some(Value::Tensor(Tensor::scalar(0f32))),
+        ];
         let err = run_values(&n, 16, &growing, &ok).unwrap_err().to_string();
         assert!(err.contains("scan output 0 changes shape"), "{err}");
         // A body of the wrong arity.
@@ -223,7 +253,9 @@ mod tests {
         let err = build_with(&bad, 16, &compile).err().unwrap().to_string();
         assert!(err.contains("'body'"), "{err}");
         let short = |_: &Graph| -> Result<Arc<dyn SubgraphRunner>> {
-            Ok(Arc::new(FnBody(|_: &[ValueRef<'_>], _: &std::collections::HashMap<&str, ValueRef<'_>>| Err(Error::InvalidArgument("boom".into())))))
+            Ok(Arc::new(FnBody(|_: &[ValueRef<'_>], _: &std::collections::HashMap<&str, ValueRef<'_>>| {
+                Err(Error::InvalidArgument("boom".into()))
+            })))
         };
         assert!(run_values(&n, 16, &short, &ok).unwrap_err().to_string().contains("boom"));
     }

@@ -9,8 +9,8 @@ use rayon::prelude::*;
 use std::any::TypeId;
 
 use super::geometry::Axis;
-use super::microkernel::{self, NR};
 use super::kernels::{ConvShape, Epilogue};
+use super::microkernel::{self, NR};
 use crate::ops::matmul::gemm::PARALLEL_WORK;
 use crate::ops::matmul::real::Real;
 use crate::ops::util;

@@ -280,13 +280,23 @@ impl WindowAttrs {
         };
         (0..rank)
             .map(|i| {
-                let mut a = Axis { input: spatial[i], kernel: kernel[i], stride: strides[i], dilation: dilations[i], pad_begin: 0, pad_end: 0, output: 0 };
+                let mut a = Axis {
+                    input: spatial[i],
+                    kernel: kernel[i],
+                    stride: strides[i],
+                    dilation: dilations[i],
+                    pad_begin: 0,
+                    pad_end: 0,
+                    output: 0,
+                };
                 let full = a
                     .stride
                     .checked_mul(a.input.saturating_sub(1))
                     .and_then(|v| v.checked_add(out_pad[i] + a.dilated_kernel()))
                     .and_then(|v| isize::try_from(v).ok())
-                    .ok_or_else(|| Error::input(at, 0, "a transposed output size that fits in memory", format!("shape {input:?}")))?;
+                    .ok_or_else(|| {
+                        Error::input(at, 0, "a transposed output size that fits in memory", format!("shape {input:?}"))
+                    })?;
                 let target = match (&out_shape, self.auto_pad) {
                     (Some(s), _) => Some(s[i]),
                     (None, mode) if mode.is_same() => Some(a.input * a.stride),
@@ -298,7 +308,11 @@ impl WindowAttrs {
                         // with zeros, as ONNX's reference does (floor division).
                         let total = full - out as isize;
                         let small = total.div_euclid(2);
-                        let (b, e) = if self.auto_pad == AutoPad::SameUpper { (small, total - small) } else { (total - small, small) };
+                        let (b, e) = if self.auto_pad == AutoPad::SameUpper {
+                            (small, total - small)
+                        } else {
+                            (total - small, small)
+                        };
                         a.pad_begin = b;
                         a.pad_end = e;
                         a.output = out;
@@ -310,7 +324,10 @@ impl WindowAttrs {
                             return Err(Error::input(
                                 at,
                                 0,
-                                format!("a spatial axis {} that gives a positive output size after pads {b}+{e}", i + 2),
+                                format!(
+                                    "a spatial axis {} that gives a positive output size after pads {b}+{e}",
+                                    i + 2
+                                ),
                                 format!("shape {input:?} (output size {out})"),
                             ));
                         }

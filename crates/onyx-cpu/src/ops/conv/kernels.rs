@@ -165,7 +165,8 @@ pub(crate) fn conv_fused<T: Real>(x: &[T], w: &[T], s: &ConvShape, epi: &Epilogu
     let depthwise_conv = s.cg() == 1 && s.group > 1;
     // The packed kernel wins on large output maps (resnet18's stem and 56x56 layers: 1.5-2.2x);
     // on small ones (14x14, 7x7 with thousands of taps) the gemm crate's blocking does (2x).
-    let packed = !depthwise_conv && T::DTYPE == DataType::Float && s.out_len() >= PACKED_MIN_OUTPUTS && packed::available();
+    let packed =
+        !depthwise_conv && T::DTYPE == DataType::Float && s.out_len() >= PACKED_MIN_OUTPUTS && packed::available();
     // The packed path writes every element: a pooled buffer needs no clearing pass.
     let mut y = if packed { onyx_core::host_pool::take(s.out_elems()?) } else { zeroed(s.out_elems()?)? };
     epi.check(y.len())?;

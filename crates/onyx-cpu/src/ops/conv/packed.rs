@@ -56,7 +56,8 @@ pub(crate) fn conv(x: &[f32], w: &[f32], s: &ConvShape, y: &mut [f32], epi: &Epi
         return;
     }
     let item_len = d.m * d.n;
-    let threads = if d.m.saturating_mul(d.n).saturating_mul(d.k) < SERIAL_WORK { 1 } else { rayon::current_num_threads() };
+    let threads =
+        if d.m.saturating_mul(d.n).saturating_mul(d.k) < SERIAL_WORK { 1 } else { rayon::current_num_threads() };
     for (i, y_ng) in y.chunks_mut(item_len).enumerate() {
         let (n, g) = (i / s.group, i % s.group);
         let x_ng = &x[(n * s.c_in + g * s.cg()) * s.in_len()..][..s.cg() * s.in_len()];
@@ -67,15 +68,7 @@ pub(crate) fn conv(x: &[f32], w: &[f32], s: &ConvShape, y: &mut [f32], epi: &Epi
 }
 
 /// One (image, group): splits C into work items and runs them on `threads` threads.
-fn item(
-    x: &[f32],
-    w: &[f32],
-    s: &ConvShape,
-    d: Dims,
-    y: &mut [f32],
-    threads: usize,
-    post: Option<Post<'_>>,
-) {
+fn item(x: &[f32], w: &[f32], s: &ConvShape, d: Dims, y: &mut [f32], threads: usize, post: Option<Post<'_>>) {
     let panels = d.n.div_ceil(NR);
     let per_block = (PANEL_BYTES / d.k.saturating_mul(NR * 4).max(1)).clamp(1, MAX_PANELS).min(panels);
     let col_blocks = panels.div_ceil(per_block);

@@ -425,7 +425,16 @@ fn depthwise_and_pointwise_fast_paths_match_direct_convolution() {
             ..BASE
         },
         // 1-D and 3-D depthwise.
-        Case { x: &[3, 5, 29], w: &[10, 1, 7], group: 5, strides: &[2], pads: Some(&[3, 2]), ref_pads: &[3], out: &[14], ..BASE },
+        Case {
+            x: &[3, 5, 29],
+            w: &[10, 1, 7],
+            group: 5,
+            strides: &[2],
+            pads: Some(&[3, 2]),
+            ref_pads: &[3],
+            out: &[14],
+            ..BASE
+        },
         Case {
             x: &[1, 3, 5, 6, 7],
             w: &[3, 1, 3, 2, 3],
@@ -454,14 +463,7 @@ fn depthwise_and_pointwise_fast_paths_match_direct_convolution() {
         Case { x: &[2, 12, 9, 7], w: &[8, 3, 1, 1], group: 4, out: &[9, 7], ..BASE },
         // 1x1 stride 2 and 1x1 with pads: im2col.
         Case { x: &[1, 16, 15, 13], w: &[24, 16, 1, 1], strides: &[2, 2], out: &[8, 7], bias: false, ..BASE },
-        Case {
-            x: &[1, 5, 6, 7],
-            w: &[3, 5, 1, 1],
-            pads: Some(&[1, 0, 0, 2]),
-            ref_pads: &[1, 0],
-            out: &[7, 9],
-            ..BASE
-        },
+        Case { x: &[1, 5, 6, 7], w: &[3, 5, 1, 1], pads: Some(&[1, 0, 0, 2]), ref_pads: &[1, 0], out: &[7, 9], ..BASE },
     ];
     for case in &cases {
         case.check(false, &mut rng);
@@ -721,11 +723,8 @@ fn fused_epilogue_matches_conv_plus_residual_and_activation_on_every_path() {
         let (x32, w32, b32, z32) = (f32s(&x), f32s(&w), f32s(&b), f32s(&z));
         for act in acts {
             for with_z in [false, true] {
-                let want: Vec<f64> = plain
-                    .iter()
-                    .zip(&z)
-                    .map(|(&y, &r)| act.f64(if with_z { y + r } else { y }))
-                    .collect();
+                let want: Vec<f64> =
+                    plain.iter().zip(&z).map(|(&y, &r)| act.f64(if with_z { y + r } else { y })).collect();
                 let what = format!("x{xs:?} w{ws:?} group {group} {act:?} residual {with_z}");
                 let epi = Epilogue { bias: Some(&b[..]), residual: with_z.then_some(&z[..]), activation: act };
                 let got = pool.install(|| conv_fused(&x, &w, &s, &epi)).unwrap();

@@ -36,8 +36,36 @@ struct Case {
 fn deform_conv_matches_a_direct_sum() {
     let mut rng = fastrand::Rng::with_seed(31);
     let cases = [
-        Case { n: 1, c: 2, h: 5, w: 6, oc: 3, k: [2, 2], stride: [1, 1], dil: [1, 1], pads: [0; 4], group: 1, og: 1, mask: false, bias: false },
-        Case { n: 2, c: 4, h: 6, w: 5, oc: 4, k: [3, 2], stride: [2, 1], dil: [1, 2], pads: [1, 0, 2, 1], group: 2, og: 2, mask: true, bias: true },
+        Case {
+            n: 1,
+            c: 2,
+            h: 5,
+            w: 6,
+            oc: 3,
+            k: [2, 2],
+            stride: [1, 1],
+            dil: [1, 1],
+            pads: [0; 4],
+            group: 1,
+            og: 1,
+            mask: false,
+            bias: false,
+        },
+        Case {
+            n: 2,
+            c: 4,
+            h: 6,
+            w: 5,
+            oc: 4,
+            k: [3, 2],
+            stride: [2, 1],
+            dil: [1, 2],
+            pads: [1, 0, 2, 1],
+            group: 2,
+            og: 2,
+            mask: true,
+            bias: true,
+        },
     ];
     for c in cases {
         let oh = (c.h + c.pads[0] + c.pads[2] - c.dil[0] * (c.k[0] - 1) - 1) / c.stride[0] + 1;
@@ -64,11 +92,15 @@ fn deform_conv_matches_a_direct_sum() {
                                 for j in 0..c.k[1] {
                                     let tap = og * kk + i * c.k[1] + j;
                                     let at = |t: usize| ((b * c.og * kk * 2 + t) * oh + y) * ow + xo;
-                                    let py = (y * c.stride[0] + i * c.dil[0]) as f64 - c.pads[0] as f64 + off[at(2 * tap)];
-                                    let px = (xo * c.stride[1] + j * c.dil[1]) as f64 - c.pads[1] as f64 + off[at(2 * tap + 1)];
+                                    let py =
+                                        (y * c.stride[0] + i * c.dil[0]) as f64 - c.pads[0] as f64 + off[at(2 * tap)];
+                                    let px = (xo * c.stride[1] + j * c.dil[1]) as f64 - c.pads[1] as f64
+                                        + off[at(2 * tap + 1)];
                                     let m = if c.mask { mask[((b * c.og * kk + tap) * oh + y) * ow + xo] } else { 1.0 };
                                     let plane = &x[(b * c.c + ch) * c.h * c.w..][..c.h * c.w];
-                                    s += wt[((o * cg + ci) * c.k[0] + i) * c.k[1] + j] * m * tent_sample(plane, c.h, c.w, py, px);
+                                    s += wt[((o * cg + ci) * c.k[0] + i) * c.k[1] + j]
+                                        * m
+                                        * tent_sample(plane, c.h, c.w, py, px);
                                 }
                             }
                         }
@@ -105,9 +137,17 @@ fn invalid_deform_convs_are_errors() {
     let k = build(build_deform_conv, &node("DeformConv", &["x", "w", "o"], 1, vec![]), 19).unwrap();
     let x = tensor(&[1, 1, 3, 3], vec![1f32; 9]);
     let w = tensor(&[1, 1, 2, 2], vec![1f32; 4]);
-    let e = run(k.as_ref(), &[Some(x.clone()), Some(w.clone()), Some(tensor(&[1, 8, 3, 3], vec![0f32; 72]))], 1).unwrap_err().to_string();
+    let e = run(k.as_ref(), &[Some(x.clone()), Some(w.clone()), Some(tensor(&[1, 8, 3, 3], vec![0f32; 72]))], 1)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("input 2") && e.contains("[1, 8, 2, 2]"), "{e}");
-    let e = run(k.as_ref(), &[Some(x), Some(tensor(&[1, 2, 2, 2], vec![1f32; 8])), Some(tensor(&[1, 8, 2, 2], vec![0f32; 32]))], 1).unwrap_err().to_string();
+    let e = run(
+        k.as_ref(),
+        &[Some(x), Some(tensor(&[1, 2, 2, 2], vec![1f32; 8])), Some(tensor(&[1, 8, 2, 2], vec![0f32; 32]))],
+        1,
+    )
+    .unwrap_err()
+    .to_string();
     assert!(e.contains("input 1"), "{e}");
     assert!(build(build_deform_conv, &node("DeformConv", &["x"], 1, vec![("group", AttrValue::Int(0))]), 19).is_err());
 }

@@ -57,7 +57,13 @@ fn suppresses(a: &Corners, b: &Corners, threshold: f32) -> bool {
 
 /// The selected box indices of one batch and class: by descending score (lower index first
 /// among equals), at most `max_out`.
-pub(crate) fn select(boxes: &[Corners], scores: &[f32], max_out: usize, iou: f32, score_min: Option<f32>) -> Vec<usize> {
+pub(crate) fn select(
+    boxes: &[Corners],
+    scores: &[f32],
+    max_out: usize,
+    iou: f32,
+    score_min: Option<f32>,
+) -> Vec<usize> {
     let mut cand: Vec<usize> = (0..scores.len()).filter(|&i| score_min.is_none_or(|m| scores[i] > m)).collect();
     cand.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]).then(a.cmp(&b)));
     let mut picked: Vec<usize> = vec![];
@@ -95,10 +101,20 @@ impl Kernel for Nms {
             return Err(Error::input(&self.at, 0, "boxes of shape [batches, boxes, 4]", format!("{:?}", bv.shape())));
         };
         let &[sb, nc, sn] = sv.shape() else {
-            return Err(Error::input(&self.at, 1, "scores of shape [batches, classes, boxes]", format!("{:?}", sv.shape())));
+            return Err(Error::input(
+                &self.at,
+                1,
+                "scores of shape [batches, classes, boxes]",
+                format!("{:?}", sv.shape()),
+            ));
         };
         if (sb, sn) != (nb, n) {
-            return Err(Error::input(&self.at, 1, format!("scores of shape [{nb}, classes, {n}]"), format!("{:?}", sv.shape())));
+            return Err(Error::input(
+                &self.at,
+                1,
+                format!("scores of shape [{nb}, classes, {n}]"),
+                format!("{:?}", sv.shape()),
+            ));
         }
         let max_out = match util::opt_input(inputs, 2, &self.at)? {
             None => 0,
@@ -120,7 +136,8 @@ impl Kernel for Nms {
         let scores = util::to_f32(&sv)?;
         let mut out: Vec<i64> = vec![];
         for b in 0..nb {
-            let bx: Vec<Corners> = boxes[b * n * 4..(b + 1) * n * 4].chunks(4).map(|c| corners(c, self.center_point_box)).collect();
+            let bx: Vec<Corners> =
+                boxes[b * n * 4..(b + 1) * n * 4].chunks(4).map(|c| corners(c, self.center_point_box)).collect();
             for c in 0..nc {
                 let s = &scores[(b * nc + c) * n..(b * nc + c + 1) * n];
                 for i in select(&bx, s, max_out, iou, score_min) {
@@ -140,7 +157,10 @@ mod tests {
 
     /// The boxes of ONNX's node tests (`test_nonmaxsuppression_*`).
     fn boxes() -> Vec<f32> {
-        vec![0.0, 0.0, 1.0, 1.0, 0.0, 0.1, 1.0, 1.1, 0.0, -0.1, 1.0, 0.9, 0.0, 10.0, 1.0, 11.0, 0.0, 10.1, 1.0, 11.1, 0.0, 100.0, 1.0, 101.0]
+        vec![
+            0.0, 0.0, 1.0, 1.0, 0.0, 0.1, 1.0, 1.1, 0.0, -0.1, 1.0, 0.9, 0.0, 10.0, 1.0, 11.0, 0.0, 10.1, 1.0, 11.1,
+            0.0, 100.0, 1.0, 101.0,
+        ]
     }
 
     fn nms(b: Tensor, s: Tensor, max: i64, iou: f32, score: Option<f32>, attrs: Vec<Attr>) -> Vec<i64> {
@@ -161,10 +181,16 @@ mod tests {
         // limit_output_size
         assert_eq!(nms(b.clone(), s.clone(), 2, 0.5, Some(0.0), vec![]), vec![0, 0, 3, 0, 0, 0]);
         // flipped coordinates
-        let flipped = vec![1.0, 1.0, 0.0, 0.0, 0.0, 0.1, 1.0, 1.1, 0.0, 0.9, 1.0, -0.1, 0.0, 10.0, 1.0, 11.0, 1.0, 10.1, 0.0, 11.1, 1.0, 101.0, 0.0, 100.0];
+        let flipped = vec![
+            1.0, 1.0, 0.0, 0.0, 0.0, 0.1, 1.0, 1.1, 0.0, 0.9, 1.0, -0.1, 0.0, 10.0, 1.0, 11.0, 1.0, 10.1, 0.0, 11.1,
+            1.0, 101.0, 0.0, 100.0,
+        ];
         assert_eq!(nms(t(&[1, 6, 4], flipped), s.clone(), 3, 0.5, Some(0.0), vec![]), vec![0, 0, 3, 0, 0, 0, 0, 0, 5]);
         // center_point_box = 1
-        let centers = vec![0.5, 0.5, 1.0, 1.0, 0.5, 0.6, 1.0, 1.0, 0.5, 0.4, 1.0, 1.0, 0.5, 10.5, 1.0, 1.0, 0.5, 10.6, 1.0, 1.0, 0.5, 100.5, 1.0, 1.0];
+        let centers = vec![
+            0.5, 0.5, 1.0, 1.0, 0.5, 0.6, 1.0, 1.0, 0.5, 0.4, 1.0, 1.0, 0.5, 10.5, 1.0, 1.0, 0.5, 10.6, 1.0, 1.0, 0.5,
+            100.5, 1.0, 1.0,
+        ];
         let got = nms(t(&[1, 6, 4], centers), s.clone(), 3, 0.5, Some(0.0), vec![int("center_point_box", 1)]);
         assert_eq!(got, vec![0, 0, 3, 0, 0, 0, 0, 0, 5]);
         // two batches, two classes
@@ -184,11 +210,15 @@ mod tests {
         let got = nms(t(&[1, 10, 4], same), t(&[1, 1, 10], vec![0.9; 10]), 3, 0.5, Some(0.0), vec![]);
         assert_eq!(got, vec![0, 0, 0]);
         let b = t(&[1, 6, 4], boxes());
-        let err = run1("NonMaxSuppression", 11, vec![], &[Some(b.clone()), Some(t(&[1, 1, 5], vec![0f32; 5]))]).unwrap_err();
+        let err =
+            run1("NonMaxSuppression", 11, vec![], &[Some(b.clone()), Some(t(&[1, 1, 5], vec![0f32; 5]))]).unwrap_err();
         assert!(err.to_string().contains("input 1"), "{err}");
-        let err = run1("NonMaxSuppression", 11, vec![], &[Some(t(&[1, 4, 6], boxes())), Some(t(&[1, 1, 4], vec![0f32; 4]))]).unwrap_err();
+        let err =
+            run1("NonMaxSuppression", 11, vec![], &[Some(t(&[1, 4, 6], boxes())), Some(t(&[1, 1, 4], vec![0f32; 4]))])
+                .unwrap_err();
         assert!(err.to_string().contains("input 0"), "{err}");
-        let inputs = [Some(b.clone()), Some(t(&[1, 1, 6], vec![0f32; 6])), Some(i64s(&[1])), Some(t(&[1], vec![1.5f32]))];
+        let inputs =
+            [Some(b.clone()), Some(t(&[1, 1, 6], vec![0f32; 6])), Some(i64s(&[1])), Some(t(&[1], vec![1.5f32]))];
         let err = run1("NonMaxSuppression", 11, vec![], &inputs).unwrap_err();
         assert!(err.to_string().contains("input 3"), "{err}");
         let err = run1("NonMaxSuppression", 11, vec![int("center_point_box", 2)], &inputs).unwrap_err();

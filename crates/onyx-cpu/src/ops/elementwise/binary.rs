@@ -15,8 +15,25 @@ use crate::Registry;
 /// Registers the binary kernels.
 pub(super) fn register(r: &mut Registry) {
     for op in [
-        "Add", "Sub", "Mul", "Div", "Mod", "PRelu", "Pow", "Equal", "Less", "Greater", "LessOrEqual",
-        "GreaterOrEqual", "And", "Or", "Xor", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitShift",
+        "Add",
+        "Sub",
+        "Mul",
+        "Div",
+        "Mod",
+        "PRelu",
+        "Pow",
+        "Equal",
+        "Less",
+        "Greater",
+        "LessOrEqual",
+        "GreaterOrEqual",
+        "And",
+        "Or",
+        "Xor",
+        "BitwiseAnd",
+        "BitwiseOr",
+        "BitwiseXor",
+        "BitShift",
     ] {
         r.add(op, build_binary);
     }
@@ -31,7 +48,9 @@ pub(super) enum Arith {
     Div,
     /// `fmod`: C's remainder (sign of the dividend) when true, Python's (sign of the divisor)
     /// when false.
-    Mod { fmod: bool },
+    Mod {
+        fmod: bool,
+    },
     /// `x < 0 ? slope * x : x` with the slope broadcast to x.
     PRelu,
     /// The larger, NaN if either is NaN.
@@ -175,7 +194,12 @@ pub(super) fn run_arith(op: Arith, a: &TensorView<'_>, b: &TensorView<'_>, at: &
         return Err(Error::attribute(at, "fmod", "1 for floating-point inputs", "0"));
     }
     if op == Arith::PRelu && broadcast_shapes(sa, sb).as_deref() != Some(sa) {
-        return Err(Error::input(at, 1, format!("a slope broadcastable to the input's shape {sa:?}"), format!("shape {sb:?}")));
+        return Err(Error::input(
+            at,
+            1,
+            format!("a slope broadcastable to the input's shape {sa:?}"),
+            format!("shape {sb:?}"),
+        ));
     }
     match dtype {
         DataType::Float => {
@@ -260,7 +284,8 @@ fn run_compare(op: Compare, a: &TensorView<'_>, b: &TensorView<'_>, at: &Locatio
     }
     let (s, v) = match a.dtype() {
         DataType::Bool => {
-            let norm = |v: &TensorView<'_>| -> Result<Vec<u8>> { Ok(v.bytes()?.iter().map(|&x| u8::from(x != 0)).collect()) };
+            let norm =
+                |v: &TensorView<'_>| -> Result<Vec<u8>> { Ok(v.bytes()?.iter().map(|&x| u8::from(x != 0)).collect()) };
             compare(op, &norm(a)?, sa, &norm(b)?, sb)?
         }
         DataType::String if op == Compare::Equal => compare(op, a.strings()?, sa, b.strings()?, sb)?,
@@ -329,7 +354,12 @@ impl Kernel for Binary {
         }
     }
 
-    fn run_donated(&self, inputs: &[Option<ValueRef<'_>>], donated: (usize, Value), wanted: &[bool]) -> Result<Vec<Value>> {
+    fn run_donated(
+        &self,
+        inputs: &[Option<ValueRef<'_>>],
+        donated: (usize, Value),
+        wanted: &[bool],
+    ) -> Result<Vec<Value>> {
         let (i, x) = donated;
         let x = match (self.op, util::input(inputs, 1 - i.min(1), &self.at)) {
             (BinaryOp::Arith(op), Ok(other)) if i < 2 => match super::in_place::arith(op, i, x, &other) {
@@ -474,7 +504,13 @@ mod tests {
         assert_eq!((y.dtype(), ints(&y)), (DataType::Int32, vec![1, i32::MIN as i64, 0]));
         let b = tensor(&[3], vec![-2f32, 2.0, -8.0]);
         let e = tensor(&[3], vec![3f32, 0.5, 1.0 / 3.0]);
-        assert_close(&floats(&run("Pow", 15, vec![], &[&b, &e]).unwrap()), &[-8.0, 2f64.sqrt(), f64::NAN], 1e-7, 0.0, "Pow f32");
+        assert_close(
+            &floats(&run("Pow", 15, vec![], &[&b, &e]).unwrap()),
+            &[-8.0, 2f64.sqrt(), f64::NAN],
+            1e-7,
+            0.0,
+            "Pow f32",
+        );
         let b = tensor(&[2, 1], vec![-2f32, 2.5]);
         let e = tensor(&[2], vec![3i64, 2]);
         let y = run("Pow", 15, vec![], &[&b, &e]).unwrap();

@@ -12,7 +12,12 @@ use crate::ops::util;
 /// `a op b` written over input `donated` (0 for `a`, 1 for `b`), whose value is `x`; `other` is
 /// the other input. Applies to f32 and f64 when both inputs have one type and the output has
 /// the donated input's shape; `Err(x)` (unchanged) otherwise, for the ordinary run.
-pub(super) fn arith(op: Arith, donated: usize, x: Value, other: &TensorView<'_>) -> std::result::Result<Result<Value>, Value> {
+pub(super) fn arith(
+    op: Arith,
+    donated: usize,
+    x: Value,
+    other: &TensorView<'_>,
+) -> std::result::Result<Result<Value>, Value> {
     let Ok(t) = x.as_tensor() else { return Err(x) };
     let fits = t.dtype() == other.dtype()
         && broadcast_shapes(t.shape(), other.shape()).as_deref() == Some(t.shape())
@@ -28,7 +33,12 @@ pub(super) fn arith(op: Arith, donated: usize, x: Value, other: &TensorView<'_>)
     }
 }
 
-fn go<T: Real>(op: Arith, donated: usize, x: Value, other: &TensorView<'_>) -> std::result::Result<Result<Value>, Value> {
+fn go<T: Real>(
+    op: Arith,
+    donated: usize,
+    x: Value,
+    other: &TensorView<'_>,
+) -> std::result::Result<Result<Value>, Value> {
     let Ok(b) = other.as_slice::<T>() else { return Err(x) };
     let (shape, mut acc) = host_pool::reclaim::<T>(x)?;
     let done = update(op, donated == 0, &mut acc, &shape, b, other.shape());
@@ -36,7 +46,14 @@ fn go<T: Real>(op: Arith, donated: usize, x: Value, other: &TensorView<'_>) -> s
 }
 
 /// `acc = acc op b` (or `b op acc` when `acc` is the right operand), `b` broadcast to `acc`.
-fn update<T: Real>(op: Arith, acc_is_left: bool, acc: &mut [T], shape: &[usize], b: &[T], b_shape: &[usize]) -> Result<()> {
+fn update<T: Real>(
+    op: Arith,
+    acc_is_left: bool,
+    acc: &mut [T],
+    shape: &[usize],
+    b: &[T],
+    b_shape: &[usize],
+) -> Result<()> {
     macro_rules! with {
         ($f:expr) => {{
             let f = $f;

@@ -8,15 +8,8 @@ use std::f64::consts::FRAC_2_SQRT_PI;
 /// nodes, done for this crate with numpy against Python's `math.erf` (error 2e-10; ~1.7e-7
 /// once evaluated in f32). Its constant term is the fit's, which 2/√π rounds to in f32.
 #[allow(clippy::approx_constant)]
-const ERF_SMALL: [f32; 7] = [
-    1.128_379_1,
-    -0.376_126_26,
-    0.112_835_82,
-    -0.026_853_692,
-    0.005_188_099_6,
-    -0.000_800_819_3,
-    7.847_262e-5,
-];
+const ERF_SMALL: [f32; 7] =
+    [1.128_379_1, -0.376_126_26, 0.112_835_82, -0.026_853_692, 0.005_188_099_6, -0.000_800_819_3, 7.847_262e-5];
 
 /// ln(erfc(x)) as a polynomial in x − [`ERFC_LOG_CENTER`] on [1, 3.93], fitted the same way
 /// (error 2e-8): erf = 1 − e^P needs no division (erfc below 0.16 there, so P's error shrinks

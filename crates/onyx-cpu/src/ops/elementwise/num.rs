@@ -514,11 +514,7 @@ mod tests {
             (1.5e19, 0, 0, 0, 0, i32::MIN, 0, i64::MIN, 15_000_000_000_000_000_000),
         ];
         for &(v, a, b, c, d, e, f, g, h) in cases {
-            assert_eq!(
-                (i8::from_f64(v), u8::from_f64(v), i16::from_f64(v), u16::from_f64(v)),
-                (a, b, c, d),
-                "{v}"
-            );
+            assert_eq!((i8::from_f64(v), u8::from_f64(v), i16::from_f64(v), u16::from_f64(v)), (a, b, c, d), "{v}");
             assert_eq!((i32::from_f64(v), u32::from_f64(v), i64::from_f64(v), u64::from_f64(v)), (e, f, g, h), "{v}");
         }
     }
@@ -539,8 +535,13 @@ mod tests {
     #[test]
     fn integer_division_and_remainders() {
         // (a, b, a / b, C remainder, Python remainder)
-        let cases: &[(i32, i32, i32, i32, i32)] =
-            &[(-7, 3, -2, -1, 2), (7, -3, -2, 1, -2), (-7, -3, 2, -1, -1), (7, 3, 2, 1, 1), (i32::MIN, -1, i32::MIN, 0, 0)];
+        let cases: &[(i32, i32, i32, i32, i32)] = &[
+            (-7, 3, -2, -1, 2),
+            (7, -3, -2, 1, -2),
+            (-7, -3, 2, -1, -1),
+            (7, 3, 2, 1, 1),
+            (i32::MIN, -1, i32::MIN, 0, 0),
+        ];
         for &(a, b, q, r, m) in cases {
             assert_eq!((a.div_trunc(b), a.rem_trunc(b), a.rem_floor(b)), (q, r, m), "{a} / {b}");
         }

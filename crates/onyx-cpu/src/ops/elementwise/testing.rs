@@ -148,7 +148,11 @@ pub(crate) fn broadcast_source(index: &[usize], shape: &[usize]) -> usize {
 }
 
 /// Naive numpy broadcasting of `f` over operands (as f64), output shape given.
-pub(crate) fn naive_broadcast(operands: &[(&[f64], &[usize])], out_shape: &[usize], f: impl Fn(&[f64]) -> f64) -> Vec<f64> {
+pub(crate) fn naive_broadcast(
+    operands: &[(&[f64], &[usize])],
+    out_shape: &[usize],
+    f: impl Fn(&[f64]) -> f64,
+) -> Vec<f64> {
     let n: usize = out_shape.iter().product();
     (0..n)
         .map(|i| {

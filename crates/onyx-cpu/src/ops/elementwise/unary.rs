@@ -5,16 +5,50 @@ use onyx_core::ep::{Kernel, NodeContext, ValueRef};
 use onyx_core::{DataType, Error, Location, Result, TensorView, Value};
 
 use super::num::{Int, Num, Real};
-use super::{bool_out, dispatch_int, dtype_error, each, map_chunks, map_float, same_dtype_error, FloatChunks, FLOAT_TYPES};
+use super::{
+    bool_out, dispatch_int, dtype_error, each, map_chunks, map_float, same_dtype_error, FloatChunks, FLOAT_TYPES,
+};
 use crate::ops::util;
 use crate::Registry;
 
 /// Ops of [`UnaryOp`], by ONNX name.
 const UNARY_OPS: &[&str] = &[
-    "Abs", "Neg", "Sign", "Relu", "Exp", "Log", "Sqrt", "Reciprocal", "Floor", "Ceil", "Round", "Sin", "Cos",
-    "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Erf", "Tanh", "Sigmoid",
-    "Softplus", "Softsign", "HardSwish", "Mish", "LeakyRelu", "Elu", "Selu", "Celu", "ThresholdedRelu",
-    "HardSigmoid", "Gelu",
+    "Abs",
+    "Neg",
+    "Sign",
+    "Relu",
+    "Exp",
+    "Log",
+    "Sqrt",
+    "Reciprocal",
+    "Floor",
+    "Ceil",
+    "Round",
+    "Sin",
+    "Cos",
+    "Tan",
+    "Asin",
+    "Acos",
+    "Atan",
+    "Sinh",
+    "Cosh",
+    "Asinh",
+    "Acosh",
+    "Atanh",
+    "Erf",
+    "Tanh",
+    "Sigmoid",
+    "Softplus",
+    "Softsign",
+    "HardSwish",
+    "Mish",
+    "LeakyRelu",
+    "Elu",
+    "Selu",
+    "Celu",
+    "ThresholdedRelu",
+    "HardSigmoid",
+    "Gelu",
 ];
 
 /// Registers the unary kernels.
@@ -76,11 +110,34 @@ impl UnaryOp {
     fn from_node(node: &onyx_core::ir::Node) -> Result<Self> {
         use UnaryOp::*;
         let simple = [
-            ("Abs", Abs), ("Neg", Neg), ("Sign", Sign), ("Relu", Relu), ("Exp", Exp), ("Log", Log), ("Sqrt", Sqrt),
-            ("Reciprocal", Reciprocal), ("Floor", Floor), ("Ceil", Ceil), ("Round", Round), ("Sin", Sin),
-            ("Cos", Cos), ("Tan", Tan), ("Asin", Asin), ("Acos", Acos), ("Atan", Atan), ("Sinh", Sinh),
-            ("Cosh", Cosh), ("Asinh", Asinh), ("Acosh", Acosh), ("Atanh", Atanh), ("Erf", Erf), ("Tanh", Tanh),
-            ("Sigmoid", Sigmoid), ("Softplus", Softplus), ("Softsign", Softsign), ("HardSwish", HardSwish),
+            ("Abs", Abs),
+            ("Neg", Neg),
+            ("Sign", Sign),
+            ("Relu", Relu),
+            ("Exp", Exp),
+            ("Log", Log),
+            ("Sqrt", Sqrt),
+            ("Reciprocal", Reciprocal),
+            ("Floor", Floor),
+            ("Ceil", Ceil),
+            ("Round", Round),
+            ("Sin", Sin),
+            ("Cos", Cos),
+            ("Tan", Tan),
+            ("Asin", Asin),
+            ("Acos", Acos),
+            ("Atan", Atan),
+            ("Sinh", Sinh),
+            ("Cosh", Cosh),
+            ("Asinh", Asinh),
+            ("Acosh", Acosh),
+            ("Atanh", Atanh),
+            ("Erf", Erf),
+            ("Tanh", Tanh),
+            ("Sigmoid", Sigmoid),
+            ("Softplus", Softplus),
+            ("Softsign", Softsign),
+            ("HardSwish", HardSwish),
             ("Mish", Mish),
         ];
         if let Some(&(_, op)) = simple.iter().find(|(name, _)| *name == node.op_type) {
@@ -89,17 +146,21 @@ impl UnaryOp {
         Ok(match node.op_type.as_str() {
             "LeakyRelu" => LeakyRelu { alpha: node.float_or("alpha", 0.01)? },
             "Elu" => Elu { alpha: node.float_or("alpha", 1.0)? },
-            "Selu" => Selu {
-                alpha: node.float_or("alpha", 1.673_263_2)?,
-                gamma: node.float_or("gamma", 1.050_701)?,
-            },
+            "Selu" => Selu { alpha: node.float_or("alpha", 1.673_263_2)?, gamma: node.float_or("gamma", 1.050_701)? },
             "Celu" => Celu { alpha: node.float_or("alpha", 1.0)? },
             "ThresholdedRelu" => ThresholdedRelu { alpha: node.float_or("alpha", 1.0)? },
             "HardSigmoid" => HardSigmoid { alpha: node.float_or("alpha", 0.2)?, beta: node.float_or("beta", 0.5)? },
             "Gelu" => match node.string_or("approximate", "none")?.as_str() {
                 "none" => Gelu,
                 "tanh" => GeluTanh,
-                other => return Err(Error::attribute(&node.location(), "approximate", "\"none\" or \"tanh\"", format!("\"{other}\""))),
+                other => {
+                    return Err(Error::attribute(
+                        &node.location(),
+                        "approximate",
+                        "\"none\" or \"tanh\"",
+                        format!("\"{other}\""),
+                    ))
+                }
             },
             other => return Err(Error::node(&node.location(), format!("{other} is not a unary op"))),
         })
@@ -240,7 +301,12 @@ impl Kernel for Unary {
         &[0]
     }
 
-    fn run_donated(&self, inputs: &[Option<ValueRef<'_>>], donated: (usize, Value), wanted: &[bool]) -> Result<Vec<Value>> {
+    fn run_donated(
+        &self,
+        inputs: &[Option<ValueRef<'_>>],
+        donated: (usize, Value),
+        wanted: &[bool],
+    ) -> Result<Vec<Value>> {
         let (i, x) = donated;
         let x = match super::map_float_in_place(x, &self.op) {
             Ok(y) => return Ok(vec![y.map_err(|e| e.at(&self.at))?]),
@@ -291,39 +357,52 @@ struct Clip {
 
 fn build_clip(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
     let node = ctx.node;
-    let attr_bounds = if ctx.since_version < 11 { Some((node.get_float("min")?, node.get_float("max")?)) } else { None };
+    let attr_bounds =
+        if ctx.since_version < 11 { Some((node.get_float("min")?, node.get_float("max")?)) } else { None };
     Ok(Box::new(Clip { attr_bounds, at: node.location() }))
 }
 
 impl Clip {
     /// The bound given as input `index` (a one-element tensor of the input's type), if any.
-    fn bound_input<T: onyx_core::Element>(&self, inputs: &[Option<ValueRef<'_>>], index: usize, dtype: DataType) -> Result<Option<T>> {
+    fn bound_input<T: onyx_core::Element>(
+        &self,
+        inputs: &[Option<ValueRef<'_>>],
+        index: usize,
+        dtype: DataType,
+    ) -> Result<Option<T>> {
         let Some(v) = util::opt_input(inputs, index, &self.at)? else { return Ok(None) };
         if v.dtype() != dtype {
             return Err(same_dtype_error(&self.at, index, dtype, v.dtype()));
         }
         match v.as_slice::<T>()? {
             [b] => Ok(Some(*b)),
-            other => Err(Error::input(&self.at, index, "a scalar", format!("{} elements of shape {:?}", other.len(), v.shape()))),
+            other => Err(Error::input(
+                &self.at,
+                index,
+                "a scalar",
+                format!("{} elements of shape {:?}", other.len(), v.shape()),
+            )),
         }
     }
 }
 
 /// Clamps to `[lo, hi]` (`hi` wins when `lo > hi`, as the spec says); NaN stays NaN.
 fn clip_slice<T: bytemuck::Pod + PartialOrd + Send + Sync>(x: &[T], lo: Option<T>, hi: Option<T>) -> Vec<T> {
-    map_chunks(x, |s, d| util::simd(|| match (lo, hi) {
-        (Some(l), Some(h)) => each(s, d, |v| {
-            let v = if v < l { l } else { v };
-            if v > h {
-                h
-            } else {
-                v
-            }
-        }),
-        (Some(l), None) => each(s, d, |v| if v < l { l } else { v }),
-        (None, Some(h)) => each(s, d, |v| if v > h { h } else { v }),
-        (None, None) => d.copy_from_slice(s),
-    }))
+    map_chunks(x, |s, d| {
+        util::simd(|| match (lo, hi) {
+            (Some(l), Some(h)) => each(s, d, |v| {
+                let v = if v < l { l } else { v };
+                if v > h {
+                    h
+                } else {
+                    v
+                }
+            }),
+            (Some(l), None) => each(s, d, |v| if v < l { l } else { v }),
+            (None, Some(h)) => each(s, d, |v| if v > h { h } else { v }),
+            (None, None) => d.copy_from_slice(s),
+        })
+    })
 }
 
 impl Clip {
@@ -341,15 +420,17 @@ impl Clip {
         };
         let Ok((lo, hi)) = bounds else { return Err(x) }; // the ordinary run reports it
         let (shape, mut v) = onyx_core::host_pool::reclaim::<f32>(x)?;
-        crate::ops::broadcast::par_chunks_in_place(&mut v, |d| util::simd(|| match (lo, hi) {
-            (Some(l), Some(h)) => d.iter_mut().for_each(|e| {
-                let v = if *e < l { l } else { *e };
-                *e = if v > h { h } else { v };
-            }),
-            (Some(l), None) => d.iter_mut().for_each(|e| *e = if *e < l { l } else { *e }),
-            (None, Some(h)) => d.iter_mut().for_each(|e| *e = if *e > h { h } else { *e }),
-            (None, None) => {}
-        }));
+        crate::ops::broadcast::par_chunks_in_place(&mut v, |d| {
+            util::simd(|| match (lo, hi) {
+                (Some(l), Some(h)) => d.iter_mut().for_each(|e| {
+                    let v = if *e < l { l } else { *e };
+                    *e = if v > h { h } else { v };
+                }),
+                (Some(l), None) => d.iter_mut().for_each(|e| *e = if *e < l { l } else { *e }),
+                (None, Some(h)) => d.iter_mut().for_each(|e| *e = if *e > h { h } else { *e }),
+                (None, None) => {}
+            })
+        });
         Ok(util::out(shape, v))
     }
 }
@@ -359,7 +440,12 @@ impl Kernel for Clip {
         &[0]
     }
 
-    fn run_donated(&self, inputs: &[Option<ValueRef<'_>>], donated: (usize, Value), wanted: &[bool]) -> Result<Vec<Value>> {
+    fn run_donated(
+        &self,
+        inputs: &[Option<ValueRef<'_>>],
+        donated: (usize, Value),
+        wanted: &[bool],
+    ) -> Result<Vec<Value>> {
         let (i, x) = donated;
         let x = match self.in_place(inputs, x) {
             Ok(y) => return Ok(vec![y.map_err(|e| e.at(&self.at))?]),
@@ -437,7 +523,12 @@ impl FloatTest {
         }
     }
 
-    fn run_typed<T: Copy + Sync>(&self, x: &TensorView<'_>, data: &[T], to_f64: impl Fn(T) -> f64 + Sync) -> Result<Value> {
+    fn run_typed<T: Copy + Sync>(
+        &self,
+        x: &TensorView<'_>,
+        data: &[T],
+        to_f64: impl Fn(T) -> f64 + Sync,
+    ) -> Result<Value> {
         bool_out(x.shape().to_vec(), map_chunks(data, |s, d| each(s, d, |v| u8::from(self.test(to_f64(v))))))
     }
 }
@@ -531,15 +622,33 @@ mod tests {
             ("LeakyRelu", vec![attr_f("alpha", 0.3)], |x| if x < 0.0 { 0.3f32 as f64 * x } else { x }, -5.0, 5.0),
             ("LeakyRelu", vec![], |x| if x < 0.0 { 0.01f32 as f64 * x } else { x }, -5.0, 5.0),
             ("Elu", vec![attr_f("alpha", 0.5)], |x| if x < 0.0 { 0.5 * (x.exp() - 1.0) } else { x }, -5.0, 5.0),
-            ("Selu", vec![], |x| 1.050_701_022_148_132_3 * if x > 0.0 { x } else { 1.673_263_192_176_818_8 * (x.exp() - 1.0) }, -5.0, 5.0),
+            (
+                "Selu",
+                vec![],
+                |x| 1.050_701_022_148_132_3 * if x > 0.0 { x } else { 1.673_263_192_176_818_8 * (x.exp() - 1.0) },
+                -5.0,
+                5.0,
+            ),
             ("Celu", vec![attr_f("alpha", 2.0)], |x| x.max(0.0) + (2.0 * ((x / 2.0).exp() - 1.0)).min(0.0), -5.0, 5.0),
             ("ThresholdedRelu", vec![attr_f("alpha", 1.5)], |x| if x > 1.5 { x } else { 0.0 }, -5.0, 5.0),
-            ("HardSigmoid", vec![attr_f("alpha", 0.25), attr_f("beta", 0.375)], |x| (0.25 * x + 0.375).clamp(0.0, 1.0), -5.0, 5.0),
+            (
+                "HardSigmoid",
+                vec![attr_f("alpha", 0.25), attr_f("beta", 0.375)],
+                |x| (0.25 * x + 0.375).clamp(0.0, 1.0),
+                -5.0,
+                5.0,
+            ),
             ("Gelu", vec![], |x| 0.5 * x * (1.0 + erf_f64_ref(x / 2f64.sqrt())), -3.0, 3.0),
-            ("Gelu", vec![attr_s("approximate", "tanh")], |x| {
-                let (k, c) = ((0.636_619_75f32 as f64).sqrt(), 0.044_715f32 as f64);
-                0.5 * x * (1.0 + (k * (x + c * x * x * x)).tanh())
-            }, -6.0, 6.0),
+            (
+                "Gelu",
+                vec![attr_s("approximate", "tanh")],
+                |x| {
+                    let (k, c) = ((0.636_619_75f32 as f64).sqrt(), 0.044_715f32 as f64);
+                    0.5 * x * (1.0 + (k * (x + c * x * x * x)).tanh())
+                },
+                -6.0,
+                6.0,
+            ),
         ]
     }
 
@@ -588,16 +697,136 @@ mod tests {
         let x = [-3.7, -1.25, -0.5, -1e-3, 0.3, 0.5, 1.5, 2.5, 4.2, 20.0];
         // Computed with Python's math module and numpy.
         let cases: &[(&str, Vec<onyx_core::ir::Attribute>, &[f64])] = &[
-            ("Gelu", vec![], &[-0.000398859013866415, -0.13206221708356913, -0.15426876936299344, -0.000499601057786089, 0.18537342665668577, 0.34573123063700656, 1.399789198096713, 2.4844758366855597, 4.199943947854133, 20.0]),
+            (
+                "Gelu",
+                vec![],
+                &[
+                    -0.000398859013866415,
+                    -0.13206221708356913,
+                    -0.15426876936299344,
+                    -0.000499601057786089,
+                    0.18537342665668577,
+                    0.34573123063700656,
+                    1.399789198096713,
+                    2.4844758366855597,
+                    4.199943947854133,
+                    20.0,
+                ],
+            ),
             // (tanh: with the f32 constants of Gelu's function body, as ONNX Runtime computes it)
-            ("Gelu", vec![attr_s("approximate", "tanh")], &[-0.00027180610754204973, -0.13228580269210546, -0.1542859919438359, -0.0004996010577944651, 0.18537092285132223, 0.3457140080561641, 1.3995715712204786, 2.4849157317882877, 4.199973902921961, 20.0]),
-            ("Softplus", vec![], &[0.024422845933779157, 0.2519290813453729, 0.4740769841801067, 0.6926473055599401, 0.8543552444685272, 0.9740769841801067, 1.7014132779827524, 2.5788897342925496, 4.214884254671919, 20.000000002061153]),
-            ("Mish", vec![], &[-0.09034656750081307, -0.30841396114152775, -0.22074377465173, -0.0005996799840458665, 0.20800137234811503, 0.3752452113048951, 1.4033782663958028, 2.471392304557881, 4.198166915206327, 20.0]),
-            ("Selu", vec![], &[-1.7146329252564503, -1.2543954463378648, -0.6917581878028713, -0.0017572205841202171, 0.31521029620664415, 0.5253504936777402, 1.5760514810332207, 2.626752468388701, 4.412944146893018, 21.014019747109607]),
-            ("Celu", vec![attr_f("alpha", 2.0)], &[-1.6855256673727448, -0.9294771429620194, -0.44239843385719024, -0.000999750041661418, 0.3, 0.5, 1.5, 2.5, 4.2, 20.0]),
+            (
+                "Gelu",
+                vec![attr_s("approximate", "tanh")],
+                &[
+                    -0.00027180610754204973,
+                    -0.13228580269210546,
+                    -0.1542859919438359,
+                    -0.0004996010577944651,
+                    0.18537092285132223,
+                    0.3457140080561641,
+                    1.3995715712204786,
+                    2.4849157317882877,
+                    4.199973902921961,
+                    20.0,
+                ],
+            ),
+            (
+                "Softplus",
+                vec![],
+                &[
+                    0.024422845933779157,
+                    0.2519290813453729,
+                    0.4740769841801067,
+                    0.6926473055599401,
+                    0.8543552444685272,
+                    0.9740769841801067,
+                    1.7014132779827524,
+                    2.5788897342925496,
+                    4.214884254671919,
+                    20.000000002061153,
+                ],
+            ),
+            (
+                "Mish",
+                vec![],
+                &[
+                    -0.09034656750081307,
+                    -0.30841396114152775,
+                    -0.22074377465173,
+                    -0.0005996799840458665,
+                    0.20800137234811503,
+                    0.3752452113048951,
+                    1.4033782663958028,
+                    2.471392304557881,
+                    4.198166915206327,
+                    20.0,
+                ],
+            ),
+            (
+                "Selu",
+                vec![],
+                &[
+                    -1.7146329252564503,
+                    -1.2543954463378648,
+                    -0.6917581878028713,
+                    -0.0017572205841202171,
+                    0.31521029620664415,
+                    0.5253504936777402,
+                    1.5760514810332207,
+                    2.626752468388701,
+                    4.412944146893018,
+                    21.014019747109607,
+                ],
+            ),
+            (
+                "Celu",
+                vec![attr_f("alpha", 2.0)],
+                &[
+                    -1.6855256673727448,
+                    -0.9294771429620194,
+                    -0.44239843385719024,
+                    -0.000999750041661418,
+                    0.3,
+                    0.5,
+                    1.5,
+                    2.5,
+                    4.2,
+                    20.0,
+                ],
+            ),
             ("Round", vec![], &[-4.0, -1.0, -0.0, -0.0, 0.0, 0.0, 2.0, 2.0, 4.0, 20.0]),
-            ("HardSwish", vec![], &[-0.0, -0.36458333333333326, -0.20833333333333334, -0.0004998333333333334, 0.165, 0.2916666666666667, 1.125, 2.291666666666667, 4.2, 20.0]),
-            ("Sigmoid", vec![], &[0.024127021417669196, 0.22270013882530884, 0.3775406687981454, 0.4997500000208333, 0.574442516811659, 0.6224593312018546, 0.8175744761936437, 0.9241418199787566, 0.9852259683067269, 0.9999999979388463]),
+            (
+                "HardSwish",
+                vec![],
+                &[
+                    -0.0,
+                    -0.36458333333333326,
+                    -0.20833333333333334,
+                    -0.0004998333333333334,
+                    0.165,
+                    0.2916666666666667,
+                    1.125,
+                    2.291666666666667,
+                    4.2,
+                    20.0,
+                ],
+            ),
+            (
+                "Sigmoid",
+                vec![],
+                &[
+                    0.024127021417669196,
+                    0.22270013882530884,
+                    0.3775406687981454,
+                    0.4997500000208333,
+                    0.574442516811659,
+                    0.6224593312018546,
+                    0.8175744761936437,
+                    0.9241418199787566,
+                    0.9852259683067269,
+                    0.9999999979388463,
+                ],
+            ),
         ];
         for (op, attrs, want) in cases {
             let got = floats(&run(op, 22, attrs.clone(), &[&tensor(&[2, 5], x.to_vec())]).unwrap());
@@ -640,7 +869,10 @@ mod tests {
         }
         let u = tensor(&[3], vec![0u32, 5, u32::MAX]);
         assert_eq!(ints(&run("Sign", 13, vec![], &[&u]).unwrap()), vec![0, 1, 1]);
-        assert_eq!(ints(&run("BitwiseNot", 18, vec![], &[&u]).unwrap()), vec![u32::MAX as i64, (u32::MAX - 5) as i64, 0]);
+        assert_eq!(
+            ints(&run("BitwiseNot", 18, vec![], &[&u]).unwrap()),
+            vec![u32::MAX as i64, (u32::MAX - 5) as i64, 0]
+        );
         let e = tensor(&[3], vec![0i64, 1, 9]);
         assert_eq!(ints(&run("Erf", 9, vec![], &[&e]).unwrap()), vec![0, 0, 1]);
     }
@@ -688,7 +920,8 @@ mod tests {
         let yh = run_opt("Clip", 13, vec![], &[Some(&tensor(&[3], h)), Some(&lh), Some(&hh)]).unwrap();
         assert_eq!(floats(&yh[0]), vec![-1.0, 0.5, 1.0]);
         // Bounds of another type, or not scalars, are errors naming the input.
-        let err = run_opt("Clip", 13, vec![], &[Some(&x), Some(&Tensor::scalar(1.0f64)), None]).unwrap_err().to_string();
+        let err =
+            run_opt("Clip", 13, vec![], &[Some(&x), Some(&Tensor::scalar(1.0f64)), None]).unwrap_err().to_string();
         assert!(err.contains("input 1") && err.contains("double"), "{err}");
         let two = tensor(&[2], vec![0f32, 1.0]);
         let err = run_opt("Clip", 13, vec![], &[Some(&x), None, Some(&two)]).unwrap_err().to_string();

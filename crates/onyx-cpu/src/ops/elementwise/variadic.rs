@@ -125,7 +125,8 @@ impl Variadic {
             DataType::Double => fold_real::<f64>(self.op, &slices(views)?).and_then(|(s, v)| util::out(s, v)),
             DataType::Float16 | DataType::BFloat16 => {
                 let wide: Vec<Vec<f32>> = views.iter().map(widen).collect::<Result<_>>()?;
-                let operands: Vec<Operand<'_, f32>> = wide.iter().zip(views).map(|(w, v)| (w.as_slice(), v.shape())).collect();
+                let operands: Vec<Operand<'_, f32>> =
+                    wide.iter().zip(views).map(|(w, v)| (w.as_slice(), v.shape())).collect();
                 fold_real(self.op, &operands).and_then(|(s, v)| narrow(dtype, s, v))
             }
             other => dispatch_int!(other,
@@ -137,7 +138,8 @@ impl Variadic {
 
 impl Kernel for Variadic {
     fn run(&self, inputs: &[Option<ValueRef<'_>>], _wanted: &[bool]) -> Result<Vec<Value>> {
-        let views: Vec<TensorView<'_>> = (0..inputs.len()).map(|i| util::input(inputs, i, &self.at)).collect::<Result<_>>()?;
+        let views: Vec<TensorView<'_>> =
+            (0..inputs.len()).map(|i| util::input(inputs, i, &self.at)).collect::<Result<_>>()?;
         if let ([x], Some(Some(value))) = (views.as_slice(), inputs.first()) {
             // One input: the result is the input itself (shared, not copied, when owned).
             if FLOAT_TYPES.contains(&x.dtype()) || INT_TYPES.contains(&x.dtype()) {
@@ -165,7 +167,12 @@ fn select<T: bytemuck::Pod + Send + Sync + Default>(
     y: &TensorView<'_>,
 ) -> Result<Value> {
     let (shape, out) =
-        map3(c, (sized_slice::<T>(x)?, x.shape()), (sized_slice::<T>(y)?, y.shape()), |&c, &a, &b| if c != 0 { a } else { b })?;
+        map3(
+            c,
+            (sized_slice::<T>(x)?, x.shape()),
+            (sized_slice::<T>(y)?, y.shape()),
+            |&c, &a, &b| if c != 0 { a } else { b },
+        )?;
     sized_out(dtype, shape, out)
 }
 
@@ -176,12 +183,21 @@ impl Where {
         }
         let dtype = x.dtype();
         if y.dtype() != dtype {
-            return Err(Error::input(&self.at, 2, format!("a {dtype} tensor (the type of input 1)"), format!("a {} tensor", y.dtype())));
+            return Err(Error::input(
+                &self.at,
+                2,
+                format!("a {dtype} tensor (the type of input 1)"),
+                format!("a {} tensor", y.dtype()),
+            ));
         }
         let cond = (c.bytes()?, c.shape());
         if dtype == DataType::String {
             let (shape, out) = map3_any(cond, (x.strings()?, x.shape()), (y.strings()?, y.shape()), |&c, a, b| {
-                if c != 0 { a.clone() } else { b.clone() }
+                if c != 0 {
+                    a.clone()
+                } else {
+                    b.clone()
+                }
             })?;
             return Tensor::from_strings(shape, out).map(Value::Tensor);
         }
@@ -260,8 +276,20 @@ mod tests {
         // As ONNX Runtime: Max([1, nan, 3, -0], [nan, 2, 1, 0]) = [nan, nan, 3, 0].
         let a = tensor(&[4], vec![1f32, f32::NAN, 3.0, -0.0]);
         let b = tensor(&[4], vec![f32::NAN, 2.0, 1.0, 0.0]);
-        assert_close(&floats(&run("Max", 13, vec![], &[&a, &b]).unwrap()), &[f64::NAN, f64::NAN, 3.0, 0.0], 0.0, 0.0, "Max");
-        assert_close(&floats(&run("Min", 13, vec![], &[&a, &b]).unwrap()), &[f64::NAN, f64::NAN, 1.0, 0.0], 0.0, 0.0, "Min");
+        assert_close(
+            &floats(&run("Max", 13, vec![], &[&a, &b]).unwrap()),
+            &[f64::NAN, f64::NAN, 3.0, 0.0],
+            0.0,
+            0.0,
+            "Max",
+        );
+        assert_close(
+            &floats(&run("Min", 13, vec![], &[&a, &b]).unwrap()),
+            &[f64::NAN, f64::NAN, 1.0, 0.0],
+            0.0,
+            0.0,
+            "Min",
+        );
         let i = tensor(&[3], vec![-5i8, 100, 7]);
         let j = tensor(&[1], vec![6i8]);
         let k = tensor(&[3], vec![0i8, -128, 127]);
@@ -313,10 +341,17 @@ mod tests {
         let cond: Vec<bool> = (0..300 * 229).map(|_| rng.bool()).collect();
         let xs = random_f32(&mut rng, 7, -1.0, 1.0);
         let ys = random_f32(&mut rng, 229, -1.0, 1.0);
-        let out = run("Where", 16, vec![], &[&bools(sc, &cond), &tensor(sx, xs.clone()), &tensor(sy, ys.clone())]).unwrap();
+        let out =
+            run("Where", 16, vec![], &[&bools(sc, &cond), &tensor(sx, xs.clone()), &tensor(sy, ys.clone())]).unwrap();
         let cf: Vec<f64> = cond.iter().map(|&c| if c { 1.0 } else { 0.0 }).collect();
-        let (xf, yf): (Vec<f64>, Vec<f64>) = (xs.iter().map(|&v| v as f64).collect(), ys.iter().map(|&v| v as f64).collect());
-        let want = naive_broadcast(&[(&cf, sc), (&xf, sx), (&yf, sy)], &[300, 7, 229], |v| if v[0] != 0.0 { v[1] } else { v[2] });
+        let (xf, yf): (Vec<f64>, Vec<f64>) =
+            (xs.iter().map(|&v| v as f64).collect(), ys.iter().map(|&v| v as f64).collect());
+        let want =
+            naive_broadcast(
+                &[(&cf, sc), (&xf, sx), (&yf, sy)],
+                &[300, 7, 229],
+                |v| if v[0] != 0.0 { v[1] } else { v[2] },
+            );
         assert_eq!(floats(&out), want);
     }
 

@@ -43,7 +43,9 @@ impl SubgraphRunner for Closure {
         let y: Vec<f64> = x
             .iter()
             .enumerate()
-            .map(|(i, &v)| apply(&self.name, [i / st[0] % shape[0], i / st[1] % shape[1], i / st[2] % shape[2], i % shape[3]], v))
+            .map(|(i, &v)| {
+                apply(&self.name, [i / st[0] % shape[0], i / st[1] % shape[1], i / st[2] % shape[2], i % shape[3]], v)
+            })
             .collect();
         Ok(vec![float_output(t.dtype(), shape.to_vec(), y)?])
     }
@@ -73,7 +75,14 @@ fn kernel(attrs: Vec<(&str, AttrValue)>) -> Result<Box<dyn Kernel>> {
         ..Default::default()
     };
     let opsets = OpsetImports::from([(String::new(), 26), (PREVIEW.to_string(), 1)]);
-    let ctx = NodeContext { node: &node, since_version: 1, opsets: &opsets, input_types: vec![], constant_inputs: vec![], subgraphs: &compile };
+    let ctx = NodeContext {
+        node: &node,
+        since_version: 1,
+        opsets: &opsets,
+        input_types: vec![],
+        constant_inputs: vec![],
+        subgraphs: &compile,
+    };
     build_flex_attention(&ctx)
 }
 
@@ -98,7 +107,9 @@ fn naive(c: &Case, q: &[f64], k: &[f64], v: &[f64]) -> Vec<f64> {
             for li in 0..l {
                 let mut row: Vec<f64> = (0..s)
                     .map(|si| {
-                        let dot: f64 = (0..e).map(|i| q[((bi * hq + h) * l + li) * e + i] * k[((bi * hkv + kh) * s + si) * e + i]).sum();
+                        let dot: f64 = (0..e)
+                            .map(|i| q[((bi * hq + h) * l + li) * e + i] * k[((bi * hkv + kh) * s + si) * e + i])
+                            .sum();
                         let x = scale * dot;
                         c.score_mod.map_or(x, |m| apply(m, [bi, h, li, si], x))
                     })
@@ -110,7 +121,8 @@ fn naive(c: &Case, q: &[f64], k: &[f64], v: &[f64]) -> Vec<f64> {
                     *x = c.prob_mod.map_or(p, |pm| apply(pm, [bi, h, li, si], p));
                 });
                 for j in 0..ev {
-                    y[((bi * hq + h) * l + li) * ev + j] = (0..s).map(|si| row[si] * v[((bi * hkv + kh) * s + si) * ev + j]).sum();
+                    y[((bi * hq + h) * l + li) * ev + j] =
+                        (0..s).map(|si| row[si] * v[((bi * hkv + kh) * s + si) * ev + j]).sum();
                 }
             }
         }
@@ -141,7 +153,8 @@ fn run_case(c: Case, dtype: DataType, extra: Vec<(&str, AttrValue)>) -> (Vec<f64
         }
     }
     let kern = kernel(attrs).unwrap();
-    let ins = [tensor(dtype, &[b, hq, l, e], &q), tensor(dtype, &[b, hkv, s, e], &k), tensor(dtype, &[b, hkv, s, ev], &v)];
+    let ins =
+        [tensor(dtype, &[b, hq, l, e], &q), tensor(dtype, &[b, hkv, s, e], &k), tensor(dtype, &[b, hkv, s, ev], &v)];
     let values: Vec<Value> = ins.into_iter().map(Value::Tensor).collect();
     let refs: Vec<Option<ValueRef<'_>>> = values.iter().map(|v| Some(ValueRef::Value(v))).collect();
     let out = kern.run(&refs, &[true]).unwrap();
@@ -178,8 +191,18 @@ fn double_half_and_softmax_precision() {
     check(BASE, DataType::Float16, vec![], 3e-3);
     check(BASE, DataType::BFloat16, vec![], 2e-2);
     // float inputs with a double softmax, and an f16 softmax handed to the modifier as f16.
-    check(Case { score_mod: Some("bias"), ..BASE }, DataType::Float, vec![("softmax_precision", AttrValue::Int(11))], 1e-5);
-    check(Case { score_mod: Some("bias"), ..BASE }, DataType::Float, vec![("softmax_precision", AttrValue::Int(10))], 5e-3);
+    check(
+        Case { score_mod: Some("bias"), ..BASE },
+        DataType::Float,
+        vec![("softmax_precision", AttrValue::Int(11))],
+        1e-5,
+    );
+    check(
+        Case { score_mod: Some("bias"), ..BASE },
+        DataType::Float,
+        vec![("softmax_precision", AttrValue::Int(10))],
+        5e-3,
+    );
 }
 
 #[test]
@@ -189,10 +212,8 @@ fn bad_inputs_and_attributes_are_errors_naming_the_node() {
             Ok(k) => k,
             Err(e) => return e.to_string(),
         };
-        let values: Vec<Value> = shapes
-            .iter()
-            .map(|s| Value::Tensor(tensor(dtype, s, &vec![0.5; s.iter().product()])))
-            .collect();
+        let values: Vec<Value> =
+            shapes.iter().map(|s| Value::Tensor(tensor(dtype, s, &vec![0.5; s.iter().product()]))).collect();
         let refs: Vec<Option<ValueRef<'_>>> = values.iter().map(|v| Some(ValueRef::Value(v))).collect();
         kern.run(&refs, &[true]).err().expect("an error").to_string()
     };
@@ -209,7 +230,10 @@ fn bad_inputs_and_attributes_are_errors_naming_the_node() {
     assert!(e.contains("rank-4"), "{e}");
     let e = run(vec![("score_mod", graph("wrong_shape"))], good, DataType::Float);
     assert!(e.contains("score_mod") && e.contains("[1, 4, 3, 6]"), "{e}");
-    let ints: Vec<Value> = good.iter().map(|s| Value::Tensor(Tensor::from_vec(s.to_vec(), vec![1i64; s.iter().product()]).unwrap())).collect();
+    let ints: Vec<Value> = good
+        .iter()
+        .map(|s| Value::Tensor(Tensor::from_vec(s.to_vec(), vec![1i64; s.iter().product()]).unwrap()))
+        .collect();
     let refs: Vec<Option<ValueRef<'_>>> = ints.iter().map(|v| Some(ValueRef::Value(v))).collect();
     let e = kernel(vec![]).unwrap().run(&refs, &[true]).err().unwrap().to_string();
     assert!(e.contains("input 0"), "{e}");

@@ -15,17 +15,20 @@ fn run1(f: crate::BuildFn, op: &str, attrs: Vec<(&str, AttrValue)>, inputs: Vec<
 #[test]
 fn center_crop_pad_centres_the_kept_part() {
     let x = tensor(&[7], (1..=7).collect::<Vec<i64>>());
-    let y = run1(build_center_crop_pad, "CenterCropPad", vec![], vec![Some(x), Some(tensor(&[1], vec![4i64]))]).unwrap();
+    let y =
+        run1(build_center_crop_pad, "CenterCropPad", vec![], vec![Some(x), Some(tensor(&[1], vec![4i64]))]).unwrap();
     assert_eq!(ints(&y), vec![2, 3, 4, 5]);
     let x = tensor(&[3], vec![1i64, 2, 3]);
-    let y = run1(build_center_crop_pad, "CenterCropPad", vec![], vec![Some(x), Some(tensor(&[1], vec![6i64]))]).unwrap();
+    let y =
+        run1(build_center_crop_pad, "CenterCropPad", vec![], vec![Some(x), Some(tensor(&[1], vec![6i64]))]).unwrap();
     assert_eq!(ints(&y), vec![0, 1, 2, 3, 0, 0]);
     // Crop one axis and pad another of a 3-D tensor, through negative axes.
     let mut rng = fastrand::Rng::with_seed(4);
     let data = random_f32(&mut rng, 2 * 9 * 3, -1.0, 1.0);
     let x = tensor(&[2, 9, 3], data.clone());
     let attrs = vec![("axes", AttrValue::Ints(vec![-2, -1]))];
-    let y = run1(build_center_crop_pad, "CenterCropPad", attrs, vec![Some(x), Some(tensor(&[2], vec![4i64, 6]))]).unwrap();
+    let y =
+        run1(build_center_crop_pad, "CenterCropPad", attrs, vec![Some(x), Some(tensor(&[2], vec![4i64, 6]))]).unwrap();
     assert_eq!(y.shape(), &[2, 4, 6]);
     let got = floats(&y);
     for (flat, &g) in got.iter().enumerate() {
@@ -34,14 +37,29 @@ fn center_crop_pad_centres_the_kept_part() {
         let want = if (1..4).contains(&i[2]) { data[(i[0] * 9 + i[1] + 2) * 3 + i[2] - 1] as f64 } else { 0.0 };
         assert_eq!(g, want, "{i:?}");
     }
-    let e = run1(build_center_crop_pad, "CenterCropPad", vec![], vec![Some(tensor(&[2, 2], vec![1f32; 4])), Some(tensor(&[1], vec![1i64]))]).unwrap_err();
+    let e = run1(
+        build_center_crop_pad,
+        "CenterCropPad",
+        vec![],
+        vec![Some(tensor(&[2, 2], vec![1f32; 4])), Some(tensor(&[1], vec![1i64]))],
+    )
+    .unwrap_err();
     assert!(e.to_string().contains("input 1"), "{e}");
 }
 
 /// im2col of `[c, image...]`: `[c * ∏block, L]` (zeros where a block reads padding).
-fn im2col(img: &[f64], c: usize, image: &[usize], block: &[usize], st: &[usize], dil: &[usize], pads: &[usize]) -> (Vec<f64>, usize) {
+fn im2col(
+    img: &[f64],
+    c: usize,
+    image: &[usize],
+    block: &[usize],
+    st: &[usize],
+    dil: &[usize],
+    pads: &[usize],
+) -> (Vec<f64>, usize) {
     let n = image.len();
-    let blocks: Vec<usize> = (0..n).map(|d| (image[d] + pads[d] + pads[n + d] - dil[d] * (block[d] - 1) - 1) / st[d] + 1).collect();
+    let blocks: Vec<usize> =
+        (0..n).map(|d| (image[d] + pads[d] + pads[n + d] - dil[d] * (block[d] - 1) - 1) / st[d] + 1).collect();
     let (l, kprod): (usize, usize) = (blocks.iter().product(), block.iter().product());
     let mut cols = vec![0.0; c * kprod * l];
     for ch in 0..c {
@@ -49,7 +67,8 @@ fn im2col(img: &[f64], c: usize, image: &[usize], block: &[usize], st: &[usize],
             let ki = unravel(k, block);
             for col in 0..l {
                 let bi = unravel(col, &blocks);
-                let p: Vec<isize> = (0..n).map(|d| (bi[d] * st[d] + ki[d] * dil[d]) as isize - pads[d] as isize).collect();
+                let p: Vec<isize> =
+                    (0..n).map(|d| (bi[d] * st[d] + ki[d] * dil[d]) as isize - pads[d] as isize).collect();
                 if p.iter().zip(image).all(|(&p, &s)| p >= 0 && (p as usize) < s) {
                     let off = p.iter().zip(image).fold(0, |acc, (&p, &s)| acc * s + p as usize);
                     cols[(ch * kprod + k) * l + col] = img[ch * image.iter().product::<usize>() + off];
@@ -95,10 +114,18 @@ fn col2im_is_the_adjoint_of_im2col() {
         assert_close(&[lhs], &[rhs], 1e-10, 1e-12, &format!("{image:?} {block:?}"));
     }
     // Overlap counts: ones through 2x2 blocks with stride 1 over a 3x3 image.
-    let inputs = vec![Some(tensor(&[1, 4, 4], vec![1f32; 16])), Some(tensor(&[2], vec![3i64, 3])), Some(tensor(&[2], vec![2i64, 2]))];
+    let inputs = vec![
+        Some(tensor(&[1, 4, 4], vec![1f32; 16])),
+        Some(tensor(&[2], vec![3i64, 3])),
+        Some(tensor(&[2], vec![2i64, 2])),
+    ];
     let y = run1(build_col2im, "Col2Im", vec![], inputs).unwrap();
     assert_eq!(floats(&y), vec![1.0, 2.0, 1.0, 2.0, 4.0, 2.0, 1.0, 2.0, 1.0]);
-    let inputs = vec![Some(tensor(&[1, 4, 5], vec![1f32; 20])), Some(tensor(&[2], vec![3i64, 3])), Some(tensor(&[2], vec![2i64, 2]))];
+    let inputs = vec![
+        Some(tensor(&[1, 4, 5], vec![1f32; 20])),
+        Some(tensor(&[2], vec![3i64, 3])),
+        Some(tensor(&[2], vec![2i64, 2])),
+    ];
     assert!(run1(build_col2im, "Col2Im", vec![], inputs).unwrap_err().to_string().contains("L = 4"));
 }
 
@@ -114,7 +141,8 @@ fn max_unpool_puts_values_back_where_max_pool_found_them() {
         for i in 0..oh {
             for j in 0..ow {
                 let cands = [(2 * i, 2 * j), (2 * i, 2 * j + 1), (2 * i + 1, 2 * j), (2 * i + 1, 2 * j + 1)];
-                let best = cands.iter().map(|&(r, q)| c * h * w + r * w + q).max_by(|&a, &b| x[a].total_cmp(&x[b])).unwrap();
+                let best =
+                    cands.iter().map(|&(r, q)| c * h * w + r * w + q).max_by(|&a, &b| x[a].total_cmp(&x[b])).unwrap();
                 vals.push(x[best]);
                 idx.push(best as i64);
             }

@@ -12,7 +12,6 @@ mod output;
 use super::MAX_PIXELS;
 use entropy::{Huffman, ZIGZAG};
 
-
 /// A decoded image, `[height][width][channels]`.
 #[derive(Debug)]
 pub(super) struct Decoded {

@@ -1,7 +1,7 @@
 //! Concat and Split.
 
-use onyx_core::ops::layout::split_sizes;
 use onyx_core::ep::{Kernel, NodeContext, ValueRef};
+use onyx_core::ops::layout::split_sizes;
 use onyx_core::{DataType, Error, Location, Result, TensorView, Value};
 
 use super::elems::{self, with_elem, Elem};

@@ -30,7 +30,13 @@ pub(super) fn build_reverse_sequence(ctx: &NodeContext<'_>) -> Result<Box<dyn Ke
 
 /// `data` with the first `lens[b]` steps along the time axis reversed for every batch entry
 /// `b` (`lens` already checked against the time dim).
-pub(crate) fn reverse_sequence<T: Elem>(data: &[T], shape: &[usize], batch: usize, time: usize, lens: &[usize]) -> Vec<T> {
+pub(crate) fn reverse_sequence<T: Elem>(
+    data: &[T],
+    shape: &[usize],
+    batch: usize,
+    time: usize,
+    lens: &[usize],
+) -> Vec<T> {
     let strides = util::strides(shape);
     let (sb, st, nb, nt) = (strides[batch], strides[time], shape[batch], shape[time]);
     let mut out = data.to_vec();
@@ -55,7 +61,12 @@ impl Kernel for ReverseSequence {
         let (nb, nt) = (x.shape()[batch], x.shape()[time]);
         let lens = elems::int_values(&lv, 1, &[DataType::Int64], &self.at)?;
         if lv.rank() != 1 || lens.len() != nb {
-            return Err(Error::input(&self.at, 1, format!("{nb} sequence lengths (the batch dim)"), format!("shape {:?}", lv.shape())));
+            return Err(Error::input(
+                &self.at,
+                1,
+                format!("{nb} sequence lengths (the batch dim)"),
+                format!("shape {:?}", lv.shape()),
+            ));
         }
         let lens = lens
             .iter()
@@ -80,9 +91,21 @@ mod tests {
     fn matches_the_reference() {
         // The ONNX spec's two examples.
         let x = t(&[4, 4], (0..16).map(|v| v as f32).collect());
-        let y = run1("ReverseSequence", 10, vec![int("time_axis", 0), int("batch_axis", 1)], &[Some(x.clone()), Some(i64s(&[4, 3, 2, 1]))]).unwrap();
+        let y = run1(
+            "ReverseSequence",
+            10,
+            vec![int("time_axis", 0), int("batch_axis", 1)],
+            &[Some(x.clone()), Some(i64s(&[4, 3, 2, 1]))],
+        )
+        .unwrap();
         assert_eq!(f32s(&y).1, vec![12., 9., 6., 3., 8., 5., 2., 7., 4., 1., 10., 11., 0., 13., 14., 15.]);
-        let y = run1("ReverseSequence", 10, vec![int("time_axis", 1), int("batch_axis", 0)], &[Some(x), Some(i64s(&[1, 2, 3, 4]))]).unwrap();
+        let y = run1(
+            "ReverseSequence",
+            10,
+            vec![int("time_axis", 1), int("batch_axis", 0)],
+            &[Some(x), Some(i64s(&[1, 2, 3, 4]))],
+        )
+        .unwrap();
         assert_eq!(f32s(&y).1, vec![0., 1., 2., 3., 5., 4., 6., 7., 10., 9., 8., 11., 15., 14., 13., 12.]);
         // Rank 3 with strings: [time=3, batch=2, 2].
         let s = strs(&[3, 2, 2], &["a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l"]);
@@ -95,11 +118,13 @@ mod tests {
         let x = t(&[3, 2], rand_f32(6, 2));
         let err = run1("ReverseSequence", 10, vec![], &[Some(x.clone()), Some(i64s(&[1, 4]))]).unwrap_err().to_string();
         assert!(err.contains("input 1") && err.contains("length 4"), "{err}");
-        let err = run1("ReverseSequence", 10, vec![], &[Some(x.clone()), Some(i64s(&[-1, 0]))]).unwrap_err().to_string();
+        let err =
+            run1("ReverseSequence", 10, vec![], &[Some(x.clone()), Some(i64s(&[-1, 0]))]).unwrap_err().to_string();
         assert!(err.contains("length -1"), "{err}");
         let err = run1("ReverseSequence", 10, vec![], &[Some(x.clone()), Some(i64s(&[1]))]).unwrap_err().to_string();
         assert!(err.contains("2 sequence lengths"), "{err}");
-        let err = run1("ReverseSequence", 10, vec![int("batch_axis", 0)], &[Some(x.clone()), Some(i64s(&[1, 1]))]).unwrap_err();
+        let err = run1("ReverseSequence", 10, vec![int("batch_axis", 0)], &[Some(x.clone()), Some(i64s(&[1, 1]))])
+            .unwrap_err();
         assert!(err.to_string().contains("time_axis"), "{err}");
         let err = run1("ReverseSequence", 10, vec![int("batch_axis", 2)], &[Some(x), Some(i64s(&[1, 1]))]).unwrap_err();
         assert!(err.to_string().contains("batch_axis"), "{err}");

@@ -170,7 +170,11 @@ impl<F> SubgraphRunner for FnBody<F>
 where
     F: Fn(&[ValueRef<'_>], &std::collections::HashMap<&str, ValueRef<'_>>) -> Result<Vec<Value>> + Send + Sync,
 {
-    fn run(&self, inputs: &[ValueRef<'_>], outer: &std::collections::HashMap<&str, ValueRef<'_>>) -> Result<Vec<Value>> {
+    fn run(
+        &self,
+        inputs: &[ValueRef<'_>],
+        outer: &std::collections::HashMap<&str, ValueRef<'_>>,
+    ) -> Result<Vec<Value>> {
         (self.0)(inputs, outer)
     }
 }

@@ -27,8 +27,19 @@ struct Case {
     scale: f32,
 }
 
-const BASE: Case =
-    Case { rule: "gated_delta", batch: 2, seq: 7, q_heads: 6, kv_heads: 2, dk: 3, dv: 5, decay_width: 3, beta_heads: 2, past: true, scale: 0.0 };
+const BASE: Case = Case {
+    rule: "gated_delta",
+    batch: 2,
+    seq: 7,
+    q_heads: 6,
+    kv_heads: 2,
+    dk: 3,
+    dv: 5,
+    decay_width: 3,
+    beta_heads: 2,
+    past: true,
+    scale: 0.0,
+};
 
 /// Random operands of a case: q, k, v, past, decay, beta (flat, packed layouts).
 struct Data {
@@ -70,7 +81,11 @@ fn naive(c: &Case, x: &Data) -> (Vec<f64>, Vec<f64>) {
     for b in 0..c.batch {
         for h in 0..c.kv_heads {
             let mut s: Vec<Vec<f64>> = (0..dk)
-                .map(|i| (0..dv).map(|j| x.past.as_ref().map_or(0.0, |p| p[((b * c.kv_heads + h) * dk + i) * dv + j])).collect())
+                .map(|i| {
+                    (0..dv)
+                        .map(|j| x.past.as_ref().map_or(0.0, |p| p[((b * c.kv_heads + h) * dk + i) * dv + j]))
+                        .collect()
+                })
                 .collect();
             for t in 0..c.seq {
                 let bt = b * c.seq + t;
@@ -142,7 +157,8 @@ fn inputs(c: &Case, x: &Data, dtype: DataType) -> Vec<Option<Tensor>> {
 fn check(c: Case, dtype: DataType, tol: f64) {
     let mut rng = Rng::new(c.seq as u64 * 31 + c.dk as u64);
     let x = data(&c, &mut rng);
-    let k = build(build_linear_attention, &node("LinearAttention", &["q", "k", "v", "p", "g", "b"], 2, attrs(&c)), 27).unwrap();
+    let k = build(build_linear_attention, &node("LinearAttention", &["q", "k", "v", "p", "g", "b"], 2, attrs(&c)), 27)
+        .unwrap();
     let outs = run(k.as_ref(), &inputs(&c, &x, dtype), 2).unwrap();
     let (want_y, want_s) = naive(&c, &x);
     let y = outs[0].as_tensor().unwrap();
@@ -185,7 +201,8 @@ fn the_state_carries_across_calls() {
     let c = Case { past: false, seq: 8, ..BASE };
     let mut rng = Rng::new(5);
     let x = data(&c, &mut rng);
-    let k = build(build_linear_attention, &node("LinearAttention", &["q", "k", "v", "p", "g", "b"], 2, attrs(&c)), 27).unwrap();
+    let k = build(build_linear_attention, &node("LinearAttention", &["q", "k", "v", "p", "g", "b"], 2, attrs(&c)), 27)
+        .unwrap();
     let full = run(k.as_ref(), &inputs(&c, &x, DataType::Float), 2).unwrap();
     let half = |d: &[f64], w: usize, part: usize| -> Vec<f64> {
         (0..c.batch).flat_map(|b| d[(b * c.seq + part * 4) * w..(b * c.seq + part * 4 + 4) * w].to_vec()).collect()

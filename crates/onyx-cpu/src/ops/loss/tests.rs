@@ -6,7 +6,14 @@ use crate::ops::elementwise::testing::{assert_close, floats, random_f32, tensor}
 use crate::ops::matmul::test_support::{build, node, run, string};
 
 /// The loss per target straight from the definition, with weights; `(losses, weights)`.
-fn naive(x: &[f64], shape: &[usize], target: &[i64], weight: Option<&[f64]>, ignore: Option<i64>, softmax: bool) -> (Vec<f64>, Vec<f64>) {
+fn naive(
+    x: &[f64],
+    shape: &[usize],
+    target: &[i64],
+    weight: Option<&[f64]>,
+    ignore: Option<i64>,
+    softmax: bool,
+) -> (Vec<f64>, Vec<f64>) {
     let (n, c) = (shape[0], shape[1]);
     let inner: usize = shape[2..].iter().product();
     let mut out = (vec![], vec![]);
@@ -52,7 +59,8 @@ fn losses_match_a_naive_reference() {
                     let w: Vec<f32> = random_f32(&mut rng, c, 0.1, 2.0);
                     let xf: Vec<f64> = x.iter().map(|&v| v as f64).collect();
                     let wf: Vec<f64> = w.iter().map(|&v| v as f64).collect();
-                    let (l, ws) = naive(&xf, shape, &target, weighted.then_some(&wf[..]), ignore, op.starts_with("Softmax"));
+                    let (l, ws) =
+                        naive(&xf, shape, &target, weighted.then_some(&wf[..]), ignore, op.starts_with("Softmax"));
                     let want = match reduction {
                         "none" => l.clone(),
                         "sum" => vec![l.iter().sum()],

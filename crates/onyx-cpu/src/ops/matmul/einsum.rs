@@ -188,7 +188,10 @@ impl<T: EinElem> Labeled<T> {
         for ((&l, &d), s) in self.labels.iter().zip(&self.shape).zip(self.strides()) {
             match labels.iter().position(|&x| x == l) {
                 Some(p) if shape[p] != d => {
-                    return Err(Error::node(at, format!("label '{}' has sizes {} and {d} in one operand", name(l), shape[p])))
+                    return Err(Error::node(
+                        at,
+                        format!("label '{}' has sizes {} and {d} in one operand", name(l), shape[p]),
+                    ))
                 }
                 Some(p) => strides[p] += s,
                 None => {
@@ -269,7 +272,9 @@ fn contract<T: EinElem>(mut a: Labeled<T>, mut b: Labeled<T>, out: &[Label], at:
             match (na, nb) {
                 (1, n) => a = a.expand(l, n),
                 (n, 1) => b = b.expand(l, n),
-                _ => return Err(Error::node(at, format!("label '{}' has sizes {na} and {nb} in two operands", name(l)))),
+                _ => {
+                    return Err(Error::node(at, format!("label '{}' has sizes {na} and {nb} in two operands", name(l))))
+                }
             }
         }
     }
@@ -279,8 +284,12 @@ fn contract<T: EinElem>(mut a: Labeled<T>, mut b: Labeled<T>, out: &[Label], at:
     let n: Vec<Label> = b.labels.iter().copied().filter(|l| !shared.contains(l)).collect();
     let prod = |t: &Labeled<T>, ls: &[Label]| ls.iter().map(|&l| t.size_of(l)).product::<usize>();
     let (bs, ms, ks, ns) = (prod(&a, &batch), prod(&a, &m), prod(&a, &inner), prod(&b, &n));
-    let sizes: Vec<usize> =
-        batch.iter().map(|&l| a.size_of(l)).chain(m.iter().map(|&l| a.size_of(l))).chain(n.iter().map(|&l| b.size_of(l))).collect();
+    let sizes: Vec<usize> = batch
+        .iter()
+        .map(|&l| a.size_of(l))
+        .chain(m.iter().map(|&l| a.size_of(l)))
+        .chain(n.iter().map(|&l| b.size_of(l)))
+        .collect();
     let a = a.permuted(&[&batch[..], &m, &inner].concat());
     let b = b.permuted(&[&batch[..], &inner, &n].concat());
     let data = T::batched(&a.data, &b.data, bs, ms, ks, ns)?;
@@ -296,7 +305,8 @@ struct Einsum {
 
 pub(super) fn build_einsum(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
     let at = ctx.node.location();
-    let text = ctx.node.get_string("equation")?.ok_or_else(|| Error::attribute(&at, "equation", "a string", "nothing"))?;
+    let text =
+        ctx.node.get_string("equation")?.ok_or_else(|| Error::attribute(&at, "equation", "a string", "nothing"))?;
     let eq = parse(&text, &at)?;
     if eq.inputs.len() != ctx.node.inputs.len() {
         return Err(Error::attribute(
@@ -357,8 +367,11 @@ impl Einsum {
         let (labels, out) = self.labels(shapes)?;
         let mut ops: Vec<Labeled<T>> = vec![];
         for (i, (data, l)) in datas.into_iter().zip(&labels).enumerate() {
-            let keep: BTreeSet<Label> =
-                out.iter().copied().chain(labels.iter().enumerate().filter(|(j, _)| *j != i).flat_map(|(_, l)| l.clone())).collect();
+            let keep: BTreeSet<Label> = out
+                .iter()
+                .copied()
+                .chain(labels.iter().enumerate().filter(|(j, _)| *j != i).flat_map(|(_, l)| l.clone()))
+                .collect();
             let t = Labeled { labels: l.clone(), shape: shapes[i].to_vec(), data }.diagonal(&self.at)?;
             ops.push(t.sum_out(&keep));
         }
@@ -443,16 +456,52 @@ mod tests {
         let m = ramp(&[4, 4], 1.0, 3.0);
         let v = ramp(&[4], 0.75, 1.5);
         let cases: Vec<(&str, Vec<Tensor>, Vec<usize>, Vec<f32>)> = vec![
-            ("bij,bjk->bik", vec![a.clone(), b.clone()], vec![2, 3, 5], vec![2.75, -0.625, 4.25, -3.25, -2.5, -0.25, -3.25, 2.0, 1.75, 2.875, -0.5, 2.375, -1.625, -4.25, 2.75, -1.75, 4.25, -0.75, -3.0, 3.0, 2.75, -0.5, -1.0, 2.625, -0.625, 3.125, 0.25, -1.25, 2.75, -0.125]),
+            (
+                "bij,bjk->bik",
+                vec![a.clone(), b.clone()],
+                vec![2, 3, 5],
+                vec![
+                    2.75, -0.625, 4.25, -3.25, -2.5, -0.25, -3.25, 2.0, 1.75, 2.875, -0.5, 2.375, -1.625, -4.25, 2.75,
+                    -1.75, 4.25, -0.75, -3.0, 3.0, 2.75, -0.5, -1.0, 2.625, -0.625, 3.125, 0.25, -1.25, 2.75, -0.125,
+                ],
+            ),
             ("ii->i", vec![m.clone()], vec![4], vec![-3.0, -1.0, 1.0, 3.0]),
             ("ii", vec![m.clone()], vec![], vec![0.0]),
             ("ij->", vec![m.clone()], vec![], vec![33.0]),
-            ("ji", vec![m.clone()], vec![4, 4], vec![-3.0, 3.0, -2.0, 4.0, 4.0, -1.0, 5.0, 0.0, 0.0, 6.0, 1.0, 7.0, 7.0, 2.0, -3.0, 3.0]),
+            (
+                "ji",
+                vec![m.clone()],
+                vec![4, 4],
+                vec![-3.0, 3.0, -2.0, 4.0, 4.0, -1.0, 5.0, 0.0, 0.0, 6.0, 1.0, 7.0, 7.0, 2.0, -3.0, 3.0],
+            ),
             ("i,i", vec![v.clone(), v.clone()], vec![], vec![52.875]),
-            ("i,j->ij", vec![v.clone(), ramp(&[3], 1.0, 0.0)], vec![4, 3], vec![0.0, -10.5, -4.5, 0.0, 26.25, 11.25, 0.0, 5.25, 2.25, 0.0, 42.0, 18.0]),
-            ("...ij,...jk", vec![a.clone(), b.clone()], vec![2, 3, 5], vec![2.75, -0.625, 4.25, -3.25, -2.5, -0.25, -3.25, 2.0, 1.75, 2.875, -0.5, 2.375, -1.625, -4.25, 2.75, -1.75, 4.25, -0.75, -3.0, 3.0, 2.75, -0.5, -1.0, 2.625, -0.625, 3.125, 0.25, -1.25, 2.75, -0.125]),
-            ("bij,bjk,kl->li", vec![a.clone(), b.clone(), ramp(&[5, 2], 0.5, 1.0)], vec![2, 3], vec![-14.3125, 11.8125, -13.625, 9.125, 4.5625, 22.6875]),
-            ("i...->...", vec![a.clone()], vec![3, 4], vec![-0.5, 1.0, 2.5, 4.0, 0.0, 1.5, 3.0, -1.0, 0.5, 2.0, -2.0, -0.5]),
+            (
+                "i,j->ij",
+                vec![v.clone(), ramp(&[3], 1.0, 0.0)],
+                vec![4, 3],
+                vec![0.0, -10.5, -4.5, 0.0, 26.25, 11.25, 0.0, 5.25, 2.25, 0.0, 42.0, 18.0],
+            ),
+            (
+                "...ij,...jk",
+                vec![a.clone(), b.clone()],
+                vec![2, 3, 5],
+                vec![
+                    2.75, -0.625, 4.25, -3.25, -2.5, -0.25, -3.25, 2.0, 1.75, 2.875, -0.5, 2.375, -1.625, -4.25, 2.75,
+                    -1.75, 4.25, -0.75, -3.0, 3.0, 2.75, -0.5, -1.0, 2.625, -0.625, 3.125, 0.25, -1.25, 2.75, -0.125,
+                ],
+            ),
+            (
+                "bij,bjk,kl->li",
+                vec![a.clone(), b.clone(), ramp(&[5, 2], 0.5, 1.0)],
+                vec![2, 3],
+                vec![-14.3125, 11.8125, -13.625, 9.125, 4.5625, 22.6875],
+            ),
+            (
+                "i...->...",
+                vec![a.clone()],
+                vec![3, 4],
+                vec![-0.5, 1.0, 2.5, 4.0, 0.0, 1.5, 3.0, -1.0, 0.5, 2.0, -2.0, -0.5],
+            ),
         ];
         for (eq, xs, shape, want) in cases {
             let y = einsum(eq, &xs).unwrap_or_else(|e| panic!("{eq}: {e}"));

@@ -3,7 +3,6 @@
 //! the `gemm` crate (packed panels, runtime SIMD dispatch), on rayon threads when the product
 //! is large.
 
-
 use onyx_core::{Error, Result};
 
 use super::real::Real;
@@ -206,7 +205,16 @@ fn split_rows<T: Real>(
             return Ok(());
         }
         let a_rows = MatRef { data: a.data.get(start * a.rs..).unwrap_or_default(), rows, ..a };
-        run_checked(alpha, a_rows, b, beta, MatMut { data: chunk, rows, cols: n, rs }, gemm::Parallelism::None, start, post)
+        run_checked(
+            alpha,
+            a_rows,
+            b,
+            beta,
+            MatMut { data: chunk, rows, cols: n, rs },
+            gemm::Parallelism::None,
+            start,
+            post,
+        )
     })
 }
 

@@ -12,7 +12,6 @@
 
 use std::borrow::Cow;
 
-
 use onyx_core::{Error, Result};
 
 use super::gemm::{MatRef, PARALLEL_WORK};

@@ -25,11 +25,15 @@ fn feature_extractor_gathers_last_axis_columns() {
     let x: Vec<f32> = (0..a * b * w).map(|_| rng.f64() as f32).collect();
     let idx = vec![4i64, 0, 4, 2];
     let k = kernel(build_feature_extractor, "ArrayFeatureExtractor", &["x", "i"], vec![], 1).unwrap();
-    let ins = [Some(Tensor::from_vec(vec![a, b, w], x.clone()).unwrap()), Some(Tensor::from_vec(vec![4], idx.clone()).unwrap())];
+    let ins = [
+        Some(Tensor::from_vec(vec![a, b, w], x.clone()).unwrap()),
+        Some(Tensor::from_vec(vec![4], idx.clone()).unwrap()),
+    ];
     let y = run(k.as_ref(), &ins, 1).unwrap();
     let t = y[0].as_tensor().unwrap();
     assert_eq!(t.shape(), [a, b, 4]);
-    let want: Vec<f32> = (0..a * b).flat_map(|r| idx.iter().map(|&i| x[r * w + i as usize]).collect::<Vec<_>>()).collect();
+    let want: Vec<f32> =
+        (0..a * b).flat_map(|r| idx.iter().map(|&i| x[r * w + i as usize]).collect::<Vec<_>>()).collect();
     assert_eq!(t.as_slice::<f32>().unwrap(), &want[..]);
     // 1-D strings give one row.
     let xs = Tensor::from_strings(vec![3], strings(&["a", "b", "c"])).unwrap();
@@ -38,17 +42,25 @@ fn feature_extractor_gathers_last_axis_columns() {
     assert_eq!(t.shape(), [1, 2]);
     assert_eq!(t.view().unwrap().strings().unwrap(), &strings(&["c", "b"])[..]);
     // Out-of-range indices are errors naming the node.
-    let e = run(k.as_ref(), &[Some(Tensor::from_vec(vec![2], vec![1f32, 2.0]).unwrap()), Some(Tensor::from_vec(vec![1], vec![2i64]).unwrap())], 1)
-        .err()
-        .unwrap()
-        .to_string();
+    let e = run(
+        k.as_ref(),
+        &[
+            Some(Tensor::from_vec(vec![2], vec![1f32, 2.0]).unwrap()),
+            Some(Tensor::from_vec(vec![1], vec![2i64]).unwrap()),
+        ],
+        1,
+    )
+    .err()
+    .unwrap()
+    .to_string();
     assert!(e.contains("ArrayFeatureExtractor") && e.contains("0..2"), "{e}");
 }
 
 #[test]
 fn binarizer_thresholds_each_type() {
     let k = kernel(build_binarizer, "Binarizer", &["x"], vec![("threshold", AttrValue::Float(0.5))], 1).unwrap();
-    let y = run(k.as_ref(), &[Some(Tensor::from_vec(vec![5], vec![0.2f32, 0.5, 0.7, f32::NAN, -3.0]).unwrap())], 1).unwrap();
+    let y = run(k.as_ref(), &[Some(Tensor::from_vec(vec![5], vec![0.2f32, 0.5, 0.7, f32::NAN, -3.0]).unwrap())], 1)
+        .unwrap();
     assert_eq!(y[0].as_tensor().unwrap().as_slice::<f32>().unwrap(), [0.0, 0.0, 1.0, 0.0, 0.0]);
     let y = run(k.as_ref(), &[Some(Tensor::from_vec(vec![3], vec![0i64, 1, 7]).unwrap())], 1).unwrap();
     assert_eq!(y[0].as_tensor().unwrap().as_slice::<i64>().unwrap(), [0, 1, 1]);
@@ -66,7 +78,11 @@ fn bytes(v: &[&str]) -> AttrValue {
 fn label_encoder_maps_keys_with_defaults() {
     let x = Tensor::from_strings(vec![2, 3], strings(&["b", "z", "a", "c", "a", ""])).unwrap();
     // strings → int64 with a default.
-    let a = vec![("keys_strings", bytes(&["a", "b", "c"])), ("values_int64s", AttrValue::Ints(vec![7, 8, 9])), ("default_int64", AttrValue::Int(-5))];
+    let a = vec![
+        ("keys_strings", bytes(&["a", "b", "c"])),
+        ("values_int64s", AttrValue::Ints(vec![7, 8, 9])),
+        ("default_int64", AttrValue::Int(-5)),
+    ];
     let k = kernel(build_label_encoder, "LabelEncoder", &["x"], a, 4).unwrap();
     let y = run(k.as_ref(), &[Some(x.clone())], 1).unwrap();
     let t = y[0].as_tensor().unwrap();
@@ -94,6 +110,9 @@ fn label_encoder_maps_keys_with_defaults() {
     let k = kernel(build_label_encoder, "LabelEncoder", &["x"], a, 2).unwrap();
     let e = run(k.as_ref(), &[Some(x)], 1).err().unwrap().to_string();
     assert!(e.contains("int64"), "{e}");
-    let e = kernel(build_label_encoder, "LabelEncoder", &["x"], vec![("values_int64s", AttrValue::Ints(vec![1]))], 2).err().unwrap().to_string();
+    let e = kernel(build_label_encoder, "LabelEncoder", &["x"], vec![("values_int64s", AttrValue::Ints(vec![1]))], 2)
+        .err()
+        .unwrap()
+        .to_string();
     assert!(e.contains("keys"), "{e}");
 }

@@ -96,13 +96,17 @@ fn ints<'a>(ctx: &'a NodeContext<'_>, name: &str, at: &Location) -> Result<&'a [
 
 /// A TENSOR attribute as f64 values, required.
 fn floats(ctx: &NodeContext<'_>, name: &str, at: &Location) -> Result<Vec<f64>> {
-    let t: &Tensor = ctx.node.get_tensor(name)?.ok_or_else(|| Error::attribute(at, name, "a float tensor (required)", "nothing"))?;
+    let t: &Tensor =
+        ctx.node.get_tensor(name)?.ok_or_else(|| Error::attribute(at, name, "a float tensor (required)", "nothing"))?;
     to_f64_vec(&t.view()?).map_err(|_| Error::attribute(at, name, "a float tensor", t.dtype().name()))
 }
 
 /// Checked index into `0..len`.
 fn index(v: i64, len: usize, name: &str, at: &Location) -> Result<usize> {
-    usize::try_from(v).ok().filter(|&i| i < len).ok_or_else(|| Error::attribute(at, name, format!("indices in 0..{len}"), v.to_string()))
+    usize::try_from(v)
+        .ok()
+        .filter(|&i| i < len)
+        .ok_or_else(|| Error::attribute(at, name, format!("indices in 0..{len}"), v.to_string()))
 }
 
 /// The membership sets in node order, each ended by NaN.
@@ -111,7 +115,12 @@ fn member_sets(values: &[f64], count: usize, at: &Location) -> Result<Vec<Vec<f6
     // A trailing NaN leaves an empty piece after the last set.
     let ends = values.iter().filter(|v| v.is_nan()).count();
     if ends != count {
-        return Err(Error::attribute(at, "membership_values", format!("{count} NaN-ended sets (one per membership node)"), format!("{ends} sets")));
+        return Err(Error::attribute(
+            at,
+            "membership_values",
+            format!("{count} NaN-ended sets (one per membership node)"),
+            format!("{ends} sets"),
+        ));
     }
     Ok(sets.into_iter().take(count).collect())
 }
@@ -121,7 +130,10 @@ pub(crate) fn build_tree_ensemble(ctx: &NodeContext<'_>) -> Result<Box<dyn Kerne
     let at = &at;
     let splits = floats(ctx, "nodes_splits", at)?;
     let n = splits.len();
-    let modes = ctx.node.get_tensor("nodes_modes")?.ok_or_else(|| Error::attribute(at, "nodes_modes", "a uint8 tensor (required)", "nothing"))?;
+    let modes = ctx
+        .node
+        .get_tensor("nodes_modes")?
+        .ok_or_else(|| Error::attribute(at, "nodes_modes", "a uint8 tensor (required)", "nothing"))?;
     let modes = util::to_i64(&modes.view()?)?;
     let per_node = |name: &str| -> Result<&[i64]> {
         let v = ints(ctx, name, at)?;
@@ -130,11 +142,19 @@ pub(crate) fn build_tree_ensemble(ctx: &NodeContext<'_>) -> Result<Box<dyn Kerne
         }
         Ok(v)
     };
-    let (feature, yes, no) = (per_node("nodes_featureids")?, per_node("nodes_truenodeids")?, per_node("nodes_falsenodeids")?);
+    let (feature, yes, no) =
+        (per_node("nodes_featureids")?, per_node("nodes_truenodeids")?, per_node("nodes_falsenodeids")?);
     let (yes_leaf, no_leaf) = (per_node("nodes_trueleafs")?, per_node("nodes_falseleafs")?);
     let nan_true = match ctx.node.get_ints("nodes_missing_value_tracks_true")? {
         Some(v) if v.len() == n => v.to_vec(),
-        Some(v) => return Err(Error::attribute(at, "nodes_missing_value_tracks_true", format!("{n} values"), v.len().to_string())),
+        Some(v) => {
+            return Err(Error::attribute(
+                at,
+                "nodes_missing_value_tracks_true",
+                format!("{n} values"),
+                v.len().to_string(),
+            ))
+        }
         None => vec![0; n],
     };
     if modes.len() != n {
@@ -143,11 +163,21 @@ pub(crate) fn build_tree_ensemble(ctx: &NodeContext<'_>) -> Result<Box<dyn Kerne
     let weights = floats(ctx, "leaf_weights", at)?;
     let targets_of = ints(ctx, "leaf_targetids", at)?;
     if targets_of.len() != weights.len() {
-        return Err(Error::attribute(at, "leaf_targetids", format!("{} values (one per leaf)", weights.len()), targets_of.len().to_string()));
+        return Err(Error::attribute(
+            at,
+            "leaf_targetids",
+            format!("{} values (one per leaf)", weights.len()),
+            targets_of.len().to_string(),
+        ));
     }
     let targets = usize::try_from(ctx.node.get_int("n_targets")?.unwrap_or(0)).unwrap_or(0);
     if targets == 0 {
-        return Err(Error::attribute(at, "n_targets", "a positive number of targets", format!("{:?}", ctx.node.get_int("n_targets")?)));
+        return Err(Error::attribute(
+            at,
+            "n_targets",
+            "a positive number of targets",
+            format!("{:?}", ctx.node.get_int("n_targets")?),
+        ));
     }
     let leaves = weights
         .iter()
@@ -175,9 +205,18 @@ pub(crate) fn build_tree_ensemble(ctx: &NodeContext<'_>) -> Result<Box<dyn Kerne
             4 => Test::Eq(s),
             5 => Test::Neq(s),
             6 => Test::Member(sets.next().unwrap_or_default()),
-            m => return Err(Error::attribute(at, "nodes_modes", "modes 0..=6 (LEQ, LT, GTE, GT, EQ, NEQ, MEMBER)", m.to_string())),
+            m => {
+                return Err(Error::attribute(
+                    at,
+                    "nodes_modes",
+                    "modes 0..=6 (LEQ, LT, GTE, GT, EQ, NEQ, MEMBER)",
+                    m.to_string(),
+                ))
+            }
         };
-        let feature = usize::try_from(feature[i]).map_err(|_| Error::attribute(at, "nodes_featureids", "non-negative feature indices", feature[i].to_string()))?;
+        let feature = usize::try_from(feature[i]).map_err(|_| {
+            Error::attribute(at, "nodes_featureids", "non-negative feature indices", feature[i].to_string())
+        })?;
         nodes.push(Decision {
             feature,
             test,
@@ -212,7 +251,14 @@ pub(crate) fn build_tree_ensemble(ctx: &NodeContext<'_>) -> Result<Box<dyn Kerne
         2 => Post::Logistic,
         3 => Post::SoftmaxZero,
         4 => return Err(Error::Unsupported(format!("{at}: post_transform PROBIT"))),
-        v => return Err(Error::attribute(at, "post_transform", "0..=4 (NONE, SOFTMAX, LOGISTIC, SOFTMAX_ZERO, PROBIT)", v.to_string())),
+        v => {
+            return Err(Error::attribute(
+                at,
+                "post_transform",
+                "0..=4 (NONE, SOFTMAX, LOGISTIC, SOFTMAX_ZERO, PROBIT)",
+                v.to_string(),
+            ))
+        }
     };
     Ok(Box::new(TreeEnsemble { nodes, leaves, roots, targets, aggregate, post, at: at.clone() }))
 }
@@ -227,7 +273,12 @@ impl TreeEnsemble {
                 Next::Node(i) => &self.nodes[i],
             };
             let v = *x.get(node.feature).ok_or_else(|| {
-                Error::input(&self.at, 0, format!("rows of more than {} features", node.feature), format!("{} features", x.len()))
+                Error::input(
+                    &self.at,
+                    0,
+                    format!("rows of more than {} features", node.feature),
+                    format!("{} features", x.len()),
+                )
             })?;
             let go = (v.is_nan() && node.nan_true) || node.test.holds(v);
             at = if go { node.yes } else { node.no };

@@ -19,19 +19,18 @@ mod stem;
 
 use std::ops::Range;
 
-
 use onyx_core::ep::{Kernel, NodeContext, ValueRef};
 use onyx_core::ir::{Node, ONYX_DOMAIN};
 use onyx_core::{host_pool, DataType, Error, Location, Result, TensorView, Value};
 
 use self::depthwise::DepthwiseJob;
 use self::direct::{DirectItems, DirectJob};
-use crate::ops::lanes::{self, Lanes, Portable};
 use self::pack::{pad_bias, DenseWeights, DepthwiseWeights};
 use self::shape::{BlockEpilogue, ConvGeometry, InputLayout};
 use self::stem::{StemInput, StemWeights};
 use crate::ops::contrib::Activation;
 use crate::ops::conv::geometry::{AutoPad, WindowAttrs};
+use crate::ops::lanes::{self, Lanes, Portable};
 use crate::ops::util;
 use crate::Registry;
 
@@ -351,7 +350,8 @@ impl NchwcConv {
     /// for the path `path(block)` will run.
     fn new(node: &Node, w: Option<TensorView<'_>>, path: impl Fn(usize) -> Path) -> Result<Self> {
         let at = node.location();
-        let block = node.get_int("block")?.ok_or_else(|| Error::attribute(&at, "block", "a channel block size", "none"))?;
+        let block =
+            node.get_int("block")?.ok_or_else(|| Error::attribute(&at, "block", "a channel block size", "none"))?;
         if !(1..=64).contains(&block) {
             return Err(Error::attribute(&at, "block", "a block size from 1 to 64", block.to_string()));
         }
@@ -359,16 +359,27 @@ impl NchwcConv {
         if window.auto_pad != AutoPad::NotSet {
             return Err(Error::attribute(&at, "auto_pad", "NOTSET (explicit pads)", format!("{:?}", window.auto_pad)));
         }
-        let w = w.ok_or_else(|| Error::input(&at, 1, "constant weights (an initializer)", "a value computed at run time"))?;
+        let w =
+            w.ok_or_else(|| Error::input(&at, 1, "constant weights (an initializer)", "a value computed at run time"))?;
         util::expect_dtype(&w, &[DataType::Float], 1, &at)?;
         let &[c_out, per_group, kh, kw] = w.shape() else {
-            return Err(Error::input(&at, 1, "weights of rank 4 [OC, IC/group, kH, kW]", format!("shape {:?}", w.shape())));
+            return Err(Error::input(
+                &at,
+                1,
+                "weights of rank 4 [OC, IC/group, kH, kW]",
+                format!("shape {:?}", w.shape()),
+            ));
         };
         if c_out == 0 || per_group == 0 || kh == 0 || kw == 0 {
             return Err(Error::input(&at, 1, "weights with no zero dimension", format!("shape {:?}", w.shape())));
         }
         if window.kernel_shape.as_ref().is_some_and(|k| k.as_slice() != [kh, kw]) {
-            return Err(Error::attribute(&at, "kernel_shape", format!("[{kh}, {kw}] like W"), format!("{:?}", window.kernel_shape)));
+            return Err(Error::attribute(
+                &at,
+                "kernel_shape",
+                format!("[{kh}, {kw}] like W"),
+                format!("{:?}", window.kernel_shape),
+            ));
         }
         let group = node.int_or("group", 1)?;
         let depthwise = group > 1 && per_group == 1 && group as usize == c_out;
@@ -397,7 +408,12 @@ impl NchwcConv {
     fn check_bias(&self, b: &TensorView<'_>) -> Result<()> {
         util::expect_dtype(b, &[DataType::Float], 2, &self.at)?;
         if b.shape() != [self.c_out] {
-            return Err(Error::input(&self.at, 2, format!("a bias of shape [{}]", self.c_out), format!("shape {:?}", b.shape())));
+            return Err(Error::input(
+                &self.at,
+                2,
+                format!("a bias of shape [{}]", self.c_out),
+                format!("shape {:?}", b.shape()),
+            ));
         }
         Ok(())
     }
@@ -422,7 +438,16 @@ impl NchwcConv {
             }
         };
         let axes = self.window.resolve(&[n, self.c_in, h, w], &self.kernel, false, at)?;
-        let g = ConvGeometry { batch: n, c_in: self.c_in, c_out: self.c_out, block: b, in_block: b, rows: axes[0], cols: axes[1], input };
+        let g = ConvGeometry {
+            batch: n,
+            c_in: self.c_in,
+            c_out: self.c_out,
+            block: b,
+            in_block: b,
+            rows: axes[0],
+            cols: axes[1],
+            input,
+        };
         onyx_core::element_count(&[n, g.out_blocks(), g.rows.output, g.cols.output, b]).map_err(|e| e.at(at))?;
         Ok(g)
     }
@@ -454,10 +479,19 @@ impl NchwcConv {
         let residual = util::opt_input(inputs, 3, at)?;
         if let Some(z) = &residual {
             if z.dtype() != DataType::Float || z.shape() != out_shape.as_slice() {
-                return Err(Error::input(at, 3, format!("a residual float{out_shape:?} like the output"), format!("{}{:?}", z.dtype(), z.shape())));
+                return Err(Error::input(
+                    at,
+                    3,
+                    format!("a residual float{out_shape:?} like the output"),
+                    format!("{}{:?}", z.dtype(), z.shape()),
+                ));
             }
         }
-        let epilogue = BlockEpilogue { bias, residual: residual.as_ref().map(|z| z.as_slice::<f32>()).transpose()?, activation: self.activation };
+        let epilogue = BlockEpilogue {
+            bias,
+            residual: residual.as_ref().map(|z| z.as_slice::<f32>()).transpose()?,
+            activation: self.activation,
+        };
         let x = x.as_slice::<f32>()?;
         let mut y = host_pool::take::<f32>(g.out_len());
         let out = SharedOut(y.as_mut_ptr());

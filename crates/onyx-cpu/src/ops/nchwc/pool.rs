@@ -6,7 +6,6 @@
 //! axis (the lanes) has a unit window, so NchwcAveragePool runs the plain pooling kernel with
 //! that axis added. The global ones sum (or take the max of) every pixel's lane vector.
 
-
 use onyx_core::ep::{Kernel, NodeContext, ValueRef};
 use onyx_core::ir::{AttrValue, Node, ONYX_DOMAIN};
 use onyx_core::{host_pool, DataType, Error, Location, Result, Value};
@@ -61,7 +60,12 @@ fn with_lane_axis(node: &Node) -> Result<Node> {
     }
     plain.attributes.retain(|a| a.name != "block");
     if plain.get_ints("kernel_shape")?.is_some_and(|k| k.len() != 3) {
-        return Err(Error::attribute(&at, "kernel_shape", "two kernel sizes (H, W)", format!("{:?}", node.get_ints("kernel_shape")?)));
+        return Err(Error::attribute(
+            &at,
+            "kernel_shape",
+            "two kernel sizes (H, W)",
+            format!("{:?}", node.get_ints("kernel_shape")?),
+        ));
     }
     Ok(plain)
 }
@@ -194,7 +198,12 @@ fn check_blocked(x: &onyx_core::TensorView<'_>, b: usize, at: &Location) -> Resu
     util::expect_dtype(x, &[DataType::Float], 0, at)?;
     match *x.shape() {
         [_, _, _, _, lanes] if lanes == b => Ok(()),
-        _ => Err(Error::input(at, 0, format!("a blocked tensor [N, C/{b}, H, W, {b}]"), format!("shape {:?}", x.shape()))),
+        _ => Err(Error::input(
+            at,
+            0,
+            format!("a blocked tensor [N, C/{b}, H, W, {b}]"),
+            format!("shape {:?}", x.shape()),
+        )),
     }
 }
 

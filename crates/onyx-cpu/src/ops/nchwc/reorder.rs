@@ -2,7 +2,6 @@
 //! (blocked → NCHW, attribute `channels` = the real channel count): where a chain of NCHWc ops
 //! starts and ends.
 
-
 use onyx_core::ep::{Kernel, NodeContext, ValueRef};
 use onyx_core::ir::{Node, ONYX_DOMAIN};
 use onyx_core::{host_pool, DataType, Error, Location, Result, Value};
@@ -52,7 +51,9 @@ impl Reorder {
             Direction::ToBlocked => 0,
             Direction::ToNchw => match node.get_int("channels")? {
                 Some(c) if c >= 1 => c as usize,
-                other => return Err(Error::attribute(&at, "channels", "a positive channel count", format!("{other:?}"))),
+                other => {
+                    return Err(Error::attribute(&at, "channels", "a positive channel count", format!("{other:?}")))
+                }
             },
         };
         Ok(Reorder { at, direction, block, channels })
@@ -83,7 +84,11 @@ impl Kernel for Reorder {
                 return Err(Error::input(
                     at,
                     0,
-                    format!("a blocked tensor [N, {}, H, W, {b}] ({} channels)", self.channels.div_ceil(b), self.channels),
+                    format!(
+                        "a blocked tensor [N, {}, H, W, {b}] ({} channels)",
+                        self.channels.div_ceil(b),
+                        self.channels
+                    ),
                     format!("shape {:?}", x.shape()),
                 ))
             }
@@ -191,7 +196,9 @@ fn transpose4(src: &[f32], src_stride: usize, dst: &mut [f32], dst_stride: usize
     assert!(src.len() >= 3 * src_stride + 4 && dst.len() >= 3 * dst_stride + 4, "a 4 x 4 transpose out of bounds");
     #[cfg(target_arch = "x86_64")]
     {
-        use std::arch::x86_64::{_mm_loadu_ps, _mm_movehl_ps, _mm_movelh_ps, _mm_storeu_ps, _mm_unpackhi_ps, _mm_unpacklo_ps};
+        use std::arch::x86_64::{
+            _mm_loadu_ps, _mm_movehl_ps, _mm_movelh_ps, _mm_storeu_ps, _mm_unpackhi_ps, _mm_unpacklo_ps,
+        };
         let (s, d) = (src.as_ptr(), dst.as_mut_ptr());
         // SAFETY: SSE is part of x86_64; the 4 rows of 4 floats read and written lie inside
         // `src` and `dst` (asserted above); unaligned loads and stores.
@@ -259,7 +266,8 @@ mod tests {
                     }
                 }
             }
-            let mut back = node("ReorderOutput", &["x"], 1, attrs(vec![("channels", onyx_core::ir::AttrValue::Int(c as i64))]));
+            let mut back =
+                node("ReorderOutput", &["x"], 1, attrs(vec![("channels", onyx_core::ir::AttrValue::Int(c as i64))]));
             back.domain = ONYX_DOMAIN.into();
             let k = build(|ctx| Ok(Box::new(Reorder::new(ctx, Direction::ToNchw)?)), &back, 1).unwrap();
             let y = run(k.as_ref(), &[Some(blocked.clone())], 1).unwrap();

@@ -17,7 +17,11 @@ struct RmsNorm {
 
 pub(super) fn build_rms_norm(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
     let node = ctx.node;
-    Ok(Box::new(RmsNorm { axis: node.int_or("axis", -1)?, epsilon: f64::from(node.float_or("epsilon", 1e-5)?), at: node.location() }))
+    Ok(Box::new(RmsNorm {
+        axis: node.int_or("axis", -1)?,
+        epsilon: f64::from(node.float_or("epsilon", 1e-5)?),
+        at: node.location(),
+    }))
 }
 
 impl Kernel for RmsNorm {
@@ -59,7 +63,9 @@ mod tests {
     fn matches_numpy_and_checks_the_scale() {
         let data = rand_f32(2 * 3 * 4, 12);
         let scale = rand_f32(4, 13);
-        let y = run1("RMSNormalization", 23, vec![], &[Some(t(&[2, 3, 4], data.clone())), Some(t(&[4], scale.clone()))]).unwrap();
+        let y =
+            run1("RMSNormalization", 23, vec![], &[Some(t(&[2, 3, 4], data.clone())), Some(t(&[4], scale.clone()))])
+                .unwrap();
         let want: Vec<f32> = data
             .chunks(4)
             .flat_map(|r| {
@@ -70,11 +76,28 @@ mod tests {
             .collect();
         assert_close(&f32s(&y).1, &want, 1e-5);
         // Over the last two axes, scale [1, 4] broadcast.
-        let y = run1("RMSNormalization", 23, vec![int("axis", 1), float("epsilon", 0.5)], &[Some(t(&[2, 3, 4], data.clone())), Some(t(&[1, 4], scale.clone()))]).unwrap();
+        let y = run1(
+            "RMSNormalization",
+            23,
+            vec![int("axis", 1), float("epsilon", 0.5)],
+            &[Some(t(&[2, 3, 4], data.clone())), Some(t(&[1, 4], scale.clone()))],
+        )
+        .unwrap();
         let r = &data[..12];
         let inv = 1.0 / (r.iter().map(|v| v * v).sum::<f32>() / 12.0 + 0.5).sqrt();
-        assert_close(&f32s(&y).1[..5], &[r[0] * inv * scale[0], r[1] * inv * scale[1], r[2] * inv * scale[2], r[3] * inv * scale[3], r[4] * inv * scale[0]], 1e-5);
-        let err = run1("RMSNormalization", 23, vec![], &[Some(t(&[2, 3, 4], data)), Some(t(&[3], vec![1f32; 3]))]).unwrap_err();
+        assert_close(
+            &f32s(&y).1[..5],
+            &[
+                r[0] * inv * scale[0],
+                r[1] * inv * scale[1],
+                r[2] * inv * scale[2],
+                r[3] * inv * scale[3],
+                r[4] * inv * scale[0],
+            ],
+            1e-5,
+        );
+        let err = run1("RMSNormalization", 23, vec![], &[Some(t(&[2, 3, 4], data)), Some(t(&[3], vec![1f32; 3]))])
+            .unwrap_err();
         assert!(err.to_string().contains("input 1"), "{err}");
     }
 }

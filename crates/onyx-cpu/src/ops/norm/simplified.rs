@@ -88,7 +88,15 @@ fn normalize_row<T: Real>(x: &[T], gamma: &[T], eps: f64, arith: Arith, y: &mut 
 /// Normalizes each `hidden`-long row of `x` into `y`, rows split over the pool in tasks of at
 /// least [`ROWS_PER_TASK`] rows (or 4096 elements); with `want_inv`, returns each row's
 /// `1 / rms` (else nothing).
-fn normalize<T: Real>(x: &[T], gamma: &[T], hidden: usize, eps: f64, arith: Arith, y: &mut [T], want_inv: bool) -> Vec<T> {
+fn normalize<T: Real>(
+    x: &[T],
+    gamma: &[T],
+    hidden: usize,
+    eps: f64,
+    arith: Arith,
+    y: &mut [T],
+    want_inv: bool,
+) -> Vec<T> {
     let hidden = hidden.max(1);
     let task_rows = ROWS_PER_TASK.max(4096 / hidden);
     parallel::for_each_chunk_mut(y, task_rows * hidden, &|t, y| {
@@ -105,12 +113,19 @@ fn normalize<T: Real>(x: &[T], gamma: &[T], hidden: usize, eps: f64, arith: Arit
 }
 
 impl RmsNorm {
-    fn run_typed<T: Real>(&self, x: &TensorView<'_>, parts: &[Option<TensorView<'_>>; 3], g: RmsGeometry, wanted: &[bool]) -> Result<Vec<Value>> {
+    fn run_typed<T: Real>(
+        &self,
+        x: &TensorView<'_>,
+        parts: &[Option<TensorView<'_>>; 3],
+        g: RmsGeometry,
+        wanted: &[bool],
+    ) -> Result<Vec<Value>> {
         let op = &self.0;
         let [skip, gamma, bias] = parts;
         let gamma_view = gamma.as_ref().expect("gamma is checked");
         let axis = op.first_axis(x.rank())?;
-        let gamma = broadcast_to(&float_slice::<T>(gamma_view)?, gamma_view.shape(), &x.shape()[axis..]).expect("gamma is checked");
+        let gamma = broadcast_to(&float_slice::<T>(gamma_view)?, gamma_view.shape(), &x.shape()[axis..])
+            .expect("gamma is checked");
         let mut sum = float_slice::<T>(x)?.into_owned();
         if let Some(skip) = skip {
             let skip = float_slice::<T>(skip)?;
@@ -161,12 +176,15 @@ impl Kernel for RmsNorm {
         };
         util::expect_dtype(&gamma, FLOAT_TYPES, if op.skip { 2 } else { 1 }, at)?;
         let indices = if op.skip { [1, 2, 3] } else { [usize::MAX, usize::MAX, usize::MAX] };
-        for (i, t) in indices.into_iter().zip([skip.as_ref(), Some(&gamma), bias.as_ref()]).filter(|(i, _)| *i != usize::MAX) {
+        for (i, t) in
+            indices.into_iter().zip([skip.as_ref(), Some(&gamma), bias.as_ref()]).filter(|(i, _)| *i != usize::MAX)
+        {
             if let Some(t) = t.filter(|t| t.dtype() != x.dtype()) {
                 return Err(Error::input(at, i, x.dtype().name(), t.dtype().name()));
             }
         }
-        let g = op.geometry(x.shape(), skip.as_ref().map(|s| s.shape()), gamma.shape(), bias.as_ref().map(|b| b.shape()))?;
+        let g =
+            op.geometry(x.shape(), skip.as_ref().map(|s| s.shape()), gamma.shape(), bias.as_ref().map(|b| b.shape()))?;
         let parts = [skip, Some(gamma), bias];
         match compute_type(x.dtype()) {
             Some(DataType::Double) => self.run_typed::<f64>(&x, &parts, g, wanted),

@@ -107,9 +107,15 @@ impl Kernel for GatherBlockQuantized {
         let indices = util::input(inputs, Op::INDICES, at)?;
         let scales = util::input(inputs, Op::SCALES, at)?;
         let zp = util::opt_input(inputs, Op::ZERO_POINTS, at)?;
-        let g = op.geometry((data.dtype(), data.shape()), indices.dtype(), (scales.dtype(), scales.shape()), zp.as_ref().map(|z| (z.dtype(), z.shape())))?;
+        let g = op.geometry(
+            (data.dtype(), data.shape()),
+            indices.dtype(),
+            (scales.dtype(), scales.shape()),
+            zp.as_ref().map(|z| (z.dtype(), z.shape())),
+        )?;
         let per = op.per_element(data.dtype());
-        let zp_row = (data.dtype() == DataType::Uint8).then(|| scales.shape().last().copied().unwrap_or(1).div_ceil(per));
+        let zp_row =
+            (data.dtype() == DataType::Uint8).then(|| scales.shape().last().copied().unwrap_or(1).div_ceil(per));
         let src = Source {
             g: &g,
             block: op.block_size,
@@ -143,7 +149,8 @@ impl Kernel for GatherBlockQuantized {
                 }
             }
         }
-        let shape: Vec<usize> = g.dims[..axis].iter().chain(indices.shape()).chain(&g.dims[axis + 1..]).copied().collect();
+        let shape: Vec<usize> =
+            g.dims[..axis].iter().chain(indices.shape()).chain(&g.dims[axis + 1..]).copied().collect();
         Ok(vec![util::from_f32(scales.dtype(), shape, out)?])
     }
 }

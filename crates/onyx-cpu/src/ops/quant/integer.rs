@@ -15,7 +15,13 @@ const INT8S: &[DataType] = &[DataType::Int8, DataType::Uint8];
 
 /// An optional zero point of input `i`: its values widened, checked to be `dtype` with
 /// `count` values (or one).
-fn zero_points(inputs: &[Option<ValueRef<'_>>], i: usize, dtype: DataType, counts: &[usize], at: &Location) -> Result<Option<Vec<f64>>> {
+fn zero_points(
+    inputs: &[Option<ValueRef<'_>>],
+    i: usize,
+    dtype: DataType,
+    counts: &[usize],
+    at: &Location,
+) -> Result<Option<Vec<f64>>> {
     let Some(z) = util::opt_input(inputs, i, at)? else { return Ok(None) };
     if z.dtype() != dtype {
         return Err(Error::input(at, i, format!("a {dtype} zero point"), z.dtype().name()));
@@ -76,7 +82,13 @@ fn scales(inputs: &[Option<ValueRef<'_>>], i: usize, counts: &[usize], at: &Loca
 }
 
 /// Requantizes `acc` (i32 sums) with `multiplier(i)` and the output zero point into `dtype`.
-fn requantize(acc: &[f64], multiplier: impl Fn(usize) -> f64, zp: f64, dtype: DataType, shape: Vec<usize>) -> Result<Value> {
+fn requantize(
+    acc: &[f64],
+    multiplier: impl Fn(usize) -> f64,
+    zp: f64,
+    dtype: DataType,
+    shape: Vec<usize>,
+) -> Result<Value> {
     let (lo, hi) = int_range(dtype).unwrap_or((0, 255));
     let q: Vec<i64> = acc
         .iter()
@@ -113,8 +125,10 @@ impl Kernel for QLinearMatMul {
         if let Some(z) = util::opt_input(inputs, 5, at)? {
             subtract_zero_point(&mut b32, &widen_8bit(&z, 5, at)?, plan.k, plan.n, false, 5, at)?;
         }
-        let acc: Vec<f64> = matmul_int::<i32>(&a32, &b32, &plan).map_err(|e| e.at(at))?.into_iter().map(f64::from).collect();
-        let (sa, sb, sy) = (scales(inputs, 1, &[], at)?, scales(inputs, 4, &[plan.n], at)?, scales(inputs, 6, &[], at)?);
+        let acc: Vec<f64> =
+            matmul_int::<i32>(&a32, &b32, &plan).map_err(|e| e.at(at))?.into_iter().map(f64::from).collect();
+        let (sa, sb, sy) =
+            (scales(inputs, 1, &[], at)?, scales(inputs, 4, &[plan.n], at)?, scales(inputs, 6, &[], at)?);
         let out = util::opt_input(inputs, 7, at)?.map_or(a.dtype(), |z| z.dtype());
         let yz = zero_points(inputs, 7, out, &[], at)?.map_or(0.0, |z| z[0]);
         let n = plan.n.max(1);

@@ -16,7 +16,11 @@ fn is_quant_type(d: DataType) -> bool {
     int_range(d).is_some()
         || matches!(
             d,
-            DataType::Float8E4M3FN | DataType::Float8E4M3FNUZ | DataType::Float8E5M2 | DataType::Float8E5M2FNUZ | DataType::Float4E2M1
+            DataType::Float8E4M3FN
+                | DataType::Float8E4M3FNUZ
+                | DataType::Float8E5M2
+                | DataType::Float8E5M2FNUZ
+                | DataType::Float4E2M1
         )
 }
 
@@ -98,11 +102,24 @@ impl Kernel for Quantize {
         let params = Params::new(x.shape(), s.shape(), self.axis, self.block, 1, at)?;
         if let Some(z) = &zp {
             if z.shape() != s.shape() && !(z.len() == 1 && s.len() == 1) {
-                return Err(Error::input(at, 2, format!("the shape of the scale {:?}", s.shape()), format!("shape {:?}", z.shape())));
+                return Err(Error::input(
+                    at,
+                    2,
+                    format!("the shape of the scale {:?}", s.shape()),
+                    format!("shape {:?}", z.shape()),
+                ));
             }
         }
-        let xs = if x.dtype() == DataType::Int32 { util::to_i64(&x)?.into_iter().map(|v| v as f64).collect() } else { floats(&x)? };
-        let scales = if s.dtype() == DataType::Int32 { util::to_i64(&s)?.into_iter().map(|v| v as f64).collect() } else { floats(&s)? };
+        let xs = if x.dtype() == DataType::Int32 {
+            util::to_i64(&x)?.into_iter().map(|v| v as f64).collect()
+        } else {
+            floats(&x)?
+        };
+        let scales = if s.dtype() == DataType::Int32 {
+            util::to_i64(&s)?.into_iter().map(|v| v as f64).collect()
+        } else {
+            floats(&s)?
+        };
         let zps = match &zp {
             Some(z) => wide_values(z, 2, at)?,
             None => vec![0.0],
@@ -110,7 +127,9 @@ impl Kernel for Quantize {
         let zp_of = |i: usize| if zps.len() == 1 { zps[0] } else { zps[params.index(i)] };
         // The type of x / scale: `precision`, else numpy's promotion of the two.
         let div_type = self.precision.unwrap_or(match (x.dtype(), s.dtype()) {
-            (DataType::Int32, _) | (_, DataType::Int32) | (DataType::Double, _) | (_, DataType::Double) => DataType::Double,
+            (DataType::Int32, _) | (_, DataType::Int32) | (DataType::Double, _) | (_, DataType::Double) => {
+                DataType::Double
+            }
             (a, b) if a == b => a,
             _ => DataType::Float,
         });
@@ -192,10 +211,20 @@ impl Kernel for Dequantize {
         let zps: Vec<f64> = match &zp {
             Some(z) if !float_x => {
                 if z.dtype() != x.dtype() {
-                    return Err(Error::input(at, 2, format!("a {} zero point (the type of x)", x.dtype()), z.dtype().name()));
+                    return Err(Error::input(
+                        at,
+                        2,
+                        format!("a {} zero point (the type of x)", x.dtype()),
+                        z.dtype().name(),
+                    ));
                 }
                 if z.shape() != s.shape() && !(z.len() == 1 && s.len() == 1) {
-                    return Err(Error::input(at, 2, format!("the shape of the scale {:?}", s.shape()), format!("shape {:?}", z.shape())));
+                    return Err(Error::input(
+                        at,
+                        2,
+                        format!("the shape of the scale {:?}", s.shape()),
+                        format!("shape {:?}", z.shape()),
+                    ));
                 }
                 wide_values(z, 2, at)?
             }

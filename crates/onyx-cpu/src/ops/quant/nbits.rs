@@ -38,6 +38,8 @@ struct Weights {
     zero_points: Zp,
     /// `zero_point · scale` per block, for integer zero points.
     zero_scales: Option<Vec<f32>>,
+    /// The zero point of every block, when all are the same (always without zero points).
+    uniform_zero_point: Option<u8>,
     /// The block of each row of B, when it is not `k / block_size`.
     g_idx: Option<Vec<u32>>,
     bias: Option<Vec<f32>>,
@@ -74,7 +76,12 @@ pub(crate) fn build(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
 }
 
 /// Checks and widens the operands (`views[i]` is input `i + 1`).
-fn prepare(op: &MatMulNBitsOp, a_type: DataType, views: &[Option<TensorView<'_>>], b: Option<&Tensor>) -> Result<Weights> {
+fn prepare(
+    op: &MatMulNBitsOp,
+    a_type: DataType,
+    views: &[Option<TensorView<'_>>],
+    b: Option<&Tensor>,
+) -> Result<Weights> {
     let at = &op.at;
     let meta = |i: usize| views[i - 1].as_ref().map(|v| (v.dtype(), v.shape()));
     let found = op.check_inputs([Some((a_type, &[op.k])), meta(1), meta(2), meta(3), meta(4), meta(5)])?;
@@ -91,7 +98,11 @@ fn prepare(op: &MatMulNBitsOp, a_type: DataType, views: &[Option<TensorView<'_>>
         ZeroPoints::Packed => {
             let bytes = view(MatMulNBitsOp::ZERO_POINTS)?.bytes()?;
             let row = op.zero_point_bytes();
-            Zp::Int((0..op.n).flat_map(|n| (0..per_column).map(move |blk| unpack(&bytes[n * row..][..row], op.bits, blk))).collect())
+            Zp::Int(
+                (0..op.n)
+                    .flat_map(|n| (0..per_column).map(move |blk| unpack(&bytes[n * row..][..row], op.bits, blk)))
+                    .collect(),
+            )
         }
     };
     let g_idx = if found.g_idx {
@@ -107,7 +118,11 @@ fn prepare(op: &MatMulNBitsOp, a_type: DataType, views: &[Option<TensorView<'_>>
         Zp::Int(z) => Some(z.iter().zip(&scales).map(|(&z, s)| f32::from(z) * s).collect()),
         Zp::Float(_) => None,
     };
-    Ok(Weights { dtype: a_type, b, scales, zero_points, zero_scales, g_idx, bias })
+    let uniform_zero_point = match &zero_points {
+        Zp::Int(z) => z.first().copied().filter(|&first| z.iter().all(|&v| v == first)),
+        Zp::Float(_) => None,
+    };
+    Ok(Weights { dtype: a_type, b, scales, zero_points, zero_scales, uniform_zero_point, g_idx, bias })
 }
 
 impl Weights {
@@ -220,16 +235,16 @@ impl MatMulNBits {
         let rows = out.len() / width;
         #[cfg(target_arch = "x86_64")]
         if let (Some(zero_scales), Some(perm)) = (&w.zero_scales, &self.avx2_rows(a)) {
-            let column = |n: usize| avx2::Column { weights: w.column(bytes, op, n), scales: &w.scales[n * blocks..][..blocks], zero_scales: &zero_scales[n * blocks..][..blocks], block };
-            let mut j = 0;
-            while j + 4 <= width {
-                let four = [column(n0 + j), column(n0 + j + 1), column(n0 + j + 2), column(n0 + j + 3)];
-                avx2::columns4(&four, perm, &mut out[j * rows..][..4 * rows]);
-                j += 4;
-            }
-            for j in j..width {
-                avx2::column(&column(n0 + j), perm, &mut out[j * rows..][..rows]);
-            }
+            let column_bytes = blocks * blob;
+            let tile = avx2::Columns {
+                weights: &bytes[n0 * column_bytes..][..width * column_bytes],
+                scales: &w.scales[n0 * blocks..][..width * blocks],
+                zero_scales: &zero_scales[n0 * blocks..][..width * blocks],
+                uniform_zero_point: w.uniform_zero_point,
+                block,
+                count: width,
+            };
+            avx2::columns(&tile, perm, out);
             return;
         }
         // One block of unpacked weights (blocks may be longer than 256).
@@ -255,7 +270,8 @@ impl MatMulNBits {
                             let ab = b * per + sub;
                             for r in 0..rows {
                                 let at = r * qa.blocks + ab;
-                                let dot = dot_u8_i8(&q[first..first + sub_len], &qa.values[at * qa.block..][..sub_len]) - zp * qa.sums[at];
+                                let dot = dot_u8_i8(&q[first..first + sub_len], &qa.values[at * qa.block..][..sub_len])
+                                    - zp * qa.sums[at];
                                 out[j * rows + r] += dot as f32 * (qa.scales[at] * scale);
                             }
                         }
@@ -269,7 +285,9 @@ impl MatMulNBits {
                             out[j * rows + r] += scale * dot_f32(&q[..len], zp, &af[r * k + b * block..][..len]);
                         }
                     }
-                    (Activations::Int8(_), Zp::Float(_)) => unreachable!("int8 activations only with integer zero points"),
+                    (Activations::Int8(_), Zp::Float(_)) => {
+                        unreachable!("int8 activations only with integer zero points")
+                    }
                 }
             }
         }
@@ -277,7 +295,16 @@ impl MatMulNBits {
 
     /// Like [`Self::tile`] for weights whose rows belong to blocks given by `g_idx`: each
     /// weight dequantized with its own row's block parameters (f32 arithmetic).
-    fn tile_g_idx(&self, w: &Weights, g_idx: &[u32], bytes: &[u8], a: &[f32], n0: usize, width: usize, out: &mut [f32]) {
+    fn tile_g_idx(
+        &self,
+        w: &Weights,
+        g_idx: &[u32],
+        bytes: &[u8],
+        a: &[f32],
+        n0: usize,
+        width: usize,
+        out: &mut [f32],
+    ) {
         let op = &self.op;
         let (k, blocks) = (op.k, op.k_blocks());
         let rows = out.len() / width;
@@ -304,7 +331,14 @@ impl MatMulNBits {
     #[cfg(target_arch = "x86_64")]
     fn avx2_rows<'a>(&self, a: &'a Activations) -> Option<avx2::Rows<'a>> {
         match a {
-            Activations::Int8(qa) if qa.permuted => Some(avx2::Rows { values: &qa.values, scales: &qa.scales, scaled_sums: &qa.scaled_sums, a_block: qa.block, a_blocks: qa.blocks }),
+            Activations::Int8(qa) if qa.permuted => Some(avx2::Rows {
+                values: &qa.values,
+                scales: &qa.scales,
+                scaled_sums: &qa.scaled_sums,
+                sums: &qa.sums,
+                a_block: qa.block,
+                a_blocks: qa.blocks,
+            }),
             _ => None,
         }
     }
@@ -324,7 +358,11 @@ impl MatMulNBits {
         let af = util::f32s(a)?;
         let rows = af.len() / op.k;
         let bytes = w.b.view()?.bytes()?;
-        let acts = if self.int8_arithmetic(w) { Activations::Int8(quantize_rows(&af, op.k, op.block_size.min(256))) } else { Activations::Float(af.into_owned()) };
+        let acts = if self.int8_arithmetic(w) {
+            Activations::Int8(quantize_rows(&af, op.k, op.block_size.min(256)))
+        } else {
+            Activations::Float(af.into_owned())
+        };
         let acts = match acts {
             #[cfg(target_arch = "x86_64")]
             Activations::Int8(qa) if op.bits == 4 && qa.block % 32 == 0 && avx2::available() => {
@@ -371,13 +409,20 @@ impl Kernel for MatMulNBits {
         let w = match &self.weights {
             Some(w) => w.as_ref(),
             None => {
-                let views = (MatMulNBitsOp::B..=MatMulNBitsOp::BIAS).map(|i| util::opt_input(inputs, i, &op.at)).collect::<Result<Vec<_>>>()?;
+                let views = (MatMulNBitsOp::B..=MatMulNBitsOp::BIAS)
+                    .map(|i| util::opt_input(inputs, i, &op.at))
+                    .collect::<Result<Vec<_>>>()?;
                 prepared = prepare(op, a.dtype(), &views, None)?;
                 &prepared
             }
         };
         if a.dtype() != w.dtype {
-            return Err(Error::input(&op.at, MatMulNBitsOp::A, format!("{} (the scales' type)", w.dtype.name()), a.dtype().name()));
+            return Err(Error::input(
+                &op.at,
+                MatMulNBitsOp::A,
+                format!("{} (the scales' type)", w.dtype.name()),
+                a.dtype().name(),
+            ));
         }
         let y = self.compute(w, &a)?;
         Ok(vec![y])

@@ -82,11 +82,29 @@ impl Act {
             Act::Tanh => x.tanh(),
             Act::Sigmoid => 1.0 / (1.0 + (-x).exp()),
             Act::Affine(a, b) => a * x + b,
-            Act::LeakyRelu(a) => if x >= 0.0 { x } else { a * x },
-            Act::ThresholdedRelu(a) => if x > a { x } else { 0.0 },
+            Act::LeakyRelu(a) => {
+                if x >= 0.0 {
+                    x
+                } else {
+                    a * x
+                }
+            }
+            Act::ThresholdedRelu(a) => {
+                if x > a {
+                    x
+                } else {
+                    0.0
+                }
+            }
             Act::ScaledTanh(a, b) => a * (b * x).tanh(),
             Act::HardSigmoid(a, b) => (a * x + b).clamp(0.0, 1.0),
-            Act::Elu(a) => if x >= 0.0 { x } else { a * (x.exp() - 1.0) },
+            Act::Elu(a) => {
+                if x >= 0.0 {
+                    x
+                } else {
+                    a * (x.exp() - 1.0)
+                }
+            }
             Act::Softsign => x / (1.0 + x.abs()),
             Act::Softplus => (1.0 + x.exp()).ln(),
         }
@@ -122,7 +140,8 @@ pub(super) fn build_lstm(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
 fn build(ctx: &NodeContext<'_>, cell: Cell) -> Result<Box<dyn Kernel>> {
     let node = ctx.node;
     let at = node.location();
-    let hidden = node.get_int("hidden_size")?.ok_or_else(|| Error::attribute(&at, "hidden_size", "an int", "nothing"))?;
+    let hidden =
+        node.get_int("hidden_size")?.ok_or_else(|| Error::attribute(&at, "hidden_size", "an int", "nothing"))?;
     let hidden = usize::try_from(hidden)
         .ok()
         .filter(|&h| h > 0)
@@ -146,14 +165,24 @@ fn build(ctx: &NodeContext<'_>, cell: Cell) -> Result<Box<dyn Kernel>> {
     };
     let per = cell.functions();
     if names.len() != per * reverse.len() {
-        return Err(Error::attribute(&at, "activations", format!("{} functions", per * reverse.len()), format!("{names:?}")));
+        return Err(Error::attribute(
+            &at,
+            "activations",
+            format!("{} functions", per * reverse.len()),
+            format!("{names:?}"),
+        ));
     }
-    let floats = |n: &str| -> Result<Vec<f64>> { Ok(node.get_floats(n)?.unwrap_or(&[]).iter().map(|&v| f64::from(v)).collect()) };
+    let floats = |n: &str| -> Result<Vec<f64>> {
+        Ok(node.get_floats(n)?.unwrap_or(&[]).iter().map(|&v| f64::from(v)).collect())
+    };
     let (alphas, betas) = (floats("activation_alpha")?, floats("activation_beta")?);
     let (mut ai, mut bi) = (alphas.into_iter(), betas.into_iter());
     let mut all = vec![];
     for n in &names {
-        all.push(Act::parse(n, &mut ai, &mut bi).ok_or_else(|| Error::attribute(&at, "activations", "known activation functions", n.clone()))?);
+        all.push(
+            Act::parse(n, &mut ai, &mut bi)
+                .ok_or_else(|| Error::attribute(&at, "activations", "known activation functions", n.clone()))?,
+        );
     }
     let acts = all.chunks(per).map(<[Act]>::to_vec).collect();
     let clip = node.get_float("clip")?.map(f64::from);
@@ -190,7 +219,12 @@ impl Recurrent {
         let Some(v) = util::opt_input(inputs, i, &self.at)? else { return Ok(None) };
         util::expect_dtype(&v, FLOAT_TYPES, i, &self.at)?;
         if v.len() != len {
-            return Err(Error::input(&self.at, i, format!("{what} of {len} elements"), format!("shape {:?}", v.shape())));
+            return Err(Error::input(
+                &self.at,
+                i,
+                format!("{what} of {len} elements"),
+                format!("shape {:?}", v.shape()),
+            ));
         }
         Ok(Some(float_slice::<f64>(&v)?.into_owned()))
     }
@@ -220,17 +254,26 @@ impl Kernel for Recurrent {
         if self.batch_first {
             xs = swap01(&xs, batch, seq, input);
         }
-        let w = self.param(inputs, 1, dirs * g * h * input, &format!("W [{dirs}, {}, {input}]", g * h))?
+        let w = self
+            .param(inputs, 1, dirs * g * h * input, &format!("W [{dirs}, {}, {input}]", g * h))?
             .ok_or_else(|| Error::input(at, 1, "W", "no input"))?;
-        let r = self.param(inputs, 2, dirs * g * h * h, &format!("R [{dirs}, {}, {h}]", g * h))?
+        let r = self
+            .param(inputs, 2, dirs * g * h * h, &format!("R [{dirs}, {}, {h}]", g * h))?
             .ok_or_else(|| Error::input(at, 2, "R", "no input"))?;
-        let b = self.param(inputs, 3, dirs * 2 * g * h, &format!("B [{dirs}, {}]", 2 * g * h))?.unwrap_or_else(|| vec![0.0; dirs * 2 * g * h]);
+        let b = self
+            .param(inputs, 3, dirs * 2 * g * h, &format!("B [{dirs}, {}]", 2 * g * h))?
+            .unwrap_or_else(|| vec![0.0; dirs * 2 * g * h]);
         let lens: Vec<usize> = match util::opt_input(inputs, 4, at)? {
             None => vec![seq; batch],
             Some(l) => {
                 let v = crate::ops::layout::elems::int_values(&l, 4, &[DataType::Int32, DataType::Int64], at)?;
                 if v.len() != batch || v.iter().any(|&n| n < 0 || n as usize > seq) {
-                    return Err(Error::input(at, 4, format!("{batch} sequence lengths in [0, {seq}]"), format!("{v:?}")));
+                    return Err(Error::input(
+                        at,
+                        4,
+                        format!("{batch} sequence lengths in [0, {seq}]"),
+                        format!("{v:?}"),
+                    ));
                 }
                 v.into_iter().map(|n| n as usize).collect()
             }
@@ -248,12 +291,24 @@ impl Kernel for Recurrent {
             let acts = &self.acts[d];
             // Input projections of every step: [seq * batch, g * h].
             let mut xw = vec![0.0; seq * batch * gh];
-            gemm(1.0, MatRef::row_major(&xs, seq * batch, input), MatRef::row_major(wd, gh, input).t(), 0.0, MatMut::row_major(&mut xw, seq * batch, gh))?;
+            gemm(
+                1.0,
+                MatRef::row_major(&xs, seq * batch, input),
+                MatRef::row_major(wd, gh, input).t(),
+                0.0,
+                MatMut::row_major(&mut xw, seq * batch, gh),
+            )?;
             let hd = &mut hs[d * batch * h..(d + 1) * batch * h];
             let mut cd = if lstm { cs[d * batch * h..(d + 1) * batch * h].to_vec() } else { vec![] };
             let mut hr = vec![0.0; batch * gh];
             for s in 0..seq {
-                gemm(1.0, MatRef::row_major(hd, batch, h), MatRef::row_major(rd, gh, h).t(), 0.0, MatMut::row_major(&mut hr, batch, gh))?;
+                gemm(
+                    1.0,
+                    MatRef::row_major(hd, batch, h),
+                    MatRef::row_major(rd, gh, h).t(),
+                    0.0,
+                    MatMut::row_major(&mut hr, batch, gh),
+                )?;
                 for bi in 0..batch {
                     if s >= lens[bi] {
                         continue;
@@ -300,7 +355,11 @@ impl Kernel for Recurrent {
                                 let pre = |k: usize| xg[k * h + j] + rg[k * h + j] + wb[k * h + j] + rb[k * h + j];
                                 let c_prev = crow[j];
                                 let i_g = acts[0].apply(clip(pre(0) + peep(0, j) * c_prev));
-                                let f_g = if self.input_forget { 1.0 - i_g } else { acts[0].apply(clip(pre(2) + peep(2, j) * c_prev)) };
+                                let f_g = if self.input_forget {
+                                    1.0 - i_g
+                                } else {
+                                    acts[0].apply(clip(pre(2) + peep(2, j) * c_prev))
+                                };
                                 let cand = acts[1].apply(clip(pre(3)));
                                 let c = f_g * c_prev + i_g * cand;
                                 let o_g = acts[0].apply(clip(pre(1) + peep(1, j) * c));

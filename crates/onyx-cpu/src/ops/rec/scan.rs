@@ -46,13 +46,14 @@ pub(super) fn build_scan(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
     let node = ctx.node;
     let at = node.location();
     let g = node.get_graph("body")?.ok_or_else(|| Error::attribute(&at, "body", "a graph", "nothing"))?;
-    let m = node.get_int("num_scan_inputs")?.ok_or_else(|| Error::attribute(&at, "num_scan_inputs", "an int", "nothing"))?;
+    let m = node
+        .get_int("num_scan_inputs")?
+        .ok_or_else(|| Error::attribute(&at, "num_scan_inputs", "an int", "nothing"))?;
     let batched = ctx.since_version < 9;
     let data_inputs = node.inputs.len() - usize::from(batched && !node.inputs.is_empty());
-    let m = usize::try_from(m)
-        .ok()
-        .filter(|&m| m >= 1 && m <= data_inputs)
-        .ok_or_else(|| Error::attribute(&at, "num_scan_inputs", format!("a count in [1, {data_inputs}]"), m.to_string()))?;
+    let m = usize::try_from(m).ok().filter(|&m| m >= 1 && m <= data_inputs).ok_or_else(|| {
+        Error::attribute(&at, "num_scan_inputs", format!("a count in [1, {data_inputs}]"), m.to_string())
+    })?;
     let states = data_inputs - m;
     if node.outputs.len() < states || g.inputs.len() != states + m || g.outputs.len() != node.outputs.len() {
         return Err(Error::attribute(
@@ -64,11 +65,13 @@ pub(super) fn build_scan(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
     }
     let k = node.outputs.len() - states;
     let bool_list = |v: Vec<i64>, name: &str| -> Result<Vec<bool>> {
-        v.iter().map(|&d| match d {
-            0 => Ok(false),
-            1 => Ok(true),
-            _ => Err(Error::attribute(&at, name, "directions of 0 or 1", format!("{v:?}"))),
-        }).collect()
+        v.iter()
+            .map(|&d| match d {
+                0 => Ok(false),
+                1 => Ok(true),
+                _ => Err(Error::attribute(&at, name, "directions of 0 or 1", format!("{v:?}"))),
+            })
+            .collect()
     };
     let (in_axes, in_reverse, out_axes, out_reverse) = if batched {
         (vec![0; m], bool_list(per_item(ctx, "directions", m, 0)?, "directions")?, vec![0; k], vec![false; k])
@@ -100,7 +103,13 @@ pub(super) fn build_scan(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
 impl Scan {
     /// One scan over unbatched values: `states` and the scan inputs (views), input `first`
     /// being the node input of the first state (for messages).
-    fn scan(&self, states: Vec<Value>, xs: &[ValueRef<'_>], first: usize, outer: &HashMap<&str, ValueRef<'_>>) -> Result<Vec<Value>> {
+    fn scan(
+        &self,
+        states: Vec<Value>,
+        xs: &[ValueRef<'_>],
+        first: usize,
+        outer: &HashMap<&str, ValueRef<'_>>,
+    ) -> Result<Vec<Value>> {
         let mut slices: Vec<Vec<Tensor>> = vec![];
         let mut len = None;
         for (j, x) in xs.iter().enumerate() {
@@ -112,7 +121,12 @@ impl Scan {
             let axis = util::normalize_axis(self.in_axes[j], v.rank(), &self.at)?;
             let n = v.shape()[axis];
             if *len.get_or_insert(n) != n {
-                return Err(Error::input(&self.at, i, format!("{} steps along axis {axis} (as the first scan input)", len.unwrap_or(0)), format!("shape {:?}", v.shape())));
+                return Err(Error::input(
+                    &self.at,
+                    i,
+                    format!("{} steps along axis {axis} (as the first scan input)", len.unwrap_or(0)),
+                    format!("shape {:?}", v.shape()),
+                ));
             }
             let mut s = unstack(&v, axis, &self.at)?;
             if self.in_reverse[j] {
@@ -128,7 +142,10 @@ impl Scan {
             let args: Vec<ValueRef<'_>> = state.iter().chain(&slice_values).map(ValueRef::Value).collect();
             let mut res = self.body.run(&args, outer)?;
             if res.len() != self.states + self.scan_outputs {
-                return Err(Error::node(&self.at, format!("the body returned {} values, expected {}", res.len(), self.states + self.scan_outputs)));
+                return Err(Error::node(
+                    &self.at,
+                    format!("the body returned {} values, expected {}", res.len(), self.states + self.scan_outputs),
+                ));
             }
             let rest = res.split_off(self.states);
             state = res;
@@ -167,19 +184,31 @@ impl Kernel for Scan {
             return self.scan(states, &data[self.states..], 0, &outer);
         }
         // Opset 8: one scan per batch entry, results stacked along a new batch axis.
-        let views = data.iter().enumerate().map(|(j, r)| r.tensor().map_err(|e| Error::input(&self.at, first + j, "a tensor", e.to_string()))).collect::<Result<Vec<_>>>()?;
+        let views = data
+            .iter()
+            .enumerate()
+            .map(|(j, r)| r.tensor().map_err(|e| Error::input(&self.at, first + j, "a tensor", e.to_string())))
+            .collect::<Result<Vec<_>>>()?;
         let batch = views.first().and_then(|v| v.shape().first().copied()).unwrap_or(0);
         for (j, v) in views.iter().enumerate() {
             let need = if j < self.states { 1 } else { 2 };
             if v.rank() < need || v.shape()[0] != batch {
-                return Err(Error::input(&self.at, first + j, format!("a tensor of rank {need} or more with batch dim {batch}"), format!("shape {:?}", v.shape())));
+                return Err(Error::input(
+                    &self.at,
+                    first + j,
+                    format!("a tensor of rank {need} or more with batch dim {batch}"),
+                    format!("shape {:?}", v.shape()),
+                ));
             }
         }
         if let Some(lens) = util::opt_input(inputs, 0, &self.at)? {
             let lens = elems::int_values(&lens, 0, &[DataType::Int32, DataType::Int64], &self.at)?;
             let full = views.get(self.states).map_or(0, |v| v.shape()[1]) as i64;
             if lens.len() != batch || lens.iter().any(|&l| l != full) {
-                return Err(Error::Unsupported(format!("{} with sequence_lens {lens:?} shorter than the {full} steps", self.at)));
+                return Err(Error::Unsupported(format!(
+                    "{} with sequence_lens {lens:?} shorter than the {full} steps",
+                    self.at
+                )));
             }
         }
         let per_batch = views.iter().map(|v| unstack(v, 0, &self.at)).collect::<Result<Vec<_>>>()?;
@@ -249,7 +278,14 @@ mod tests {
         assert_eq!(f32s(out[0].as_tensor().unwrap()), (vec![2], vec![9.5, 11.0]));
         assert_eq!(f32s(out[1].as_tensor().unwrap()), (vec![3, 2], vec![3., 2., 9., 10., 19., 22.]));
         // Reverse input, output stacked along axis 1 in reverse.
-        let n = scan_node(&[true, true], vec![ints("scan_input_directions", &[1]), ints("scan_output_axes", &[-1]), ints("scan_output_directions", &[1])]);
+        let n = scan_node(
+            &[true, true],
+            vec![
+                ints("scan_input_directions", &[1]),
+                ints("scan_output_axes", &[-1]),
+                ints("scan_output_directions", &[1]),
+            ],
+        );
         let out = run_values(&n, 16, &compile, &[v(init.clone()), v(x.clone()), v(w.clone())]).unwrap();
         // Steps: +[5,6] -> [5.5,5], +[3,4] -> [8.5,9], +[1,2] -> [9.5,11]; outputs *2, reversed.
         assert_eq!(f32s(out[1].as_tensor().unwrap()), (vec![2, 3], vec![19., 17., 11., 22., 18., 10.]));
@@ -259,7 +295,8 @@ mod tests {
         let out = run_values(&n, 11, &compile, &[v(init.clone()), v(xt), v(w.clone())]).unwrap();
         assert_eq!(f32s(out[1].as_tensor().unwrap()).1, vec![3., 2., 9., 10., 19., 22.]);
         // Zero steps: the initial state and an empty output.
-        let out = run_values(&n, 11, &compile, &[v(init.clone()), v(t(&[2, 0], Vec::<f32>::new())), v(w.clone())]).unwrap();
+        let out =
+            run_values(&n, 11, &compile, &[v(init.clone()), v(t(&[2, 0], Vec::<f32>::new())), v(w.clone())]).unwrap();
         assert_eq!(f32s(out[0].as_tensor().unwrap()).1, vec![0.5, -1.0]);
         assert_eq!(out[1].as_tensor().unwrap().shape(), &[0]);
     }
@@ -284,11 +321,20 @@ mod tests {
             a.outputs.truncate(1);
             a
         };
-        let err = run_values(&two, 11, &compile, &[v(t(&[2], vec![0f32; 2])), v(x.clone()), v(t(&[3, 2], vec![0f32; 6])), v(w.clone())]).unwrap_err();
+        let err = run_values(
+            &two,
+            11,
+            &compile,
+            &[v(t(&[2], vec![0f32; 2])), v(x.clone()), v(t(&[3, 2], vec![0f32; 6])), v(w.clone())],
+        )
+        .unwrap_err();
         assert!(err.to_string().contains("input 2"), "{err}");
-        let err = build_with(&scan_node(&[true, true], vec![ints("scan_input_directions", &[2])]), 11, &compile).err().unwrap();
+        let err = build_with(&scan_node(&[true, true], vec![ints("scan_input_directions", &[2])]), 11, &compile)
+            .err()
+            .unwrap();
         assert!(err.to_string().contains("scan_input_directions"), "{err}");
-        let err = build_with(&scan_node(&[true, true], vec![ints("scan_output_axes", &[0, 1])]), 11, &compile).err().unwrap();
+        let err =
+            build_with(&scan_node(&[true, true], vec![ints("scan_output_axes", &[0, 1])]), 11, &compile).err().unwrap();
         assert!(err.to_string().contains("scan_output_axes"), "{err}");
         let mut bad = scan_node(&[true, true], vec![]);
         bad.attributes[1] = int("num_scan_inputs", 3);

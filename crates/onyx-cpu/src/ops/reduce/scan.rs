@@ -1,8 +1,8 @@
 //! ArgMax, ArgMin and CumSum: reductions and scans along one axis.
 
+use crate::parallel;
 use onyx_core::ep::{Kernel, NodeContext, ValueRef};
 use onyx_core::{DataType, Error, Location, Result, TensorView, Value};
-use crate::parallel;
 
 use super::super::broadcast::PAR_CHUNK;
 use super::super::elementwise::num::Num;
@@ -45,7 +45,12 @@ fn build_arg(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
 
 /// Index of the first (or last) largest (or smallest) element of every `[outer, n, inner]`
 /// column. NaN never wins a comparison (as in ONNX Runtime), so it is only chosen when first.
-fn arg_index<T: PartialOrd + Copy + Send + Sync>(x: &[T], (outer, n, inner): (usize, usize, usize), max: bool, last: bool) -> Vec<i64> {
+fn arg_index<T: PartialOrd + Copy + Send + Sync>(
+    x: &[T],
+    (outer, n, inner): (usize, usize, usize),
+    max: bool,
+    last: bool,
+) -> Vec<i64> {
     let better = move |v: T, best: T| match (max, last) {
         (true, false) => v > best,
         (true, true) => v >= best,
@@ -153,7 +158,12 @@ impl CumSum {
             (DataType::Int64, 1) if a.rank() <= 1 => a.as_slice::<i64>()?[0],
             (DataType::Int32, 1) if a.rank() <= 1 => i64::from(a.as_slice::<i32>()?[0]),
             _ => {
-                return Err(Error::input(&self.at, 1, "a scalar int32/int64 axis", format!("{}{:?}", a.dtype(), a.shape())));
+                return Err(Error::input(
+                    &self.at,
+                    1,
+                    "a scalar int32/int64 axis",
+                    format!("{}{:?}", a.dtype(), a.shape()),
+                ));
             }
         };
         if rank == 0 {
@@ -213,20 +223,27 @@ mod tests {
     #[test]
     fn arg_max_and_min_match_naive_loops() {
         let mut rng = fastrand::Rng::with_seed(4);
-        let cases: &[(&[usize], i64)] = &[(&[3, 4, 5], 1), (&[3, 4, 5], -1), (&[3, 4, 5], 0), (&[9], 0), (&[70, 1_000], 0), (&[2, 40_000, 3], 1)];
+        let cases: &[(&[usize], i64)] =
+            &[(&[3, 4, 5], 1), (&[3, 4, 5], -1), (&[3, 4, 5], 0), (&[9], 0), (&[70, 1_000], 0), (&[2, 40_000, 3], 1)];
         for &(shape, axis) in cases {
             // Few distinct values, so that ties exercise select_last_index.
-            let x: Vec<f32> = random_i64(&mut rng, shape.iter().product(), -4, 4).into_iter().map(|v| v as f32 * 0.5).collect();
+            let x: Vec<f32> =
+                random_i64(&mut rng, shape.iter().product(), -4, 4).into_iter().map(|v| v as f32 * 0.5).collect();
             let xf: Vec<f64> = x.iter().map(|&v| v as f64).collect();
             let d = util::normalize_axis(axis, shape.len(), &Location::default()).unwrap();
             for (op, max) in [("ArgMax", true), ("ArgMin", false)] {
                 for last in [0, 1] {
                     for keepdims in [0, 1] {
-                        let attrs = vec![attr_i("axis", axis), attr_i("select_last_index", last), attr_i("keepdims", keepdims)];
+                        let attrs =
+                            vec![attr_i("axis", axis), attr_i("select_last_index", last), attr_i("keepdims", keepdims)];
                         let y = run(op, 13, attrs, &[&tensor(shape, x.clone())]).unwrap();
                         let mask: Vec<bool> = (0..shape.len()).map(|k| k == d).collect();
                         assert_eq!(y.shape(), reduced_shape(shape, &mask, keepdims == 1));
-                        assert_eq!(ints(&y), naive_arg(&xf, shape, d, max, last == 1), "{op} {shape:?} axis={axis} last={last}");
+                        assert_eq!(
+                            ints(&y),
+                            naive_arg(&xf, shape, d, max, last == 1),
+                            "{op} {shape:?} axis={axis} last={last}"
+                        );
                     }
                 }
             }
@@ -273,7 +290,8 @@ mod tests {
     #[test]
     fn cumsum_matches_naive_sums() {
         let mut rng = fastrand::Rng::with_seed(8);
-        let cases: &[(&[usize], i64)] = &[(&[3, 4, 5], 1), (&[3, 4, 5], -1), (&[3, 4, 5], 0), (&[11], 0), (&[64, 1_031], 1), (&[3, 2, 20_000], 1)];
+        let cases: &[(&[usize], i64)] =
+            &[(&[3, 4, 5], 1), (&[3, 4, 5], -1), (&[3, 4, 5], 0), (&[11], 0), (&[64, 1_031], 1), (&[3, 2, 20_000], 1)];
         for &(shape, axis) in cases {
             let x = random_f32(&mut rng, shape.iter().product(), -2.0, 2.0);
             let xf: Vec<f64> = x.iter().map(|&v| v as f64).collect();
@@ -282,10 +300,18 @@ mod tests {
                 for reverse in [0, 1] {
                     let attrs = vec![attr_i("exclusive", exclusive), attr_i("reverse", reverse)];
                     let want = naive_cumsum(&xf, shape, d, exclusive == 1, reverse == 1);
-                    let y = run("CumSum", 14, attrs.clone(), &[&tensor(shape, xf.clone()), &Tensor::scalar(axis)]).unwrap();
+                    let y =
+                        run("CumSum", 14, attrs.clone(), &[&tensor(shape, xf.clone()), &Tensor::scalar(axis)]).unwrap();
                     assert_close(&floats(&y), &want, 1e-12, 1e-12, &format!("{shape:?} {axis} {exclusive} {reverse}"));
-                    let y = run("CumSum", 14, attrs, &[&tensor(shape, x.clone()), &tensor(&[1], vec![axis as i32])]).unwrap();
-                    assert_close(&floats(&y), &want, 1e-5, 1e-4, &format!("f32 {shape:?} {axis} {exclusive} {reverse}"));
+                    let y = run("CumSum", 14, attrs, &[&tensor(shape, x.clone()), &tensor(&[1], vec![axis as i32])])
+                        .unwrap();
+                    assert_close(
+                        &floats(&y),
+                        &want,
+                        1e-5,
+                        1e-4,
+                        &format!("f32 {shape:?} {axis} {exclusive} {reverse}"),
+                    );
                 }
             }
         }

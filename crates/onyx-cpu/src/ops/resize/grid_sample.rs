@@ -65,10 +65,18 @@ fn reflect<T: Real>(x: T, lo: T, hi: T) -> T {
     };
     if x < lo {
         let (even, r) = fold(lo - x);
-        if even { lo + r } else { hi - r }
+        if even {
+            lo + r
+        } else {
+            hi - r
+        }
     } else if x > hi {
         let (even, r) = fold(x - hi);
-        if even { hi - r } else { lo + r }
+        if even {
+            hi - r
+        } else {
+            lo + r
+        }
     } else {
         x
     }
@@ -81,7 +89,12 @@ fn cubic_weights<T: Real>(t: T) -> [T; 4] {
     let far = |x: T| ((a * (x + f(1.0)) - f(5.0) * a) * (x + f(1.0)) + f(8.0) * a) * (x + f(1.0)) - f(4.0) * a;
     let near = |x: T| ((a + f(2.0)) * x - (a + f(3.0))) * x * x + f(1.0);
     let u = f(1.0) - t;
-    [far(t), near(t), near(u), ((a * (f(2.0) - t) - f(5.0) * a) * (f(2.0) - t) + f(8.0) * a) * (f(2.0) - t) - f(4.0) * a]
+    [
+        far(t),
+        near(t),
+        near(u),
+        ((a * (f(2.0) - t) - f(5.0) * a) * (f(2.0) - t) + f(8.0) * a) * (f(2.0) - t) - f(4.0) * a,
+    ]
 }
 
 impl GridSample {
@@ -95,17 +108,21 @@ impl GridSample {
         let one = T::ONE;
         let two = T::from_f32(2.0);
         let len_t = T::from_f64(n);
-        let mut x = if self.align_corners {
-            (g + one) / two * (len_t - one)
-        } else {
-            ((g + one) * len_t - one) / two
-        };
+        let mut x = if self.align_corners { (g + one) / two * (len_t - one) } else { ((g + one) * len_t - one) / two };
         if self.mode == Mode::Nearest {
             x = x.round_even();
         }
         if x < lo || x > hi {
             match self.padding {
-                Padding::Border => x = if x < T::ZERO { T::ZERO } else if x > len_t - one { len_t - one } else { x },
+                Padding::Border => {
+                    x = if x < T::ZERO {
+                        T::ZERO
+                    } else if x > len_t - one {
+                        len_t - one
+                    } else {
+                        x
+                    }
+                }
                 Padding::Reflection => x = reflect(x, lo, hi),
                 Padding::Zeros => {}
             }
@@ -201,7 +218,12 @@ impl Kernel for GridSample {
         let r = xs.len() - 2;
         let gs = g.shape();
         if gs.len() != xs.len() || gs[0] != xs[0] || gs[gs.len() - 1] != r {
-            return Err(Error::input(&self.at, 1, format!("a grid of shape [{}, out spatial..., {r}]", xs[0]), format!("{gs:?}")));
+            return Err(Error::input(
+                &self.at,
+                1,
+                format!("a grid of shape [{}, out spatial..., {r}]", xs[0]),
+                format!("{gs:?}"),
+            ));
         }
         let out_spatial = &gs[1..gs.len() - 1];
         let mut shape = vec![xs[0], xs[1]];
@@ -235,7 +257,11 @@ fn base_coords(n: usize, align_corners: bool) -> Vec<f64> {
         .map(|i| {
             let i = i as f64;
             if align_corners {
-                if n == 1 { -1.0 } else { -1.0 + 2.0 * i / (n as f64 - 1.0) }
+                if n == 1 {
+                    -1.0
+                } else {
+                    -1.0 + 2.0 * i / (n as f64 - 1.0)
+                }
             } else {
                 (2.0 * i + 1.0) / n as f64 - 1.0
             }
@@ -251,7 +277,9 @@ impl Kernel for AffineGrid {
         let size = elems::int_values(&size, 1, &[DataType::Int64], &self.at)?;
         let dims: Vec<usize> = size
             .iter()
-            .map(|&d| usize::try_from(d).map_err(|_| Error::input(&self.at, 1, "non-negative sizes", format!("{size:?}"))))
+            .map(|&d| {
+                usize::try_from(d).map_err(|_| Error::input(&self.at, 1, "non-negative sizes", format!("{size:?}")))
+            })
             .collect::<Result<_>>()?;
         let r = match dims.len() {
             4 => 2,
@@ -260,7 +288,12 @@ impl Kernel for AffineGrid {
         };
         let n = dims[0];
         if theta.shape() != [n, r, r + 1] {
-            return Err(Error::input(&self.at, 0, format!("theta of shape [{n}, {r}, {}]", r + 1), format!("{:?}", theta.shape())));
+            return Err(Error::input(
+                &self.at,
+                0,
+                format!("theta of shape [{n}, {r}, {}]", r + 1),
+                format!("{:?}", theta.shape()),
+            ));
         }
         let spatial = &dims[2..];
         let mut shape = vec![n];
@@ -323,9 +356,16 @@ mod tests {
         let g = t(&[1, 1, 1, 1, 3], vec![0.0f32, 0.0, 0.0]);
         let y = run1("GridSample", 20, vec![int("align_corners", 1)], &[Some(x.clone()), Some(g.clone())]).unwrap();
         assert_close(&f32s(&y).1, &[3.5], 1e-6);
-        let y = run1("GridSample", 16, vec![string("mode", "bilinear")], &[Some(t(&[1, 1, 1, 2], vec![1f32, 3.])), Some(t(&[1, 1, 1, 2], vec![0f32, 0.]))]).unwrap();
+        let y = run1(
+            "GridSample",
+            16,
+            vec![string("mode", "bilinear")],
+            &[Some(t(&[1, 1, 1, 2], vec![1f32, 3.])), Some(t(&[1, 1, 1, 2], vec![0f32, 0.]))],
+        )
+        .unwrap();
         assert_close(&f32s(&y).1, &[2.0], 1e-6);
-        let err = run1("GridSample", 20, vec![], &[Some(x.clone()), Some(t(&[1, 1, 1, 1, 2], vec![0f32; 2]))]).unwrap_err();
+        let err =
+            run1("GridSample", 20, vec![], &[Some(x.clone()), Some(t(&[1, 1, 1, 1, 2], vec![0f32; 2]))]).unwrap_err();
         assert!(err.to_string().contains("input 1"), "{err}");
         let err = run1("GridSample", 20, vec![string("mode", "area")], &[Some(x), Some(g)]).unwrap_err();
         assert!(err.to_string().contains("mode"), "{err}");
@@ -335,13 +375,25 @@ mod tests {
     fn affine_grid_matches_the_reference() {
         let theta = t(&[2, 2, 3], vec![1.0f32, 0.2, -0.1, -0.3, 0.8, 0.25, 0.5, -0.6, 0.0, 0.9, 1.1, -0.4]);
         for (align, want) in super::cases::AFFINE {
-            let y = run1("AffineGrid", 20, vec![int("align_corners", *align)], &[Some(theta.clone()), Some(i64s(&[2, 1, 2, 3]))]).unwrap();
+            let y = run1(
+                "AffineGrid",
+                20,
+                vec![int("align_corners", *align)],
+                &[Some(theta.clone()), Some(i64s(&[2, 1, 2, 3]))],
+            )
+            .unwrap();
             let (s, d) = f32s(&y);
             assert_eq!(s, vec![2, 2, 3, 2]);
             assert_close(&d, want, 1e-5);
         }
         let theta3 = t(&[1, 3, 4], vec![1.0f32, 0., 0., 0.1, 0., 1., 0., 0.2, 0., 0., 1., 0.3]);
-        let y = run1("AffineGrid", 20, vec![int("align_corners", 1)], &[Some(theta3.clone()), Some(i64s(&[1, 1, 2, 1, 2]))]).unwrap();
+        let y = run1(
+            "AffineGrid",
+            20,
+            vec![int("align_corners", 1)],
+            &[Some(theta3.clone()), Some(i64s(&[1, 1, 2, 1, 2]))],
+        )
+        .unwrap();
         let (s, d) = f32s(&y);
         assert_eq!(s, vec![1, 2, 1, 2, 3]);
         assert_close(&d, &[-0.9, -0.8, -0.7, 1.1, -0.8, -0.7, -0.9, -0.8, 1.3, 1.1, -0.8, 1.3], 1e-6);

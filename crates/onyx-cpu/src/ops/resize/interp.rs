@@ -11,7 +11,9 @@ use onyx_core::{Location, Result};
 /// For nearest mode: the input index each output index reads (`None`: extrapolated).
 pub(crate) fn nearest_map(axis: &Axis, coord: Coord, rounding: Rounding, at: &Location) -> Result<Vec<Option<usize>>> {
     let mut map = elems::with_capacity(axis.output, at)?;
-    map.extend((0..axis.output).map(|x| axis.source(x, coord).map(|v| round_nearest(v, rounding, axis.scale, axis.input))));
+    map.extend(
+        (0..axis.output).map(|x| axis.source(x, coord).map(|v| round_nearest(v, rounding, axis.scale, axis.input))),
+    );
     Ok(map)
 }
 

@@ -154,9 +154,12 @@ mod tests {
         let data: Vec<f32> = rand_f32(3 * 5 * 2, 4);
         let x = t(&[3, 5, 2], data.clone());
         // np.compress([0,1,1,0,1], x, axis=1)
-        let y = run1("Compress", 11, vec![int("axis", 1)], &[Some(x.clone()), Some(bools(&[5], &[0, 1, 1, 0, 1]))]).unwrap();
-        let want: Vec<f32> =
-            (0..3).flat_map(|a| [1, 2, 4].into_iter().flat_map(move |b| [0, 1].map(|c| (a, b, c)))).map(|(a, b, c)| data[a * 10 + b * 2 + c]).collect();
+        let y = run1("Compress", 11, vec![int("axis", 1)], &[Some(x.clone()), Some(bools(&[5], &[0, 1, 1, 0, 1]))])
+            .unwrap();
+        let want: Vec<f32> = (0..3)
+            .flat_map(|a| [1, 2, 4].into_iter().flat_map(move |b| [0, 1].map(|c| (a, b, c))))
+            .map(|(a, b, c)| data[a * 10 + b * 2 + c])
+            .collect();
         assert_eq!(f32s(&y), (vec![3, 3, 2], want));
         // A short condition, negative axis.
         let y = run1("Compress", 11, vec![int("axis", -3)], &[Some(x.clone()), Some(bools(&[2], &[0, 1]))]).unwrap();

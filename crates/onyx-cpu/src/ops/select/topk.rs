@@ -102,7 +102,10 @@ impl Kernel for TopK {
         let k = self.k(inputs)?;
         if k < 0 || k as u64 > n as u64 {
             let what = if self.k_attr.is_some() { "attribute k" } else { "k" };
-            return Err(Error::node(&self.at, format!("{what} = {k} is outside [0, {n}] (axis {axis} of {:?})", x.shape())));
+            return Err(Error::node(
+                &self.at,
+                format!("{what} = {k} is outside [0, {n}] (axis {axis} of {:?})", x.shape()),
+            ));
         }
         let k = k as usize;
         let dims = (elems::count(&x.shape()[..axis], &self.at)?, n, elems::count(&x.shape()[axis + 1..], &self.at)?);

@@ -36,7 +36,12 @@ pub(crate) struct Distinct {
 
 /// Groups equal slices (compared element by element, lexicographically) and orders the groups
 /// by value (`sorted`) or by first occurrence.
-pub(crate) fn distinct<T>(data: &[T], (outer, dim, inner): (usize, usize, usize), sorted: bool, cmp: impl Fn(&T, &T) -> Ordering) -> Distinct {
+pub(crate) fn distinct<T>(
+    data: &[T],
+    (outer, dim, inner): (usize, usize, usize),
+    sorted: bool,
+    cmp: impl Fn(&T, &T) -> Ordering,
+) -> Distinct {
     let compare = |a: usize, b: usize| -> Ordering {
         for o in 0..outer {
             let (ra, rb) = ((o * dim + a) * inner, (o * dim + b) * inner);

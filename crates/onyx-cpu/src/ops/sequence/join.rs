@@ -12,11 +12,20 @@ use crate::ops::util;
 
 /// Joins `parts` along `axis`: concatenated (equal shapes but along `axis`), or stacked along a
 /// new axis `axis` when `new_axis` (equal shapes). Errors name input `input` of the node.
-pub(crate) fn join(parts: &[TensorView<'_>], axis: usize, new_axis: bool, input: usize, at: &Location) -> Result<Tensor> {
+pub(crate) fn join(
+    parts: &[TensorView<'_>],
+    axis: usize,
+    new_axis: bool,
+    input: usize,
+    at: &Location,
+) -> Result<Tensor> {
     let first = parts.first().ok_or_else(|| Error::input(at, input, "at least one tensor to join", "none"))?;
     let rank = first.rank() + usize::from(new_axis);
     if axis >= rank {
-        return Err(Error::node(at, format!("axis {axis} is out of range for joining tensors of shape {:?}", first.shape())));
+        return Err(Error::node(
+            at,
+            format!("axis {axis} is out of range for joining tensors of shape {:?}", first.shape()),
+        ));
     }
     let shape_of = |v: &TensorView<'_>| -> Vec<usize> {
         let mut s = v.shape().to_vec();
@@ -35,7 +44,12 @@ pub(crate) fn join(parts: &[TensorView<'_>], axis: usize, new_axis: bool, input:
             return Err(Error::input(
                 at,
                 input,
-                format!("tensors like the first, {}{:?}{}", first.dtype(), first.shape(), if new_axis { "" } else { " but along the axis" }),
+                format!(
+                    "tensors like the first, {}{:?}{}",
+                    first.dtype(),
+                    first.shape(),
+                    if new_axis { "" } else { " but along the axis" }
+                ),
                 format!("{}{:?}", v.dtype(), v.shape()),
             ));
         }
@@ -81,7 +95,11 @@ struct SplitToSequence {
 
 pub(super) fn build_split_to_sequence(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
     let node = ctx.node;
-    Ok(Box::new(SplitToSequence { axis: node.int_or("axis", 0)?, keepdims: node.int_or("keepdims", 1)? != 0, at: node.location() }))
+    Ok(Box::new(SplitToSequence {
+        axis: node.int_or("axis", 0)?,
+        keepdims: node.int_or("keepdims", 1)? != 0,
+        at: node.location(),
+    }))
 }
 
 impl SplitToSequence {
@@ -103,8 +121,16 @@ impl SplitToSequence {
             }
             return Ok((sizes, false));
         }
-        if sv.rank() != 1 || v.iter().any(|&s| s < 0) || v.iter().try_fold(0i64, |a, &s| a.checked_add(s)) != Some(dim as i64) {
-            return Err(Error::input(&self.at, 1, format!("a scalar, or non-negative sizes summing to {dim}"), format!("{v:?}")));
+        if sv.rank() != 1
+            || v.iter().any(|&s| s < 0)
+            || v.iter().try_fold(0i64, |a, &s| a.checked_add(s)) != Some(dim as i64)
+        {
+            return Err(Error::input(
+                &self.at,
+                1,
+                format!("a scalar, or non-negative sizes summing to {dim}"),
+                format!("{v:?}"),
+            ));
         }
         Ok((v.iter().map(|&s| s as usize).collect(), false))
     }
@@ -149,7 +175,8 @@ impl Kernel for ConcatFromSequence {
         let s = seq_input(inputs, 0, &self.at)?;
         let ts = tensors(s, 0, &self.at)?;
         let views = ts.iter().map(|t| t.view()).collect::<Result<Vec<_>>>()?;
-        let first = views.first().ok_or_else(|| Error::input(&self.at, 0, "a non-empty sequence", "an empty sequence"))?;
+        let first =
+            views.first().ok_or_else(|| Error::input(&self.at, 0, "a non-empty sequence", "an empty sequence"))?;
         let rank = first.rank() + usize::from(self.new_axis);
         let axis = util::normalize_axis(self.axis, rank, &self.at)?;
         Ok(vec![Value::Tensor(join(&views, axis, self.new_axis, 0, &self.at)?)])

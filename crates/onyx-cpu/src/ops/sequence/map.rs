@@ -46,11 +46,17 @@ impl Kernel for SequenceMap {
         let outer = outer_values(&self.implicit, self.formal_inputs, inputs, &self.at)?;
         let first = seq_input(inputs, 0, &self.at)?;
         let n = first.items.len();
-        let args: Vec<ValueRef<'_>> = (0..self.formal_inputs).map(|i| elems::input_ref(inputs, i, &self.at)).collect::<Result<_>>()?;
+        let args: Vec<ValueRef<'_>> =
+            (0..self.formal_inputs).map(|i| elems::input_ref(inputs, i, &self.at)).collect::<Result<_>>()?;
         for (i, a) in args.iter().enumerate() {
             if let ValueRef::Value(Value::Sequence(s)) = a {
                 if s.items.len() != n {
-                    return Err(Error::input(&self.at, i, format!("a sequence of {n} elements (as input 0)"), format!("{} elements", s.items.len())));
+                    return Err(Error::input(
+                        &self.at,
+                        i,
+                        format!("a sequence of {n} elements (as input 0)"),
+                        format!("{} elements", s.items.len()),
+                    ));
                 }
             }
         }
@@ -65,7 +71,10 @@ impl Kernel for SequenceMap {
                 .collect();
             let res = self.body.run(&step, &outer)?;
             if res.len() != outs.len() {
-                return Err(Error::node(&self.at, format!("the body returned {} values, expected {}", res.len(), outs.len())));
+                return Err(Error::node(
+                    &self.at,
+                    format!("the body returned {} values, expected {}", res.len(), outs.len()),
+                ));
             }
             for (o, v) in outs.iter_mut().zip(res) {
                 o.push(v);

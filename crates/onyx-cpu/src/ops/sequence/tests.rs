@@ -8,12 +8,17 @@ use crate::ops::layout::testkit::*;
 
 fn seq(items: Vec<Tensor>) -> Value {
     let dtype = items.first().map_or(DataType::Float, |t| t.dtype());
-    Value::Sequence(Sequence { elem_type: super::tensor_type(dtype), items: items.into_iter().map(Value::Tensor).collect() })
+    Value::Sequence(Sequence {
+        elem_type: super::tensor_type(dtype),
+        items: items.into_iter().map(Value::Tensor).collect(),
+    })
 }
 
 fn items(v: &Value) -> Vec<Vec<f32>> {
     match v {
-        Value::Sequence(s) => s.items.iter().map(|i| i.as_tensor().unwrap().as_slice::<f32>().unwrap().to_vec()).collect(),
+        Value::Sequence(s) => {
+            s.items.iter().map(|i| i.as_tensor().unwrap().as_slice::<f32>().unwrap().to_vec()).collect()
+        }
         other => panic!("not a sequence: {}", other.describe()),
     }
 }
@@ -37,13 +42,16 @@ fn construct_at_insert_erase_length() {
     assert_eq!(at(0).unwrap()[0].as_tensor().unwrap().as_slice::<f32>().unwrap(), &[1., 2.]);
     assert!(at(2).unwrap_err().to_string().contains("position 2"));
     assert!(at(-3).unwrap_err().to_string().contains("[-2, 1]"));
-    let ins = run("SequenceInsert", vec![], &[Some(s.clone()), tv(c.clone()), tv(Tensor::scalar(1i32))], 1).unwrap().remove(0);
+    let ins = run("SequenceInsert", vec![], &[Some(s.clone()), tv(c.clone()), tv(Tensor::scalar(1i32))], 1)
+        .unwrap()
+        .remove(0);
     assert_eq!(items(&ins), vec![vec![1., 2.], vec![4., 5., 6.], vec![3.]]);
     let end = run("SequenceInsert", vec![], &[Some(s.clone()), tv(c.clone())], 1).unwrap().remove(0);
     assert_eq!(items(&end)[2], vec![4., 5., 6.]);
     let err = run("SequenceInsert", vec![], &[Some(s.clone()), tv(i64s(&[1]))], 1).unwrap_err().to_string();
     assert!(err.contains("input 1") && err.contains("int64"), "{err}");
-    let err = run("SequenceInsert", vec![], &[Some(s.clone()), tv(c.clone()), tv(Tensor::scalar(3i64))], 1).unwrap_err();
+    let err =
+        run("SequenceInsert", vec![], &[Some(s.clone()), tv(c.clone()), tv(Tensor::scalar(3i64))], 1).unwrap_err();
     assert!(err.to_string().contains("position 3"), "{err}");
     let er = run("SequenceErase", vec![], &[Some(ins.clone()), tv(Tensor::scalar(-3i64))], 1).unwrap().remove(0);
     assert_eq!(items(&er), vec![vec![4., 5., 6.], vec![3.]]);
@@ -112,7 +120,8 @@ fn sequence_map_with_a_tensor_and_an_outer_value() {
     let mut n = node("SequenceMap", &[true, true], 2, vec![attr("body", AttrValue::Graph(Box::new(graph_io(2, 2))))]);
     n.implicit_inputs = vec!["k".into()];
     let s = seq(vec![t(&[2], vec![1f32, 2.]), t(&[2], vec![3f32, 4.])]);
-    let out = run_values(&n, 17, &body, &[Some(s.clone()), tv(t(&[2], vec![10f32, 20.])), tv(Tensor::scalar(0.5f32))]).unwrap();
+    let out = run_values(&n, 17, &body, &[Some(s.clone()), tv(t(&[2], vec![10f32, 20.])), tv(Tensor::scalar(0.5f32))])
+        .unwrap();
     assert_eq!(items(&out[0]), vec![vec![11.5, 22.5], vec![13.5, 24.5]]);
     // Two sequences pair up element by element.
     let s2 = seq(vec![t(&[2], vec![1f32, 1.]), t(&[2], vec![2f32, 2.])]);
@@ -127,7 +136,9 @@ fn sequence_map_with_a_tensor_and_an_outer_value() {
 fn optionals() {
     let x = t(&[2], vec![1f32, 2.]);
     let o = run("Optional", vec![], &[tv(x.clone())], 1).unwrap().remove(0);
-    let has = |v: Option<Value>| run("OptionalHasElement", vec![], &[v], 1).unwrap()[0].as_tensor().unwrap().view().unwrap().bytes().unwrap()[0];
+    let has = |v: Option<Value>| {
+        run("OptionalHasElement", vec![], &[v], 1).unwrap()[0].as_tensor().unwrap().view().unwrap().bytes().unwrap()[0]
+    };
     assert_eq!(has(Some(o.clone())), 1);
     assert_eq!(has(tv(x.clone())), 1);
     assert_eq!(has(None), 0);

@@ -5,7 +5,13 @@ use super::*;
 use crate::ops::elementwise::testing::{assert_close, floats, random_f32, tensor};
 use crate::ops::matmul::test_support::{build, node, run};
 
-fn run1(f: crate::BuildFn, op: &str, since: i64, attrs: Vec<(&str, AttrValue)>, inputs: Vec<Option<Tensor>>) -> Result<Tensor> {
+fn run1(
+    f: crate::BuildFn,
+    op: &str,
+    since: i64,
+    attrs: Vec<(&str, AttrValue)>,
+    inputs: Vec<Option<Tensor>>,
+) -> Result<Tensor> {
     let names: Vec<String> = (0..inputs.len()).map(|i| format!("i{i}")).collect();
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
     let k = build(f, &node(op, &names, 1, attrs), since)?;
@@ -40,7 +46,8 @@ fn dft_matches_the_definition_along_any_axis() {
     let xf: Vec<f64> = x.iter().map(|&v| v as f64).collect();
     for (axis, len) in [(1usize, None), (2, Some(5i64)), (1, Some(9)), (0, None)] {
         for inverse in [false, true] {
-            let mut inputs = vec![Some(tensor(&shape, x.clone())), len.map(Tensor::scalar), Some(Tensor::scalar(axis as i64))];
+            let mut inputs =
+                vec![Some(tensor(&shape, x.clone())), len.map(Tensor::scalar), Some(Tensor::scalar(axis as i64))];
             if len.is_none() {
                 inputs[1] = None;
             }
@@ -58,14 +65,16 @@ fn dft_matches_the_definition_along_any_axis() {
                 if idx[axis] != 0 {
                     continue;
                 }
-                let line: Vec<(f64, f64)> = (0..shape[axis]).map(|k| {
-                    let p = flat * 2 + k * st[axis];
-                    (xf[p], xf[p + 1])
-                })
-                .collect();
+                let line: Vec<(f64, f64)> = (0..shape[axis])
+                    .map(|k| {
+                        let p = flat * 2 + k * st[axis];
+                        (xf[p], xf[p + 1])
+                    })
+                    .collect();
                 let want = naive_dft(&line, n, inverse);
                 let base: usize = idx.iter().zip(&ost).map(|(i, s)| i * s).sum();
-                let got: Vec<f64> = (0..n).flat_map(|k| [yf[base + k * ost[axis]], yf[base + k * ost[axis] + 1]]).collect();
+                let got: Vec<f64> =
+                    (0..n).flat_map(|k| [yf[base + k * ost[axis]], yf[base + k * ost[axis] + 1]]).collect();
                 let want: Vec<f64> = want.into_iter().flat_map(|(a, b)| [a, b]).collect();
                 assert_close(&got, &want, 1e-4, 1e-5, &format!("axis={axis} len={len:?} inverse={inverse}"));
             }
@@ -79,7 +88,14 @@ fn rfft_and_irfft_round_trip() {
     for n in [8usize, 9] {
         let x: Vec<f64> = random_f32(&mut rng, 3 * n, -1.0, 1.0).into_iter().map(f64::from).collect();
         // Opset 19: the axis attribute.
-        let spec = run1(build_dft, "DFT", 19, vec![("onesided", AttrValue::Int(1)), ("axis", AttrValue::Int(1))], vec![Some(tensor(&[3, n, 1], x.clone()))]).unwrap();
+        let spec = run1(
+            build_dft,
+            "DFT",
+            19,
+            vec![("onesided", AttrValue::Int(1)), ("axis", AttrValue::Int(1))],
+            vec![Some(tensor(&[3, n, 1], x.clone()))],
+        )
+        .unwrap();
         assert_eq!(spec.shape(), &[3, n / 2 + 1, 2]);
         let full = naive_dft(&x[..n].iter().map(|&v| (v, 0.0)).collect::<Vec<_>>(), n, false);
         let want: Vec<f64> = full[..n / 2 + 1].iter().flat_map(|&(a, b)| [a, b]).collect();
@@ -99,7 +115,12 @@ fn stft_is_a_windowed_dft_per_frame() {
     let x: Vec<f64> = random_f32(&mut rng, 2 * len, -1.0, 1.0).into_iter().map(f64::from).collect();
     let w: Vec<f64> = window(WindowKind::Hann, frame, true);
     for onesided in [1i64, 0] {
-        let inputs = vec![Some(tensor(&[2, len, 1], x.clone())), Some(Tensor::scalar(step as i64)), Some(tensor(&[frame], w.clone())), None];
+        let inputs = vec![
+            Some(tensor(&[2, len, 1], x.clone())),
+            Some(Tensor::scalar(step as i64)),
+            Some(tensor(&[frame], w.clone())),
+            None,
+        ];
         let y = run1(build_stft, "STFT", 17, vec![("onesided", AttrValue::Int(onesided))], inputs).unwrap();
         let frames = 1 + (len - frame) / step;
         let bins = if onesided == 1 { frame / 2 + 1 } else { frame };
@@ -113,7 +134,10 @@ fn stft_is_a_windowed_dft_per_frame() {
         }
         assert_close(&floats(&y), &want, 1e-9, 1e-9, &format!("stft onesided={onesided}"));
     }
-    let e = run1(build_stft, "STFT", 17, vec![], vec![Some(tensor(&[1, 4, 1], vec![0f32; 4])), Some(Tensor::scalar(0i64))]).unwrap_err().to_string();
+    let e =
+        run1(build_stft, "STFT", 17, vec![], vec![Some(tensor(&[1, 4, 1], vec![0f32; 4])), Some(Tensor::scalar(0i64))])
+            .unwrap_err()
+            .to_string();
     assert!(e.contains("frame_step"), "{e}");
 }
 
@@ -121,7 +145,9 @@ fn stft_is_a_windowed_dft_per_frame() {
 fn windows_have_their_textbook_values() {
     let get = |op: &str, size: i64, periodic: i64| {
         let f = build_window;
-        floats(&run1(f, op, 17, vec![("periodic", AttrValue::Int(periodic))], vec![Some(Tensor::scalar(size))]).unwrap())
+        floats(
+            &run1(f, op, 17, vec![("periodic", AttrValue::Int(periodic))], vec![Some(Tensor::scalar(size))]).unwrap(),
+        )
     };
     assert_close(&get("HannWindow", 5, 0), &[0.0, 0.5, 1.0, 0.5, 0.0], 1e-6, 1e-7, "hann symmetric");
     assert_close(&get("HannWindow", 4, 1), &[0.0, 0.5, 1.0, 0.5], 1e-6, 1e-7, "hann periodic");
@@ -129,7 +155,14 @@ fn windows_have_their_textbook_values() {
     assert_close(&get("HammingWindow", 3, 0), &[a - b, a + b, a - b], 1e-6, 1e-7, "hamming");
     assert_close(&get("BlackmanWindow", 3, 0), &[0.0, 1.0, 0.0], 1e-6, 1e-6, "blackman");
     assert_eq!(get("HannWindow", 1, 0), vec![1.0]);
-    let y = run1(build_window, "HannWindow", 17, vec![("output_datatype", AttrValue::Int(11))], vec![Some(Tensor::scalar(3i32))]).unwrap();
+    let y = run1(
+        build_window,
+        "HannWindow",
+        17,
+        vec![("output_datatype", AttrValue::Int(11))],
+        vec![Some(Tensor::scalar(3i32))],
+    )
+    .unwrap();
     assert_eq!(y.dtype(), DataType::Double);
     assert!(run1(build_window, "HannWindow", 17, vec![("output_datatype", AttrValue::Int(7))], vec![]).is_err());
     assert!(run1(build_window, "HannWindow", 17, vec![], vec![Some(Tensor::scalar(-1i64))]).is_err());
@@ -153,7 +186,15 @@ fn mel_weight_matrix_has_triangles_between_its_edges() {
         let (l, c, h) = (edges[i] as f64, edges[i + 1] as f64, edges[i + 2] as f64);
         for j in 0..33 {
             let x = j as f64;
-            let v = if x == c { 1.0 } else if l < x && x < c { (x - l) / (c - l) } else if c < x && x < h { (h - x) / (h - c) } else { 0.0 };
+            let v = if x == c {
+                1.0
+            } else if l < x && x < c {
+                (x - l) / (c - l)
+            } else if c < x && x < h {
+                (h - x) / (h - c)
+            } else {
+                0.0
+            };
             want[j * 4 + i] = v;
         }
     }
@@ -175,9 +216,25 @@ fn invalid_dfts_are_errors() {
     assert!(e.contains("complex dimension"), "{e}");
     let e = run1(build_dft, "DFT", 20, vec![], vec![x(), Some(Tensor::scalar(0i64)), None]).unwrap_err().to_string();
     assert!(e.contains("dft_length"), "{e}");
-    let e = run1(build_dft, "DFT", 20, vec![("inverse", AttrValue::Int(1)), ("onesided", AttrValue::Int(1))], vec![x(), None, None]).unwrap_err().to_string();
+    let e = run1(
+        build_dft,
+        "DFT",
+        20,
+        vec![("inverse", AttrValue::Int(1)), ("onesided", AttrValue::Int(1))],
+        vec![x(), None, None],
+    )
+    .unwrap_err()
+    .to_string();
     assert!(e.contains("one-sided spectrum"), "{e}");
-    let e = run1(build_dft, "DFT", 20, vec![], vec![Some(tensor(&[4, 3], vec![0.5f32; 12])), None, Some(Tensor::scalar(0i64))]).unwrap_err().to_string();
+    let e = run1(
+        build_dft,
+        "DFT",
+        20,
+        vec![],
+        vec![Some(tensor(&[4, 3], vec![0.5f32; 12])), None, Some(Tensor::scalar(0i64))],
+    )
+    .unwrap_err()
+    .to_string();
     assert!(e.contains("last dimension of 1"), "{e}");
     assert!(build(build_dft, &node("DFT", &["x"], 1, vec![("inverse", AttrValue::Int(2))]), 20).is_err());
 }

@@ -68,7 +68,9 @@ pub(super) fn build(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<
     let op = Op::from_node(ctx.node)?;
     let at = &op.at;
     let dtype = input_dtype(ctx, Op::QUERY).ok_or_else(|| Error::Unsupported(format!("wgpu: {at}: untyped query")))?;
-    let ty = wgsl_type(dtype).filter(|t| *t == "f32" || *t == "f16").ok_or_else(|| Error::Unsupported(format!("wgpu: {at} on {dtype}")))?;
+    let ty = wgsl_type(dtype)
+        .filter(|t| *t == "f32" || *t == "f16")
+        .ok_or_else(|| Error::Unsupported(format!("wgpu: {at} on {dtype}")))?;
     let cache = gpu.pipeline(&format!("gqa/cache/{ty}"), || cache_shader(ty, enables(dtype)))?;
     let attend = gpu.pipeline(&format!("gqa/attend/{ty}"), || attend_shader(ty, enables(dtype)))?;
     Ok(Box::new(Gqa { op, cache, attend, dtype }))
@@ -396,7 +398,16 @@ impl GpuOp for Gqa {
             }
         }
         let q = t[Op::QUERY].ok_or_else(|| Error::input(at, Op::QUERY, "a query", "none"))?;
-        for i in [Op::KEY, Op::VALUE, Op::PAST_KEY, Op::PAST_VALUE, Op::ATTENTION_BIAS, Op::HEAD_SINK, Op::COS_CACHE, Op::SIN_CACHE] {
+        for i in [
+            Op::KEY,
+            Op::VALUE,
+            Op::PAST_KEY,
+            Op::PAST_VALUE,
+            Op::ATTENTION_BIAS,
+            Op::HEAD_SINK,
+            Op::COS_CACHE,
+            Op::SIN_CACHE,
+        ] {
             if let Some(x) = &t[i] {
                 self.expect_dtype(i, x, self.dtype)?;
             }
@@ -418,13 +429,23 @@ impl GpuOp for Gqa {
         let (present_len, first_prompt) = op.phase(&shapes, total)?;
 
         let mut p = self.params(&shapes, present_len, first_prompt)?;
-        p[P_SINK] = if t[Op::HEAD_SINK].is_some() { 1 } else if op.smooth_softmax { 2 } else { 0 };
+        p[P_SINK] = if t[Op::HEAD_SINK].is_some() {
+            1
+        } else if op.smooth_softmax {
+            2
+        } else {
+            0
+        };
         let (hkv, d) = (op.kv_num_heads, shapes.head);
         let present_shape = vec![shapes.batch, hkv, present_len, d];
         let y = run.alloc(self.dtype, vec![shapes.batch, shapes.seq, op.num_heads * d])?;
         // The shared buffer: past and present one caller buffer of the present's size.
         let shared = match (&t[Op::PAST_KEY], &t[Op::PAST_VALUE]) {
-            (Some(pk), Some(pv)) if pk.shape() == present_shape.as_slice() && run.is_bound_output(pk.buffer) && run.is_bound_output(pv.buffer) => {
+            (Some(pk), Some(pv))
+                if pk.shape() == present_shape.as_slice()
+                    && run.is_bound_output(pk.buffer)
+                    && run.is_bound_output(pv.buffer) =>
+            {
                 Some((pk.tensor.clone(), pv.tensor.clone()))
             }
             _ => None,
@@ -439,7 +460,15 @@ impl GpuOp for Gqa {
         }
         let qb = q.buffer;
         let or_q = |i: usize| t[i].map_or(qb, |x| x.buffer);
-        let inputs7 = [qb, or_q(Op::KEY), or_q(Op::VALUE), seqlens.buffer, or_q(Op::COS_CACHE), or_q(Op::SIN_CACHE), or_q(Op::POSITION_IDS)];
+        let inputs7 = [
+            qb,
+            or_q(Op::KEY),
+            or_q(Op::VALUE),
+            seqlens.buffer,
+            or_q(Op::COS_CACHE),
+            or_q(Op::SIN_CACHE),
+            or_q(Op::POSITION_IDS),
+        ];
 
         let cache_threads = if in_place { shapes.batch * hkv * shapes.seq * d } else { present_k.len() };
         p[P_N] = u32_of(cache_threads, at)?;
@@ -534,7 +563,11 @@ mod tests {
             while inputs.last().is_some_and(Option::is_none) {
                 inputs.pop();
             }
-            let mut case = Case::new("GroupQueryAttention", vec![]).attrs(attrs).domain("com.microsoft").outputs(3).constants(&[6]);
+            let mut case = Case::new("GroupQueryAttention", vec![])
+                .attrs(attrs)
+                .domain("com.microsoft")
+                .outputs(3)
+                .constants(&[6]);
             case.inputs = inputs;
             case.attributes.push(float("scale", 0.0));
             case
@@ -598,7 +631,14 @@ mod tests {
             attrs: vec![int("smooth_softmax", 1)],
             ..decode()
         };
-        let softcap = Call { attrs: vec![float("softcap", 2.0)], rotary: 0, b: 3, seqlens: vec![15, 0, 9], total: 16, ..decode() };
+        let softcap = Call {
+            attrs: vec![float("softcap", 2.0)],
+            rotary: 0,
+            b: 3,
+            seqlens: vec![15, 0, 9],
+            total: 16,
+            ..decode()
+        };
         let non_causal = Call { attrs: vec![int("causal", 0)], ..growing.clone() };
         // Head sizes past one thread's share of the accumulators (64 threads).
         let wide = Call { d: 136, hq: 2, hkv: 1, rotary: 0, ..decode() };
@@ -637,7 +677,10 @@ mod tests {
             }
         }
         let (pk, pv) = (inputs[3].clone().unwrap(), inputs[4].clone().unwrap());
-        binding.bind_output_to_device("y0", ctx.onyx_device()).bind_output("y1", pk.clone()).bind_output("y2", pv.clone());
+        binding
+            .bind_output_to_device("y0", ctx.onyx_device())
+            .bind_output("y1", pk.clone())
+            .bind_output("y2", pv.clone());
         let outputs = session.run_with_binding(binding).unwrap();
         assert_eq!(ctx.transfer_counts(), before, "a bound decode step made host copies");
         let y = ctx.download(outputs.get("y0").unwrap().as_tensor().unwrap()).unwrap();

@@ -142,7 +142,8 @@ fn build_op(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>, packed: bool) -> Resul
     let qk = outputs > 3 && !node.outputs[3].is_empty();
     let present = gpu.pipeline(&format!("attention/present/{ty}/false"), || present_shader(ty, en, false))?;
     let present_past = gpu.pipeline(&format!("attention/present/{ty}/true"), || present_shader(ty, en, true))?;
-    let row = gpu.pipeline(&format!("attention/row/{ty}/{mask}/{nonpad}/{qk}"), || row_shader(ty, en, mask, nonpad, qk))?;
+    let row =
+        gpu.pipeline(&format!("attention/row/{ty}/{mask}/{nonpad}/{qk}"), || row_shader(ty, en, mask, nonpad, qk))?;
     let heads = |name: &str| -> Result<Option<usize>> { Ok(node.get_int(name)?.map(|h| h.max(1) as usize)) };
     let storage_limit = gpu.device().limits().max_compute_workgroup_storage_size;
     let row_stands_in = gpu.startup_kernels();
@@ -418,7 +419,10 @@ impl AttentionOp {
 
     fn dims(&self, q: &[usize], k: &[usize], v: &[usize], past: Option<(&[usize], &[usize])>) -> Result<Dims> {
         if q.len() != k.len() || q.len() != v.len() {
-            return Err(Error::node(&self.at, format!("Q, K and V must have the same rank, found {q:?}, {k:?}, {v:?}")));
+            return Err(Error::node(
+                &self.at,
+                format!("Q, K and V must have the same rank, found {q:?}, {k:?}, {v:?}"),
+            ));
         }
         let [batch, q_heads, q_seq, head] = self.split(q, self.q_heads, 0)?;
         let [kb, kv_heads, kv_seq, k_head] = self.split(k, self.kv_heads, 1)?;
@@ -427,7 +431,10 @@ impl AttentionOp {
             return Err(Error::node(&self.at, format!("Q {q:?}, K {k:?} and V {v:?} do not agree")));
         }
         if kv_heads == 0 || q_heads % kv_heads != 0 {
-            return Err(Error::node(&self.at, format!("{q_heads} query heads are not a multiple of {kv_heads} KV heads")));
+            return Err(Error::node(
+                &self.at,
+                format!("{q_heads} query heads are not a multiple of {kv_heads} KV heads"),
+            ));
         }
         let mut p = 0;
         if let Some((pk, pv)) = past {
@@ -439,7 +446,10 @@ impl AttentionOp {
                 && pk[3] == head
                 && pv[3] == v_head;
             if !ok {
-                return Err(Error::node(&self.at, format!("past_key {pk:?} and past_value {pv:?} do not match K and V")));
+                return Err(Error::node(
+                    &self.at,
+                    format!("past_key {pk:?} and past_value {pv:?} do not match K and V"),
+                ));
             }
             p = pk[2];
         }
@@ -451,7 +461,12 @@ impl AttentionOp {
         let shape = m.shape();
         let total = d.past + d.kv_seq;
         let bad = || {
-            Error::input(&self.at, mask_input(self.packed), format!("attn_mask broadcastable to [{}, {}, {}, <= {total}]", d.batch, d.q_heads, d.q_seq), format!("{shape:?}"))
+            Error::input(
+                &self.at,
+                mask_input(self.packed),
+                format!("attn_mask broadcastable to [{}, {}, {}, <= {total}]", d.batch, d.q_heads, d.q_seq),
+                format!("{shape:?}"),
+            )
         };
         if shape.is_empty() || shape.len() > 4 || shape[shape.len() - 1] > total {
             return Err(bad());
@@ -538,7 +553,12 @@ impl GpuOp for AttentionOp {
         let total = d.past + d.kv_seq;
         if let Some(np) = &nonpad {
             if np.shape() != [d.batch] {
-                return Err(Error::input(at, 6, format!("nonpad_kv_seqlen of shape [{}]", d.batch), format!("{:?}", np.shape())));
+                return Err(Error::input(
+                    at,
+                    6,
+                    format!("nonpad_kv_seqlen of shape [{}]", d.batch),
+                    format!("{:?}", np.shape()),
+                ));
             }
         }
         let rows = d.batch * d.q_heads * d.q_seq;
@@ -559,7 +579,11 @@ impl GpuOp for AttentionOp {
             vec![d.batch, d.q_heads, d.q_seq, d.v_head]
         };
         let y = run.alloc(self.dtype, y_shape)?;
-        let qk = if self.outputs > 3 { Some(run.alloc(self.dtype, vec![d.batch, d.q_heads, d.q_seq, total])?) } else { None };
+        let qk = if self.outputs > 3 {
+            Some(run.alloc(self.dtype, vec![d.batch, d.q_heads, d.q_seq, total])?)
+        } else {
+            None
+        };
         let mut p = vec![0u32; P_LEN];
         p[P_ROWS] = u32_of(rows, at)?;
         p[P_QH] = u32_of(d.q_heads, at)?;

@@ -131,7 +131,9 @@ fn e8m0_lib(saturate: bool, round: RoundMode) -> String {
     let up = match round {
         RoundMode::Down => "false",
         RoundMode::Up => "(bits & 0x7fffffu) != 0u",
-        RoundMode::Nearest => "(bits & 0x400000u) != 0u && ((bits & 0x200000u) != 0u || (bits & 0x1fffffu) != 0u || e > 0u)",
+        RoundMode::Nearest => {
+            "(bits & 0x400000u) != 0u && ((bits & 0x200000u) != 0u || (bits & 0x1fffffu) != 0u || e > 0u)"
+        }
     };
     format!(
         "fn e8m0_to_f32(c: u32) -> u32 {{
@@ -204,7 +206,9 @@ pub(super) fn code(from: DataType, to: DataType, saturate: bool, round: RoundMod
         other => (format_lib(&format(other).ok_or_else(unsupported)?, saturate), "let f = f8_to_f32(v);"),
     };
     let (lib2, write) = match (from, to) {
-        (DataType::Double, DataType::Float) => (String::new(), "return (v.y & 0x80000000u) | f64_to_small(v, 23u, 127, 255u);"),
+        (DataType::Double, DataType::Float) => {
+            (String::new(), "return (v.y & 0x80000000u) | f64_to_small(v, 23u, 127, 255u);")
+        }
         (DataType::Double, DataType::Float16) => {
             (String::new(), "return ((v.y >> 16u) & 0x8000u) | f64_to_small(v, 10u, 15, 31u);")
         }

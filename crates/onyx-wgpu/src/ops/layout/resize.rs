@@ -167,7 +167,9 @@ impl Resize {
         if self.attrs.mode == Mode::Nearest {
             let mut t = Vec::with_capacity(2 * axis.output);
             for x in 0..axis.output {
-                let i = axis.source(x, self.attrs.coord).map(|v| round_nearest(v, self.attrs.rounding, axis.scale, axis.input));
+                let i = axis
+                    .source(x, self.attrs.coord)
+                    .map(|v| round_nearest(v, self.attrs.rounding, axis.scale, axis.input));
                 t.extend([i.map_or(NONE, |i| i as u32), 1f32.to_bits()]);
             }
             return Ok((1, t));

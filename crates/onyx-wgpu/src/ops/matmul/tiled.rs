@@ -316,7 +316,8 @@ impl TiledSource {
         let stage: String = (0..loads)
             .map(|i| {
                 let b_idx = b_idx.replace("cols[i]", &format!("cols[{i}]"));
-                let (put_a, put_b) = (staging.put_a.replace("{i}", &i.to_string()), staging.put_b.replace("{i}", &i.to_string()));
+                let (put_a, put_b) =
+                    (staging.put_a.replace("{i}", &i.to_string()), staging.put_b.replace("{i}", &i.to_string()));
                 format!(
                     "{{ let idx = t + {i}u * THREADS; {a_idx} {put_a} }}\n        \
                      {{ let idx = t + {i}u * THREADS; {b_idx} {put_b} }}\n        "
@@ -339,8 +340,11 @@ impl TiledSource {
     }
 
     fn shader(&self, mode: Mode, cooperative: bool) -> String {
-        let (template, staging, inner) =
-            if cooperative { (COOP_TILED, &COOP_STAGING, COOP_PRODUCT.to_string()) } else { (TILED, &PLAIN_STAGING, inner_product()) };
+        let (template, staging, inner) = if cooperative {
+            (COOP_TILED, &COOP_STAGING, COOP_PRODUCT.to_string())
+        } else {
+            (TILED, &PLAIN_STAGING, inner_product())
+        };
         let packed = cooperative && self.packed;
         let (b_cols, k_loop) = if packed { packed_k_loop(&inner) } else { self.k_loop(staging, &inner) };
         let tiles = if packed { COOP_PACKED_TILES } else { COOP_HALF_TILES };
@@ -349,7 +353,9 @@ impl TiledSource {
         let enable = enables(self.dtype);
         let (part, slice, store) = match mode {
             Mode::Whole => (String::new(), WHOLE_K.to_string(), "store_row"),
-            Mode::Slice => (format!("var<private> part_z: u32;\n{part}"), format!("{SLICE_K}\n    part_z = wid.z;"), "part_row"),
+            Mode::Slice => {
+                (format!("var<private> part_z: u32;\n{part}"), format!("{SLICE_K}\n    part_z = wid.z;"), "part_row")
+            }
             Mode::Reduce => return format!("{enable}{}\n{}", self.hooks, REDUCE.replace("$BINDING", &binding)),
             Mode::Startup => return fill(STARTUP, &[("$ENABLE", enable), ("$HOOKS", &self.hooks)]),
         };
@@ -416,7 +422,8 @@ impl Tiled {
         }
         let (s, cooperative, priority) = (&self.source, self.cooperative, Self::priority(&self.startup));
         let slice = gpu.pipeline_with(&format!("{}/slice", s.key), || s.shader(Mode::Slice, cooperative), priority)?;
-        let reduce = gpu.pipeline_with(&format!("{}/reduce", s.key), || s.shader(Mode::Reduce, cooperative), priority)?;
+        let reduce =
+            gpu.pipeline_with(&format!("{}/reduce", s.key), || s.shader(Mode::Reduce, cooperative), priority)?;
         Ok(self.split.get_or_init(|| [slice, reduce]))
     }
 
@@ -573,7 +580,9 @@ mod tests {
             (DataType::Float16, true, true),
         ];
         for (dtype, cooperative, packed) in kernels {
-            for (a, b, has_c) in walks.iter().flat_map(|&a| walks.iter().flat_map(move |&b| [(a, b, false), (a, b, true)])) {
+            for (a, b, has_c) in
+                walks.iter().flat_map(|&a| walks.iter().flat_map(move |&b| [(a, b, false), (a, b, true)]))
+            {
                 let act = super::super::Activation::Identity;
                 let source = super::super::gemm_source(dtype, a, b, has_c, act, packed).unwrap();
                 for mode in [Mode::Whole, Mode::Slice, Mode::Reduce, Mode::Startup] {
@@ -582,9 +591,12 @@ mod tests {
                         format!("{dtype:?} {a:?} {b:?} c={has_c} {mode:?} cooperative={cooperative} packed={packed}");
                     let module = naga::front::wgsl::parse_str(&wgsl)
                         .unwrap_or_else(|e| panic!("{what}: {}\n{wgsl}", e.emit_to_string(&wgsl)));
-                    let info = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all())
-                        .validate(&module)
-                        .unwrap_or_else(|e| panic!("{what}: {e:?}"));
+                    let info = naga::valid::Validator::new(
+                        naga::valid::ValidationFlags::all(),
+                        naga::valid::Capabilities::all(),
+                    )
+                    .validate(&module)
+                    .unwrap_or_else(|e| panic!("{what}: {e:?}"));
                     naga::back::spv::write_vec(&module, &info, &Default::default(), None)
                         .unwrap_or_else(|e| panic!("{what}: {e}"));
                     let tiled = matches!(mode, Mode::Whole | Mode::Slice);

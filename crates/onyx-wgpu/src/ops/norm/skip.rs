@@ -54,7 +54,8 @@ struct SkipLayerNorm {
 pub(super) fn build(ctx: &NodeContext<'_>, gpu: &Arc<GpuContext>) -> Result<Box<dyn GpuOp>> {
     let node = ctx.node;
     let (dtype, ty) = param_type(ctx, 0)?;
-    let (form, beta_at, bias_at) = if is_simplified(node) { (Form::Rms, None, 3) } else { (Form::Centered, Some(3), 4) };
+    let (form, beta_at, bias_at) =
+        if is_simplified(node) { (Form::Rms, None, 3) } else { (Form::Centered, Some(3), 4) };
     let beta = beta_at.is_some_and(|i| node.input(i).is_some());
     let mut types = vec![(dtype, ty), (dtype, ty)];
     if beta {
@@ -208,7 +209,9 @@ mod tests {
             Case::new("SkipLayerNormalization", no_bias.clone()).domain(ms).check(1e-4, 1e-4);
             check_sum_output(&no_bias);
             // The RMS form, with and without its bias (input 3).
-            for inputs in [vec![x.clone(), sk.clone(), gamma.clone()], vec![x.clone(), sk.clone(), gamma.clone(), bias.clone()]] {
+            for inputs in
+                [vec![x.clone(), sk.clone(), gamma.clone()], vec![x.clone(), sk.clone(), gamma.clone(), bias.clone()]]
+            {
                 Case::new("SkipSimplifiedLayerNormalization", inputs).domain(ms).attrs(eps.clone()).check(1e-4, 1e-4);
             }
         }

@@ -4,12 +4,12 @@
 
 use super::super::Inferred;
 use super::ctx::{same_type, tensor_out, unknown, Ctx, Rule};
+use super::dims::all_fixed;
 use crate::ops::contrib::gqa::GroupQueryAttentionOp;
 use crate::ops::contrib::mha::{MultiHeadAttentionOp, PackedAttentionOp};
 use crate::ops::contrib::nbits::{GatherBlockQuantizedOp, MatMulNBitsOp};
 use crate::ops::contrib::rms_norm::RmsNormOp;
 use crate::ops::contrib::rotary::RotaryOp;
-use super::dims::all_fixed;
 use crate::types::Dim;
 use crate::{DataType, Result};
 
@@ -71,7 +71,11 @@ fn matmul_nbits(cx: &Ctx<'_>) -> Result<Vec<Inferred>> {
     let shape = match cx.shape(MatMulNBitsOp::A) {
         Some([lead @ .., k]) => {
             if k.fixed().is_some_and(|k| k != op.k) {
-                return Err(cx.input_error(MatMulNBitsOp::A, format!("a last dimension of K = {}", op.k), format!("{k:?}")));
+                return Err(cx.input_error(
+                    MatMulNBitsOp::A,
+                    format!("a last dimension of K = {}", op.k),
+                    format!("{k:?}"),
+                ));
             }
             Some(lead.iter().cloned().chain([Dim::Fixed(op.n)]).collect())
         }
@@ -107,7 +111,10 @@ fn group_query_attention(cx: &Ctx<'_>) -> Result<Vec<Inferred>> {
     let fixed = |n: Option<usize>| n.map_or(Dim::Unknown, Dim::Fixed);
     let y = tensor_out(dtype, cx.shape(0).map(|_| vec![batch.clone(), seq, fixed(head.map(|h| h * op.num_heads))]));
     let past = cx.shape(GroupQueryAttentionOp::PAST_KEY).and_then(|s| s.get(2)).and_then(Dim::fixed);
-    let total = cx.ints(GroupQueryAttentionOp::TOTAL_SEQUENCE_LENGTH).and_then(|v| v.first().copied()).and_then(|t| usize::try_from(t).ok());
+    let total = cx
+        .ints(GroupQueryAttentionOp::TOTAL_SEQUENCE_LENGTH)
+        .and_then(|v| v.first().copied())
+        .and_then(|t| usize::try_from(t).ok());
     let present_len = match (past, total) {
         (Some(p), Some(t)) => Dim::Fixed(p.max(t)),
         (None, Some(t)) if cx.node.input(GroupQueryAttentionOp::PAST_KEY).is_none() => Dim::Fixed(t),
@@ -196,7 +203,14 @@ fn gather_block_quantized(cx: &Ctx<'_>) -> Result<Vec<Inferred>> {
         (Some(t), Some(indices)) => match (&t.shape, op.logical_dims_sym(t.dtype, t.shape.as_deref())) {
             (Some(_), Some(dims)) => {
                 let axis = op.gather_axis(dims.len())?;
-                Some(dims[..axis].iter().cloned().chain(indices.iter().cloned()).chain(dims[axis + 1..].iter().cloned()).collect())
+                Some(
+                    dims[..axis]
+                        .iter()
+                        .cloned()
+                        .chain(indices.iter().cloned())
+                        .chain(dims[axis + 1..].iter().cloned())
+                        .collect(),
+                )
             }
             _ => None,
         },
@@ -231,7 +245,8 @@ mod tests {
         // Packed q, k, v: key and value omitted.
         gqa.inputs[1].clear();
         gqa.inputs[2].clear();
-        let out = infer(&gqa, &["float[b,s,128]", "", "", "float[b,2,p,16]", "float[b,2,p,16]", "int32[b]", "int32[]"]).unwrap();
+        let out = infer(&gqa, &["float[b,s,128]", "", "", "float[b,2,p,16]", "float[b,2,p,16]", "int32[b]", "int32[]"])
+            .unwrap();
         assert_eq!(out, ["float[b,s,64]", "float[b,2,?,16]", "float[b,2,?,16]"]);
         let skip = contrib("SkipSimplifiedLayerNormalization", 3, 4, &[]);
         let out = infer(&skip, &["float[b,s,8]", "float[b,s,8]", "float[8]"]).unwrap();

@@ -11,7 +11,13 @@ use crate::ops::matmul::test_support::{build, node, run, Rng};
 /// Attributes of a two-tree ensemble over 3 features with 2 targets:
 /// tree 0: node0 (f0 mode0 s0) → yes node1, no leaf 2; node1 (f1 mode1 s1) → yes leaf0, no leaf1.
 /// tree 1: node2 (f2 mode2 s2) → yes leaf 3, no leaf 4.
-fn attrs(modes: [u8; 3], splits: [f32; 3], aggregate: i64, post: i64, members: Option<Vec<f32>>) -> Vec<(&'static str, AttrValue)> {
+fn attrs(
+    modes: [u8; 3],
+    splits: [f32; 3],
+    aggregate: i64,
+    post: i64,
+    members: Option<Vec<f32>>,
+) -> Vec<(&'static str, AttrValue)> {
     let mut a = vec![
         ("nodes_splits", AttrValue::Tensor(Tensor::from_vec(vec![3], splits.to_vec()).unwrap())),
         ("nodes_modes", AttrValue::Tensor(Tensor::from_vec(vec![3], modes.to_vec()).unwrap())),
@@ -89,8 +95,10 @@ fn every_mode_and_aggregation_matches_a_hand_walk() {
     let xf: Vec<f64> = x.iter().map(|&v| v as f64).collect();
     for modes in [[0u8, 1, 2], [3, 4, 5], [6, 0, 6], [5, 6, 4]] {
         let splits = [1.0f32, 2.0, 2.0];
-        let sets: [Vec<f64>; 3] = std::array::from_fn(|i| if modes[i] == 6 { vec![1.0 + i as f64, 3.0] } else { vec![] });
-        let members: Vec<f32> = sets.iter().filter(|s| !s.is_empty()).flat_map(|s| s.iter().map(|&v| v as f32).chain([f32::NAN])).collect();
+        let sets: [Vec<f64>; 3] =
+            std::array::from_fn(|i| if modes[i] == 6 { vec![1.0 + i as f64, 3.0] } else { vec![] });
+        let members: Vec<f32> =
+            sets.iter().filter(|s| !s.is_empty()).flat_map(|s| s.iter().map(|&v| v as f32).chain([f32::NAN])).collect();
         let members = (!members.is_empty()).then_some(members);
         for aggregate in 0..4 {
             let k = kernel(attrs(modes, splits, aggregate, 0, members.clone())).unwrap();
@@ -101,7 +109,10 @@ fn every_mode_and_aggregation_matches_a_hand_walk() {
             for r in 0..rows {
                 let want = naive(&xf[r * 3..r * 3 + 3], modes, splits, &sets, aggregate);
                 for j in 0..2 {
-                    assert!((got[r * 2 + j] as f64 - want[j]).abs() <= 1e-6 * want[j].abs().max(1.0), "modes {modes:?} agg {aggregate} row {r}");
+                    assert!(
+                        (got[r * 2 + j] as f64 - want[j]).abs() <= 1e-6 * want[j].abs().max(1.0),
+                        "modes {modes:?} agg {aggregate} row {r}"
+                    );
                 }
             }
         }
@@ -147,10 +158,14 @@ fn malformed_trees_are_errors_naming_the_node() {
     a[5] = ("nodes_falsenodeids", AttrValue::Ints(vec![2, 0, 4]));
     a[6] = ("nodes_falseleafs", AttrValue::Ints(vec![1, 0, 1]));
     let k = kernel(a).unwrap();
-    let e = run(k.as_ref(), &[Some(Tensor::from_vec(vec![1, 3], vec![0f32, 5.0, 0.0]).unwrap())], 1).err().unwrap().to_string();
+    let e = run(k.as_ref(), &[Some(Tensor::from_vec(vec![1, 3], vec![0f32, 5.0, 0.0]).unwrap())], 1)
+        .err()
+        .unwrap()
+        .to_string();
     assert!(e.contains("cycle"), "{e}");
     // Too few features.
     let k = kernel(attrs([0, 0, 0], [1.0; 3], 1, 0, None)).unwrap();
-    let e = run(k.as_ref(), &[Some(Tensor::from_vec(vec![1, 2], vec![0f32, 0.0]).unwrap())], 1).err().unwrap().to_string();
+    let e =
+        run(k.as_ref(), &[Some(Tensor::from_vec(vec![1, 2], vec![0f32, 0.0]).unwrap())], 1).err().unwrap().to_string();
     assert!(e.contains("features"), "{e}");
 }

@@ -15,9 +15,9 @@ use std::ops::Range;
 
 use super::pack::DenseWeights;
 use super::shape::{interior, valid_taps, ConvGeometry, RegisterEpilogue};
+use super::{BlockGroups, ConvJob, Items, ITEMS_PER_THREAD, ITEM_BYTES};
 use crate::ops::lanes::Lanes;
 use crate::ops::prefetch;
-use super::{BlockGroups, ConvJob, Items, ITEMS_PER_THREAD, ITEM_BYTES};
 
 /// A direct convolution.
 pub(crate) type DirectJob<'a> = ConvJob<'a, DenseWeights>;
@@ -157,7 +157,11 @@ fn masks_padding(g: &ConvGeometry) -> bool {
 /// `full` pixels in a full tile. When [`masks_padding`], the segment is cut into tiles as even
 /// as the kernels allow (7 pixels: 4 + 3, not 6 + 1), each running every column tap;
 /// otherwise the pixels next to the padding go one by one with their valid taps.
-fn row_tiles(g: &ConvGeometry, cols: Range<usize>, full: usize) -> impl Iterator<Item = (usize, usize, (usize, usize))> + '_ {
+fn row_tiles(
+    g: &ConvGeometry,
+    cols: Range<usize>,
+    full: usize,
+) -> impl Iterator<Item = (usize, usize, (usize, usize))> + '_ {
     let masked = masks_padding(g);
     let (inner_lo, inner_hi) = if masked { (cols.start, cols.end) } else { interior(&g.cols) };
     let mut ow = cols.start;
@@ -437,7 +441,16 @@ impl Tile {
                 let w = self.w.wrapping_add(in_block * self.w_block);
                 // SAFETY: the pixels and the weights of this input block are inside X and the
                 // packed weights (the caller's contract; the pixels checked above).
-                unsafe { Self::strided_pixels::<V, P, Q>(&mut acc, x, pixel_step, w, self.channels_of(in_block, b), layout.channel) };
+                unsafe {
+                    Self::strided_pixels::<V, P, Q>(
+                        &mut acc,
+                        x,
+                        pixel_step,
+                        w,
+                        self.channels_of(in_block, b),
+                        layout.channel,
+                    )
+                };
             }
         } else {
             for in_block in 0..self.in_blocks {
@@ -482,11 +495,18 @@ impl Tile {
             (g.rows.input_index(r, 0), g.cols.input_index(c, 0))
         });
         let (rows, cols) = (0..g.rows.input as isize, 0..g.cols.input as isize);
-        let last_tap = (((g.rows.kernel - 1) * g.rows.dilation) as isize, ((g.cols.kernel - 1) * g.cols.dilation) as isize);
-        if origins.iter().all(|&(r, c)| rows.contains(&r) && rows.contains(&(r + last_tap.0)) && cols.contains(&c) && cols.contains(&(c + last_tap.1))) {
+        let last_tap =
+            (((g.rows.kernel - 1) * g.rows.dilation) as isize, ((g.cols.kernel - 1) * g.cols.dilation) as isize);
+        if origins.iter().all(|&(r, c)| {
+            rows.contains(&r)
+                && rows.contains(&(r + last_tap.0))
+                && cols.contains(&c)
+                && cols.contains(&(c + last_tap.1))
+        }) {
             // Every tap of every pixel inside X (most tiles): no checks.
-            let starts: [*const f32; P] =
-                std::array::from_fn(|p| self.x.wrapping_offset(origins[p].0 * layout.row as isize + origins[p].1 * layout.pixel as isize));
+            let starts: [*const f32; P] = std::array::from_fn(|p| {
+                self.x.wrapping_offset(origins[p].0 * layout.row as isize + origins[p].1 * layout.pixel as isize)
+            });
             for kh in 0..g.rows.kernel {
                 for kw in 0..g.cols.kernel {
                     let tap = kh * g.rows.dilation * layout.row + kw * g.cols.dilation * layout.pixel;
@@ -497,7 +517,9 @@ impl Tile {
                         let w = w_tap.wrapping_add(in_block * self.w_block);
                         // SAFETY: every tap of every pixel reads this input block inside X
                         // (checked above); the weights as below.
-                        unsafe { Self::all_channels::<V, P, Q>(&mut acc, &pixels, w, self.channels_of(in_block, b), 1) };
+                        unsafe {
+                            Self::all_channels::<V, P, Q>(&mut acc, &pixels, w, self.channels_of(in_block, b), 1)
+                        };
                     }
                 }
             }
@@ -538,7 +560,11 @@ impl Tile {
     /// Real channels of the chunk's input block `in_block`.
     #[inline(always)]
     fn channels_of(&self, in_block: usize, b: usize) -> usize {
-        if in_block + 1 == self.in_blocks { self.last_channels } else { b }
+        if in_block + 1 == self.in_blocks {
+            self.last_channels
+        } else {
+            b
+        }
     }
 
     /// A tile's accumulators at the start of a chunk: zero for the first one, else what the
@@ -547,7 +573,12 @@ impl Tile {
     /// # Safety
     /// `V`'s instruction set; the `P` pixels of the `Q` blocks inside Y.
     #[inline(always)]
-    unsafe fn start<V: Lanes, const P: usize, const Q: usize>(&self, y_item: *mut f32, offset: usize, b: usize) -> [[V; Q]; P] {
+    unsafe fn start<V: Lanes, const P: usize, const Q: usize>(
+        &self,
+        y_item: *mut f32,
+        offset: usize,
+        b: usize,
+    ) -> [[V; Q]; P] {
         let mut acc = [[V::zero(); Q]; P];
         if self.accumulate {
             for (p, acc) in acc.iter_mut().enumerate() {
@@ -568,7 +599,13 @@ impl Tile {
     /// As [`Tile::start`]; the epilogue's bias holds the Q blocks' lanes and its residual is
     /// laid out as Y (`RegisterEpilogue::new`).
     #[inline(always)]
-    unsafe fn store<V: Lanes, const P: usize, const Q: usize>(&self, acc: &[[V; Q]; P], y_item: *mut f32, offset: usize, b: usize) {
+    unsafe fn store<V: Lanes, const P: usize, const Q: usize>(
+        &self,
+        acc: &[[V; Q]; P],
+        y_item: *mut f32,
+        offset: usize,
+        b: usize,
+    ) {
         let at = |p: usize, q: usize| q * self.y_block + offset + p * b;
         let mut acc = *acc;
         if let Some(e) = &self.finish {
@@ -727,5 +764,4 @@ impl Tile {
             }
         }
     }
-
 }

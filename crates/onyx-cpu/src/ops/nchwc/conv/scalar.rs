@@ -17,7 +17,9 @@ pub(super) fn direct(job: &DirectJob<'_>) {
         for c in 0..g.c_in {
             let (in_block, channel) = (c / g.in_block, c % g.in_block);
             let x_c = n * g.input.image + in_block * g.input.group + channel * g.input.channel;
-            sum += taps_sum(g, oh, ow, |tap, at| job.x[x_c + at] * w.data[w.at(o / g.block, in_block, tap, channel) + o % g.block]);
+            sum += taps_sum(g, oh, ow, |tap, at| {
+                job.x[x_c + at] * w.data[w.at(o / g.block, in_block, tap, channel) + o % g.block]
+            });
         }
         sum
     });

@@ -203,7 +203,12 @@ impl RegisterEpilogue {
     /// `V`'s instruction set (`V::WIDTH == b`); the tile's vectors inside the residual; the
     /// bias holds the `Q` blocks' lanes.
     #[inline(always)]
-    pub unsafe fn apply_tile<V: Lanes, const P: usize, const Q: usize>(&self, acc: &mut [[V; Q]; P], b: usize, at: impl Fn(usize, usize) -> usize) {
+    pub unsafe fn apply_tile<V: Lanes, const P: usize, const Q: usize>(
+        &self,
+        acc: &mut [[V; Q]; P],
+        b: usize,
+        at: impl Fn(usize, usize) -> usize,
+    ) {
         debug_assert!(self.bias != NO_BIAS.as_ptr() || Q * b <= NO_BIAS.len());
         let residual = !self.residual.is_null();
         // SAFETY: the caller's contract.
@@ -224,7 +229,14 @@ impl RegisterEpilogue {
     /// # Safety
     /// As [`RegisterEpilogue::apply_tile`].
     #[inline(always)]
-    unsafe fn tile<V: Lanes, const P: usize, const Q: usize, const RESIDUAL: bool, const LOW: bool, const HIGH: bool>(
+    unsafe fn tile<
+        V: Lanes,
+        const P: usize,
+        const Q: usize,
+        const RESIDUAL: bool,
+        const LOW: bool,
+        const HIGH: bool,
+    >(
         &self,
         acc: &mut [[V; Q]; P],
         b: usize,
@@ -285,7 +297,15 @@ mod tests {
                                 continue;
                             }
                             let output = (span - eff) / stride + 1;
-                            let a = Axis { input, kernel, stride, dilation, pad_begin: pad as isize, pad_end: pad as isize, output };
+                            let a = Axis {
+                                input,
+                                kernel,
+                                stride,
+                                dilation,
+                                pad_begin: pad as isize,
+                                pad_end: pad as isize,
+                                output,
+                            };
                             let inside = |o: usize, k: usize| (0..input as isize).contains(&a.input_index(o, k));
                             for o in 0..output {
                                 let (lo, hi) = valid_taps(&a, o);

@@ -142,7 +142,12 @@ impl Case {
     }
 
     /// Runs the plain Conv kernel of [`Case::reference`].
-    fn run_reference(&self, conv: &crate::ops::conv::ConvOp, [x, w, b, z]: &[Value; 4], activation: Activation) -> Value {
+    fn run_reference(
+        &self,
+        conv: &crate::ops::conv::ConvOp,
+        [x, w, b, z]: &[Value; 4],
+        activation: Activation,
+    ) -> Value {
         let inputs = [Some(ValueRef::Value(x)), Some(ValueRef::Value(w)), self.bias.then_some(ValueRef::Value(b))];
         conv.run_with(&inputs, self.residual.then_some((3, ValueRef::Value(z))), activation).unwrap()
     }
@@ -156,7 +161,13 @@ impl Case {
 
     /// The NchwcConv kernel with block `b` and its inputs (X blocked, its padding channels NaN:
     /// a kernel that read them would spread NaN into real channels, unless X is NCHW).
-    fn prepare(&self, [x, w, b_, z]: &[Vec<f32>; 4], b: usize, path: Path, bias_constant: bool) -> (NchwcConv, Vec<Option<Value>>) {
+    fn prepare(
+        &self,
+        [x, w, b_, z]: &[Vec<f32>; 4],
+        b: usize,
+        path: Path,
+        bias_constant: bool,
+    ) -> (NchwcConv, Vec<Option<Value>>) {
         let [h, wd] = self.hw;
         let [oh, ow] = self.out_hw();
         let per_group = self.c_in / self.group();
@@ -233,11 +244,22 @@ fn dense_cases() -> Vec<Case> {
         // More input blocks than one chunk of a tile, the last one partial.
         Case { residual: true, ..Case::new(150, 20, [5, 7], [1, 1], 1, 0) },
         Case::new(7, 30, [5, 61], [3, 3], 1, 1),
-        Case { dilations: [2, 2], pads: [2, 1, 0, 2], activation: "LeakyRelu", params: vec![0.2], ..Case::new(5, 9, [8, 10], [3, 3], 1, 0) },
+        Case {
+            dilations: [2, 2],
+            pads: [2, 1, 0, 2],
+            activation: "LeakyRelu",
+            params: vec![0.2],
+            ..Case::new(5, 9, [8, 10], [3, 3], 1, 0)
+        },
         Case { residual: true, activation: "Sigmoid", ..Case::new(20, 18, [1, 1], [3, 3], 1, 1) },
         Case { strides: [2, 1], activation: "Clip", params: vec![0.0, 0.3], ..Case::new(8, 12, [11, 9], [5, 3], 1, 2) },
         Case { activation: "Tanh", ..Case::new(4, 6, [2, 2], [1, 1], 1, 2) },
-        Case { residual: true, activation: "HardSigmoid", params: vec![0.5, 0.4], ..Case::new(33, 65, [6, 71], [3, 3], 1, 1) },
+        Case {
+            residual: true,
+            activation: "HardSigmoid",
+            params: vec![0.5, 0.4],
+            ..Case::new(33, 65, [6, 71], [3, 3], 1, 1)
+        },
         // Tiles spanning rows: narrower than a tile (each tile over several rows), a 7x7 map
         // (rows of 7 into tiles of 6), strided; several chunks of input blocks, the last partial.
         Case { residual: true, ..Case::new(70, 40, [3, 2], [3, 3], 1, 1) },
@@ -303,7 +325,10 @@ fn row_runs_are_cut_into_even_tiles_the_kernels_have() {
             let mut even = EvenTiles::new(run, full);
             let sizes: Vec<usize> = std::iter::from_fn(|| (even.left > 0).then(|| even.next())).collect();
             assert_eq!(sizes.iter().sum::<usize>(), run, "{run} by {full}: {sizes:?}");
-            assert!(sizes.iter().all(|&s| s == full || (1..=PARTIAL_TILE.min(full)).contains(&s)), "{run} by {full}: {sizes:?}");
+            assert!(
+                sizes.iter().all(|&s| s == full || (1..=PARTIAL_TILE.min(full)).contains(&s)),
+                "{run} by {full}: {sizes:?}"
+            );
             let (lo, hi) = (sizes.iter().min(), sizes.iter().max());
             assert!(hi.zip(lo).is_none_or(|(h, l)| h - l <= 1), "{run} by {full}: {sizes:?}");
         }
@@ -330,9 +355,13 @@ fn row_segments_are_even_whole_tiles() {
     // (pixel bytes, grain, groups, rows, cols, wanted): mobilenet_v2's 960->320 pointwise
     // conv at 7x7 (one flattened row of 49 pixels, 5 groups of 4 blocks of 16) on 2 threads;
     // long flattened rows of 8-pixel tiles; a 56-wide map; a 7x7 map on 16 threads.
-    for (pixel_bytes, grain, groups, rows, cols, wanted) in
-        [(256, 1, 5, 1, 49, 8), (192, 8, 2, 1, 12544, 8), (64, 24, 1, 1, 3136, 64), (256, 1, 1, 56, 56, 8), (256, 1, 8, 7, 7, 64)]
-    {
+    for (pixel_bytes, grain, groups, rows, cols, wanted) in [
+        (256, 1, 5, 1, 49, 8),
+        (192, 8, 2, 1, 12544, 8),
+        (64, 24, 1, 1, 3136, 64),
+        (256, 1, 1, 56, 56, 8),
+        (256, 1, 8, 7, 7, 64),
+    ] {
         let items = Split { pixel_bytes, grain, shortest: 24, wanted }.items(1, groups, rows, cols);
         let mut seen = vec![0u8; groups * rows * cols];
         let mut lengths = Vec::new();
@@ -371,7 +400,10 @@ fn block_groups_are_even_and_cover_every_block_once() {
             assert_eq!(next, blocks);
             for block in 0..blocks {
                 let (first, count) = g.of_block(block);
-                assert!((first..first + count).contains(&block) && g.group((0..g.count).find(|&i| g.group(i).0 == first).unwrap()) == (first, count));
+                assert!(
+                    (first..first + count).contains(&block)
+                        && g.group((0..g.count).find(|&i| g.group(i).0 == first).unwrap()) == (first, count)
+                );
             }
         }
     }
@@ -383,7 +415,9 @@ fn block_groups_are_even_and_cover_every_block_once() {
 fn bad_input_is_an_error_naming_it() {
     let case = Case::new(17, 40, [5, 5], [3, 3], 1, 1);
     let w = Tensor::from_vec(vec![40, 17, 3, 3], vec![0.5f32; 40 * 17 * 9]).unwrap();
-    let err = |n: &Node, w: Option<&Tensor>| NchwcConv::new(n, w.map(|w| w.view().unwrap()), Path::best).unwrap_err().to_string();
+    let err = |n: &Node, w: Option<&Tensor>| {
+        NchwcConv::new(n, w.map(|w| w.view().unwrap()), Path::best).unwrap_err().to_string()
+    };
     assert!(err(&case.nchwc_node(16), None).contains("constant weights"));
     let mut grouped = case.nchwc_node(16);
     grouped.attributes.retain(|a| a.name != "group");
@@ -429,7 +463,8 @@ fn nchwc_timings() {
         }
         start.elapsed().as_secs_f64() * 1e3 / runs as f64
     };
-    let dw = |c: usize, hw: usize, stride: usize| Case { depthwise: true, ..Case::new(c, c, [hw, hw], [3, 3], stride, 1) };
+    let dw =
+        |c: usize, hw: usize, stride: usize| Case { depthwise: true, ..Case::new(c, c, [hw, hw], [3, 3], stride, 1) };
     let cases = [
         ("stem 3->64 7x7/2 224", Case { nchw_input: true, ..Case::new(3, 64, [224, 224], [7, 7], 2, 3) }),
         ("3x3 64 56", Case::new(64, 64, [56, 56], [3, 3], 1, 1)),

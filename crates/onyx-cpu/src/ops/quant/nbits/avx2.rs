@@ -48,6 +48,8 @@ pub(super) struct Rows<'a> {
     pub scales: &'a [f32],
     /// Sum of the quantized values times the scale, per (row, A-block).
     pub scaled_sums: &'a [f32],
+    /// Sum of the quantized values, per (row, A-block).
+    pub sums: &'a [i32],
     /// Values per A-block (a multiple of 32).
     pub a_block: usize,
     /// A-blocks per row.
@@ -61,7 +63,11 @@ pub(super) fn column(c: &Column<'_>, a: &Rows<'_>, out: &mut [f32]) {
     assert!(a.a_block % 32 == 0 && per_block >= 1, "A-blocks of whole 32s inside B's blocks");
     assert!(c.weights.len() * 2 >= a.a_blocks * a.a_block, "the column holds every A-block");
     assert!(c.scales.len() * per_block >= a.a_blocks && c.zero_scales.len() * per_block >= a.a_blocks);
-    assert!(a.values.len() >= out.len() * a.a_blocks * a.a_block && a.scales.len() >= out.len() * a.a_blocks && a.scaled_sums.len() >= out.len() * a.a_blocks);
+    assert!(
+        a.values.len() >= out.len() * a.a_blocks * a.a_block
+            && a.scales.len() >= out.len() * a.a_blocks
+            && a.scaled_sums.len() >= out.len() * a.a_blocks
+    );
     assert!(available(), "AVX2 and FMA are checked by the caller");
     // SAFETY: the CPU has AVX2 and FMA (asserted above), and the assertions bound every read:
     // row r's A-blocks are at `(r * a_blocks + ab) * a_block`, below `values.len()`, and
@@ -121,29 +127,104 @@ unsafe fn row_tile<const R: usize>(c: &Column<'_>, a: &Rows<'_>, per_block: usiz
     }
 }
 
-/// Four output columns over every row of `a`: `out[c * rows + r]`. Each group of 32 of A's
-/// values is loaded once for the four columns, whose four dependency chains overlap; the
-/// block scales are read in order (no division per block).
-pub(super) fn columns4(c: &[Column<'_>; 4], a: &Rows<'_>, out: &mut [f32]) {
-    let rows = out.len() / 4;
-    let per_block = c[0].block / a.a_block;
-    assert!(a.a_block % 32 == 0 && per_block >= 1, "A-blocks of whole 32s inside B's blocks");
-    for col in c {
-        assert!(col.block == c[0].block && col.weights.len() * 2 >= a.a_blocks * a.a_block, "the columns hold every A-block");
-        assert!(col.scales.len() * per_block >= a.a_blocks && col.zero_scales.len() * per_block >= a.a_blocks);
+/// Consecutive output columns of B (a tile), stored one after another as ONNX Runtime lays
+/// them out.
+pub(super) struct Columns<'a> {
+    /// The columns' packed 4-bit weights, `blocks * block / 2` bytes each.
+    pub weights: &'a [u8],
+    /// Each column's scale per block, `blocks` each.
+    pub scales: &'a [f32],
+    /// Each column's `zero_point · scale` per block.
+    pub zero_scales: &'a [f32],
+    /// The zero point of every block, when they are all the same (the midpoint when the node
+    /// has none): A's sums then take it out in integers, with no per-column correction.
+    pub uniform_zero_point: Option<u8>,
+    /// Weights per block of B (a multiple of A's block).
+    pub block: usize,
+    /// How many columns.
+    pub count: usize,
+}
+
+/// The base pointers of four columns.
+struct Group {
+    weights: [*const u8; 4],
+    scales: [*const f32; 4],
+    zero_scales: [*const f32; 4],
+}
+
+impl Group {
+    /// Column `k`'s `zero_point · scale` per block.
+    // SAFETY: for callers: `blocks` is at most the column's block count, as `columns` checked.
+    unsafe fn zero_scales(&self, k: usize, blocks: usize) -> &[f32] {
+        // SAFETY: `columns` checked that each column has `blocks` values from its pointer,
+        // inside a slice borrowed for the whole call.
+        unsafe { std::slice::from_raw_parts(self.zero_scales[k], blocks) }
     }
-    assert!(out.len() == 4 * rows && a.values.len() >= rows * a.a_blocks * a.a_block && a.scales.len() >= rows * a.a_blocks && a.scaled_sums.len() >= rows * a.a_blocks);
+}
+
+/// Bytes ahead of each column's reading point loaded early into the cache: the columns of a
+/// tile, and the tiles a thread takes, are consecutive in memory, so this runs over the next
+/// columns too.
+const PREFETCH_BYTES: usize = 2048;
+
+/// Every column of `c` over every row of `a`: `out[j * rows + r]` (added to). Four columns
+/// at a time share each load of A's values and their four dependency chains overlap; the
+/// block scales are read in order (no division per block).
+pub(super) fn columns(c: &Columns<'_>, a: &Rows<'_>, out: &mut [f32]) {
+    let rows = out.len() / c.count.max(1);
+    let per_block = c.block / a.a_block;
+    assert!(
+        a.a_block % 32 == 0 && per_block >= 1 && c.block % a.a_block == 0,
+        "A-blocks of whole 32s inside B's blocks"
+    );
+    let blocks = a.a_blocks.div_ceil(per_block);
+    let column_bytes = blocks * c.block / 2;
+    assert!(
+        c.weights.len() >= c.count * column_bytes
+            && c.scales.len() >= c.count * blocks
+            && c.zero_scales.len() >= c.count * blocks,
+        "the columns hold every A-block"
+    );
+    assert!(
+        out.len() == c.count * rows
+            && a.values.len() >= rows * a.a_blocks * a.a_block
+            && a.scales.len() >= rows * a.a_blocks
+            && a.scaled_sums.len() >= rows * a.a_blocks
+            && a.sums.len() >= rows * a.a_blocks
+    );
     assert!(available(), "AVX2 and FMA are checked by the caller");
-    // SAFETY: the CPU has AVX2 and FMA, and the assertions bound every read as in `column`,
-    // for each of the four columns.
-    unsafe {
-        if a.a_block == 32 && per_block == 1 && vnni_available() {
-            columns4_block32_vnni(c, a, rows, out)
-        } else if a.a_block == 32 && per_block == 1 {
-            columns4_block32(c, a, rows, out)
-        } else {
-            columns4_avx2(c, a, per_block, rows, out)
+    let vnni = a.a_block == 32 && per_block == 1 && vnni_available();
+    let mut j = 0;
+    while j + 4 <= c.count {
+        let at = |k: usize| j + k;
+        let group = Group {
+            weights: std::array::from_fn(|k| c.weights[at(k) * column_bytes..].as_ptr()),
+            scales: std::array::from_fn(|k| c.scales[at(k) * blocks..].as_ptr()),
+            zero_scales: std::array::from_fn(|k| c.zero_scales[at(k) * blocks..].as_ptr()),
+        };
+        let out4 = &mut out[j * rows..][..4 * rows];
+        // SAFETY: the CPU has AVX2 and FMA (and AVX-512 VNNI for `vnni`), and the assertions
+        // bound every read: column `j + k` is `column_bytes` bytes and `blocks` scales from its
+        // base pointer, and each row's A-blocks are inside A's buffers.
+        unsafe {
+            if vnni {
+                columns4_block32_vnni(&group, a, c.uniform_zero_point, rows, out4)
+            } else if a.a_block == 32 && per_block == 1 {
+                columns4_block32(&group, a, rows, out4)
+            } else {
+                columns4_avx2(&group, a, per_block, rows, out4)
+            }
         }
+        j += 4;
+    }
+    for j in j..c.count {
+        let one = Column {
+            weights: &c.weights[j * column_bytes..][..column_bytes],
+            scales: &c.scales[j * blocks..][..blocks],
+            zero_scales: &c.zero_scales[j * blocks..][..blocks],
+            block: c.block,
+        };
+        column(&one, a, &mut out[j * rows..][..rows]);
     }
 }
 
@@ -157,18 +238,17 @@ pub(super) fn columns4(c: &[Column<'_>; 4], a: &Rows<'_>, out: &mut [f32]) {
 // reads; with blocks of 32, block `ab` is A's bytes `32 ab..32 ab + 32` of the row and each
 // column's bytes `16 ab..16 ab + 16` and scale `ab`.
 #[target_feature(enable = "avx2,fma")]
-unsafe fn columns4_block32(c: &[Column<'_>; 4], a: &Rows<'_>, rows: usize, out: &mut [f32]) {
+unsafe fn columns4_block32(g: &Group, a: &Rows<'_>, rows: usize, out: &mut [f32]) {
     let blocks = a.a_blocks;
-    let weights = [c[0].weights.as_ptr(), c[1].weights.as_ptr(), c[2].weights.as_ptr(), c[3].weights.as_ptr()];
-    let scales = [c[0].scales.as_ptr(), c[1].scales.as_ptr(), c[2].scales.as_ptr(), c[3].scales.as_ptr()];
+    let (weights, scales) = (&g.weights, &g.scales);
     for r in 0..rows {
         let mut acc = [_mm256_setzero_ps(); 4];
         let a_row = a.values.as_ptr().add(r * blocks * 32);
         let a_scales = a.scales.as_ptr().add(r * blocks);
-        blocks32(&mut acc, &weights, &scales, a_row, a_scales, 0, blocks);
+        blocks32(&mut acc, weights, scales, a_row, a_scales, 0, blocks);
         let sums = &a.scaled_sums[r * blocks..][..blocks];
         for k in 0..4 {
-            out[k * rows + r] += hsum(acc[k]) - correction(sums, c[k].zero_scales, 1);
+            out[k * rows + r] += hsum(acc[k]) - correction(sums, g.zero_scales(k, blocks), 1);
         }
     }
 }
@@ -179,7 +259,14 @@ unsafe fn columns4_block32(c: &[Column<'_>; 4], a: &Rows<'_>, rows: usize, out: 
 // within the bounds they were called with.
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-unsafe fn pair32(acc: &mut [__m256; 4], weights: &[*const u8; 4], scales: &[*const f32; 4], a_row: *const i8, a_scales: *const f32, ab: usize) {
+unsafe fn pair32(
+    acc: &mut [__m256; 4],
+    weights: &[*const u8; 4],
+    scales: &[*const f32; 4],
+    a_row: *const i8,
+    a_scales: *const f32,
+    ab: usize,
+) {
     let low4 = _mm256_set1_epi8(0x0f);
     let ones = _mm256_set1_epi16(1);
     let pair = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
@@ -203,7 +290,15 @@ unsafe fn pair32(acc: &mut [__m256; 4], weights: &[*const u8; 4], scales: &[*con
 // SAFETY: for callers: as for [`pair32`], with every block below `blocks` within bounds.
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-unsafe fn blocks32(acc: &mut [__m256; 4], weights: &[*const u8; 4], scales: &[*const f32; 4], a_row: *const i8, a_scales: *const f32, from: usize, blocks: usize) {
+unsafe fn blocks32(
+    acc: &mut [__m256; 4],
+    weights: &[*const u8; 4],
+    scales: &[*const f32; 4],
+    a_row: *const i8,
+    a_scales: *const f32,
+    from: usize,
+    blocks: usize,
+) {
     let mut ab = from;
     while ab + 2 <= blocks {
         pair32(acc, weights, scales, a_row, a_scales, ab);
@@ -232,19 +327,27 @@ pub(super) fn vnni_available() -> bool {
 // checking AVX2, FMA, AVX-512F/BW and VNNI; with blocks of 32, block `ab` is A's bytes
 // `32 ab..32 ab + 32` of the row and each column's bytes `16 ab..16 ab + 16` and scale `ab`.
 #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vnni")]
-unsafe fn columns4_block32_vnni(c: &[Column<'_>; 4], a: &Rows<'_>, rows: usize, out: &mut [f32]) {
+unsafe fn columns4_block32_vnni(g: &Group, a: &Rows<'_>, uniform_zero_point: Option<u8>, rows: usize, out: &mut [f32]) {
     let blocks = a.a_blocks;
     let low4 = _mm512_set1_epi8(0x0f);
     let quad = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-    let weights = [c[0].weights.as_ptr(), c[1].weights.as_ptr(), c[2].weights.as_ptr(), c[3].weights.as_ptr()];
-    let scales = [c[0].scales.as_ptr(), c[1].scales.as_ptr(), c[2].scales.as_ptr(), c[3].scales.as_ptr()];
+    let minus_zero = _mm_set1_epi32(-i32::from(uniform_zero_point.unwrap_or(0)));
+    let (weights, scales) = (&g.weights, &g.scales);
     for r in 0..rows {
         let mut wide = [_mm512_setzero_ps(); 4];
         let mut acc = [_mm256_setzero_ps(); 4];
         let a_row = a.values.as_ptr().add(r * blocks * 32);
         let a_scales = a.scales.as_ptr().add(r * blocks);
+        let a_sums = a.sums.as_ptr().add(r * blocks);
         let mut ab = 0;
         while ab + 4 <= blocks {
+            // `−zp · Σ a_q` of each block in its lane's first element: the products start from
+            // the zero point's share (zero when the zero points differ per column).
+            let start = _mm512_maskz_permutexvar_epi32(
+                0x1111,
+                quad,
+                _mm512_castsi128_si512(_mm_mullo_epi32(_mm_loadu_si128(a_sums.add(ab) as *const _), minus_zero)),
+            );
             // Lanes of z0: even and odd elements of blocks ab, ab + 1; of z1: ab + 2, ab + 3.
             let z0 = _mm512_loadu_si512(a_row.add(32 * ab) as *const _);
             let z1 = _mm512_loadu_si512(a_row.add(32 * ab + 64) as *const _);
@@ -252,38 +355,43 @@ unsafe fn columns4_block32_vnni(c: &[Column<'_>; 4], a: &Rows<'_>, rows: usize, 
             let a_odd = _mm512_shuffle_i64x2(z0, z1, 0b11_01_11_01);
             let sa = _mm512_permutexvar_ps(quad, _mm512_castps128_ps512(_mm_loadu_ps(a_scales.add(ab))));
             for k in 0..4 {
+                _mm_prefetch::<_MM_HINT_T0>(weights[k].wrapping_add(16 * ab + PREFETCH_BYTES) as *const i8);
                 let bytes = _mm512_loadu_si512(weights[k].add(16 * ab) as *const _);
                 let even = _mm512_and_si512(bytes, low4);
                 let odd = _mm512_and_si512(_mm512_srli_epi16(bytes, 4), low4);
-                let sums = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), even, a_even), odd, a_odd);
+                let sums = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(start, even, a_even), odd, a_odd);
                 let sb = _mm512_permutexvar_ps(quad, _mm512_castps128_ps512(_mm_loadu_ps(scales[k].add(ab))));
                 wide[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), _mm512_mul_ps(sa, sb), wide[k]);
             }
             ab += 4;
         }
-        blocks32(&mut acc, &weights, &scales, a_row, a_scales, ab, blocks);
-        let sums = &a.scaled_sums[r * blocks..][..blocks];
+        blocks32(&mut acc, weights, scales, a_row, a_scales, ab, blocks);
+        // The zero points' share of the blocks not taken out above.
+        let corrected = if uniform_zero_point.is_some() { ab } else { 0 };
+        let sums = &a.scaled_sums[r * blocks..][corrected..blocks];
         for k in 0..4 {
-            out[k * rows + r] += _mm512_reduce_add_ps(wide[k]) + hsum(acc[k]) - correction(sums, c[k].zero_scales, 1);
+            out[k * rows + r] += _mm512_reduce_add_ps(wide[k]) + hsum(acc[k])
+                - correction(sums, &g.zero_scales(k, blocks)[corrected..], 1);
         }
     }
 }
 
 // SAFETY: for callers: only `columns4` calls it, after asserting AVX2/FMA and every bound it reads.
 #[target_feature(enable = "avx2,fma")]
-unsafe fn columns4_avx2(c: &[Column<'_>; 4], a: &Rows<'_>, per_block: usize, rows: usize, out: &mut [f32]) {
+unsafe fn columns4_avx2(g: &Group, a: &Rows<'_>, per_block: usize, rows: usize, out: &mut [f32]) {
     let low4 = _mm256_set1_epi8(0x0f);
     let ones = _mm256_set1_epi16(1);
     let groups = a.a_block / 32;
     let half = a.a_block / 2;
-    let weights = [c[0].weights.as_ptr(), c[1].weights.as_ptr(), c[2].weights.as_ptr(), c[3].weights.as_ptr()];
+    let weights = &g.weights;
+    let blocks = a.a_blocks.div_ceil(per_block);
     for r in 0..rows {
         let mut acc = [_mm256_setzero_ps(); 4];
         let a_row = a.values.as_ptr().add(r * a.a_blocks * a.a_block);
         let a_scales = &a.scales[r * a.a_blocks..][..a.a_blocks];
         let mut ab = 0;
         for b in 0..a.a_blocks.div_ceil(per_block) {
-            let sb = [c[0].scales[b], c[1].scales[b], c[2].scales[b], c[3].scales[b]];
+            let sb: [f32; 4] = std::array::from_fn(|k| *g.scales[k].add(b));
             for _ in 0..per_block.min(a.a_blocks - ab) {
                 let mut lanes = [_mm256_setzero_si256(); 4];
                 for g in 0..groups {
@@ -304,7 +412,7 @@ unsafe fn columns4_avx2(c: &[Column<'_>; 4], a: &Rows<'_>, per_block: usize, row
         }
         let sums = &a.scaled_sums[r * a.a_blocks..][..a.a_blocks];
         for k in 0..4 {
-            out[k * rows + r] += hsum(acc[k]) - correction(sums, c[k].zero_scales, per_block);
+            out[k * rows + r] += hsum(acc[k]) - correction(sums, g.zero_scales(k, blocks), per_block);
         }
     }
 }
@@ -313,7 +421,14 @@ unsafe fn columns4_avx2(c: &[Column<'_>; 4], a: &Rows<'_>, per_block: usize, row
 // SAFETY: for callers: `columns4_block32`, within the bounds it was called with.
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-unsafe fn block32(acc: &mut [__m256; 4], weights: &[*const u8; 4], scales: &[*const f32; 4], a_row: *const i8, sa: f32, ab: usize) {
+unsafe fn block32(
+    acc: &mut [__m256; 4],
+    weights: &[*const u8; 4],
+    scales: &[*const f32; 4],
+    a_row: *const i8,
+    sa: f32,
+    ab: usize,
+) {
     let low4 = _mm256_set1_epi8(0x0f);
     let ones = _mm256_set1_epi16(1);
     let shift = _mm256_set_epi64x(4, 4, 0, 0);
@@ -389,48 +504,86 @@ mod tests {
             return;
         }
         let mut rng = fastrand::Rng::with_seed(5);
-        for (block, a_block, a_blocks, rows) in [(32, 32, 7, 1), (32, 32, 8, 3), (32, 32, 13, 2), (32, 32, 6, 1), (64, 64, 3, 3), (512, 256, 4, 2), (128, 128, 1, 5)] {
-            let weights: Vec<u8> = (0..a_blocks * a_block / 2).map(|_| rng.u8(..)).collect();
-            let blocks = a_blocks * a_block / block;
-            let scales: Vec<f32> = (0..blocks).map(|_| rng.f32() - 0.5).collect();
-            let zero_points: Vec<u8> = (0..blocks).map(|_| rng.u8(0..16)).collect();
+        // (B's block, A's block, A-blocks, rows, columns): odd block counts leave tails after
+        // the steps of 2 and 4 blocks, column counts tails after the groups of 4.
+        for (block, a_block, a_blocks, rows, count) in [
+            (32usize, 32usize, 7usize, 1usize, 6usize),
+            (32, 32, 8, 3, 4),
+            (32, 32, 13, 2, 9),
+            (32, 32, 6, 1, 5),
+            (64, 64, 3, 3, 7),
+            (512, 256, 3, 2, 5),
+            (128, 128, 1, 5, 4),
+        ] {
+            let blocks = a_blocks.div_ceil(block / a_block);
+            let column_bytes = blocks * block / 2;
+            let weights: Vec<u8> = (0..count * column_bytes).map(|_| rng.u8(..)).collect();
+            let scales: Vec<f32> = (0..count * blocks).map(|_| rng.f32() - 0.5).collect();
             let values: Vec<i8> = (0..rows * a_blocks * a_block).map(|_| rng.i8(-127..=127)).collect();
             let a_scales: Vec<f32> = (0..rows * a_blocks).map(|_| rng.f32()).collect();
-            let sums: Vec<f32> = values.chunks(a_block).zip(&a_scales).map(|(c, s)| c.iter().map(|&v| i32::from(v)).sum::<i32>() as f32 * s).collect();
-            let zero_scales: Vec<f32> = zero_points.iter().zip(&scales).map(|(&z, s)| f32::from(z) * s).collect();
-            let c = Column { weights: &weights, scales: &scales, zero_scales: &zero_scales, block };
-            let natural = Rows { values: &values, scales: &a_scales, scaled_sums: &sums, a_block, a_blocks };
-            let want = scalar(&c, &zero_points, &values, &natural, rows);
+            let int_sums: Vec<i32> = values.chunks(a_block).map(|c| c.iter().map(|&v| i32::from(v)).sum()).collect();
+            let sums: Vec<f32> = int_sums.iter().zip(&a_scales).map(|(&c, s)| c as f32 * s).collect();
+            let natural =
+                Rows { values: &values, scales: &a_scales, scaled_sums: &sums, sums: &int_sums, a_block, a_blocks };
             let permuted = permute_for_avx2(&values);
-            let mut got = vec![0f32; rows];
-            column(&c, &Rows { values: &permuted, ..natural }, &mut got);
-            for (g, w) in got.iter().zip(&want) {
-                assert!((g - w).abs() <= 1e-4 * w.abs().max(1.0), "block {block}: {g} vs {w}");
-            }
-            // Four columns: this one and three with their bytes rotated.
-            let rotated: Vec<Vec<u8>> = (1..4).map(|k| weights.iter().map(|&b| b.rotate_left(k)).collect()).collect();
-            let cols = [c, Column { weights: &rotated[0], ..c }, Column { weights: &rotated[1], ..c }, Column { weights: &rotated[2], ..c }];
             let a = Rows { values: &permuted, ..natural };
-            let mut results = vec![("dispatched", vec![0f32; 4 * rows])];
-            columns4(&cols, &a, &mut results[0].1);
-            if block == 32 {
+            let uniform = rng.u8(0..16);
+            for zero_points in [vec![uniform; count * blocks], (0..count * blocks).map(|_| rng.u8(0..16)).collect()] {
+                let zero_scales: Vec<f32> = zero_points.iter().zip(&scales).map(|(&z, s)| f32::from(z) * s).collect();
+                let uniform_zero_point = zero_points.iter().all(|&z| z == uniform).then_some(uniform);
+                let column = |j: usize| Column {
+                    weights: &weights[j * column_bytes..][..column_bytes],
+                    scales: &scales[j * blocks..][..blocks],
+                    zero_scales: &zero_scales[j * blocks..][..blocks],
+                    block,
+                };
+                let want = |j: usize| scalar(&column(j), &zero_points[j * blocks..], &values, &natural, rows);
+                let close = |kernel: &str, got: &[f32], j: usize| {
+                    for (g, w) in got.iter().zip(&want(j)) {
+                        assert!(
+                            (g - w).abs() <= 1e-4 * w.abs().max(1.0),
+                            "{kernel}, block {block}, column {j}, uniform {uniform_zero_point:?}: {g} vs {w}"
+                        );
+                    }
+                };
+                let mut one = vec![0f32; rows];
+                super::column(&column(0), &a, &mut one);
+                close("one column", &one, 0);
+                let tile = Columns {
+                    weights: &weights,
+                    scales: &scales,
+                    zero_scales: &zero_scales,
+                    uniform_zero_point,
+                    block,
+                    count,
+                };
+                let mut got = vec![0f32; count * rows];
+                columns(&tile, &a, &mut got);
+                for j in 0..count {
+                    close("dispatched", &got[j * rows..][..rows], j);
+                }
+                if block != 32 {
+                    continue;
+                }
                 // Each block-32 kernel, whichever the dispatch picks on this CPU.
+                let group = Group {
+                    weights: std::array::from_fn(|k| weights[k * column_bytes..].as_ptr()),
+                    scales: std::array::from_fn(|k| scales[k * blocks..].as_ptr()),
+                    zero_scales: std::array::from_fn(|k| zero_scales[k * blocks..].as_ptr()),
+                };
                 let mut pairs = vec![0f32; 4 * rows];
-                // SAFETY: `available()` was checked above; the bounds are those `columns4` asserted.
-                unsafe { columns4_block32(&cols, &a, rows, &mut pairs) };
-                results.push(("pairs", pairs));
+                // SAFETY: `available()` was checked above; the bounds are those `columns` asserts.
+                unsafe { columns4_block32(&group, &a, rows, &mut pairs) };
+                let mut results = vec![("pairs", pairs)];
                 if vnni_available() {
                     let mut quads = vec![0f32; 4 * rows];
                     // SAFETY: as above, and the CPU has AVX-512 VNNI.
-                    unsafe { columns4_block32_vnni(&cols, &a, rows, &mut quads) };
+                    unsafe { columns4_block32_vnni(&group, &a, uniform_zero_point, rows, &mut quads) };
                     results.push(("vnni", quads));
                 }
-            }
-            for (kernel, got) in &results {
-                for (k, col) in cols.iter().enumerate() {
-                    let want = scalar(col, &zero_points, &values, &natural, rows);
-                    for (g, w) in got[k * rows..][..rows].iter().zip(&want) {
-                        assert!((g - w).abs() <= 1e-4 * w.abs().max(1.0), "{kernel}, block {block}, column {k}: {g} vs {w}");
+                for (kernel, got) in &results {
+                    for j in 0..4 {
+                        close(kernel, &got[j * rows..][..rows], j);
                     }
                 }
             }

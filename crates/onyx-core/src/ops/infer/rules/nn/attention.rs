@@ -41,17 +41,26 @@ pub fn attention(cx: &Ctx<'_>) -> Result<Vec<Inferred>> {
     // Each of K and V as [batch, kv heads, kv length, head size].
     let as_4d = |s: Option<&[Dim]>| -> Option<[Dim; 4]> {
         match s? {
-            [b, t, h] => Some([b.clone(), heads(kv_heads).map_or(Dim::Unknown, |n| Dim::Fixed(n as usize)), t.clone(), div(h, heads(kv_heads))]),
+            [b, t, h] => Some([
+                b.clone(),
+                heads(kv_heads).map_or(Dim::Unknown, |n| Dim::Fixed(n as usize)),
+                t.clone(),
+                div(h, heads(kv_heads)),
+            ]),
             [b, n, t, d] => Some([b.clone(), n.clone(), t.clone(), d.clone()]),
             _ => None,
         }
     };
     let (k4, v4) = (as_4d(k), as_4d(v));
     let y = match (q, &v4) {
-        (Some([b, s, _]), Some(v)) => Some(vec![b.clone(), s.clone(), match (heads(q_heads), v[3].fixed()) {
-            (Some(n), Some(d)) => Dim::Fixed(n as usize * d),
-            _ => Dim::Unknown,
-        }]),
+        (Some([b, s, _]), Some(v)) => Some(vec![
+            b.clone(),
+            s.clone(),
+            match (heads(q_heads), v[3].fixed()) {
+                (Some(n), Some(d)) => Dim::Fixed(n as usize * d),
+                _ => Dim::Unknown,
+            },
+        ]),
         (Some([b, n, s, _]), Some(v)) => Some(vec![b.clone(), n.clone(), s.clone(), v[3].clone()]),
         _ => None,
     };

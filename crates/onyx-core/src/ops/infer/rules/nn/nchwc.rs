@@ -111,7 +111,9 @@ fn reorder_input(cx: &Ctx<'_>) -> Result<Vec<Inferred>> {
     let b = block(cx)?;
     let Some(t) = cx.tensor(0) else { return Ok(vec![unknown()]) };
     let shape = match &t.shape {
-        Some(s) if s.len() == 4 => Some(vec![s[0].clone(), blocks_of(&s[1], b), s[2].clone(), s[3].clone(), Dim::Fixed(b)]),
+        Some(s) if s.len() == 4 => {
+            Some(vec![s[0].clone(), blocks_of(&s[1], b), s[2].clone(), s[3].clone(), Dim::Fixed(b)])
+        }
         Some(s) => return Err(cx.input_error(0, "an NCHW tensor of rank 4", describe(s))),
         None => None,
     };
@@ -129,7 +131,11 @@ fn reorder_output(cx: &Ctx<'_>) -> Result<Vec<Inferred>> {
         Some(s) if s.len() == 5 => {
             if let Dim::Fixed(blocks) = s[1] {
                 if blocks != channels.div_ceil(b) {
-                    return Err(cx.input_error(0, format!("{} blocks of {b} for {channels} channels", channels.div_ceil(b)), describe(s)));
+                    return Err(cx.input_error(
+                        0,
+                        format!("{} blocks of {b} for {channels} channels", channels.div_ceil(b)),
+                        describe(s),
+                    ));
                 }
             }
             Some(vec![s[0].clone(), Dim::Fixed(channels), s[2].clone(), s[3].clone()])
@@ -185,7 +191,10 @@ mod tests {
             &["float[1,4,112,112,16]"],
         );
         assert_eq!(pool.unwrap(), ["float[1,4,56,56,16]"]);
-        assert_eq!(run("NchwcGlobalAveragePool", vec![b16()], &["float[n,32,7,7,16]"]).unwrap(), ["float[n,32,1,1,16]"]);
+        assert_eq!(
+            run("NchwcGlobalAveragePool", vec![b16()], &["float[n,32,7,7,16]"]).unwrap(),
+            ["float[n,32,1,1,16]"]
+        );
         assert_eq!(run("ReorderInput", vec![b16()], &["float[n,20,5,5]"]).unwrap(), ["float[n,2,5,5,16]"]);
         let out = |c: i64| run("ReorderOutput", vec![b16(), ("channels", AttrValue::Int(c))], &["float[n,2,5,5,16]"]);
         assert_eq!(out(20).unwrap(), ["float[n,20,5,5]"]);

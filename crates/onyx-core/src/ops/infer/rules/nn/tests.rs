@@ -41,13 +41,7 @@ fn conv_shapes() {
             &["float[1,3,13]", "float[5,3,4]"],
             &["float[1,5,7]"],
         ),
-        case(
-            "Conv",
-            11,
-            vec![string("auto_pad", "SAME_LOWER")],
-            &["float[1,3,s]", "float[5,3,4]"],
-            &["float[1,5,s]"],
-        ),
+        case("Conv", 11, vec![string("auto_pad", "SAME_LOWER")], &["float[1,3,s]", "float[5,3,4]"], &["float[1,5,s]"]),
         case(
             "Conv",
             1,
@@ -75,10 +69,7 @@ fn conv_errors() {
         (case("Conv", 11, vec![], &["float[1,3,9]", "float[8,3,3,3]"], &[""]), vec!["input 1", "rank 3"]),
         (case("Conv", 11, vec![], &["float[1,3]", "float[8,3]"], &[""]), vec!["input 0", "rank ≥ 3"]),
         (case("Conv", 11, vec![], &["float[1,3,2]", "float[8,3,5]"], &[""]), vec!["input 0", "extent 5", "size 2"]),
-        (
-            case("Conv", 11, vec![], &["float[1,3,9]", "float[8,3,3]", "float[7]"], &[""]),
-            vec!["input 2", "[8]", "[7]"],
-        ),
+        (case("Conv", 11, vec![], &["float[1,3,9]", "float[8,3,3]", "float[7]"], &[""]), vec!["input 2", "[8]", "[7]"]),
         (
             case("Conv", 11, vec![ints("kernel_shape", &[5])], &["float[1,3,9]", "float[8,3,3]"], &[""]),
             vec!["kernel size 5", "3"],
@@ -377,8 +368,7 @@ fn conv_transpose_matches_onnxruntime() {
             int("group", g),
         ];
         let shape = |v: &[usize]| format!("float{v:?}").replace(' ', "");
-        let out =
-            run(&node("ConvTranspose", 2, 1, attrs), 11, &[Some(ty(&shape(x))), Some(ty(&shape(w)))]).unwrap();
+        let out = run(&node("ConvTranspose", 2, 1, attrs), 11, &[Some(ty(&shape(x))), Some(ty(&shape(w)))]).unwrap();
         assert_eq!(show(&out[0]), shape(want), "{x:?} {w:?} s{s:?} d{d:?} p{p:?} op{op:?} g{g}");
     }
 }

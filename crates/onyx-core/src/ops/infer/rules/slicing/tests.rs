@@ -50,18 +50,11 @@ fn split_shapes() {
         split_in("float[b,10,s]", i64s(&[3, 7]), &["float[b,3,s]", "float[b,7,s]"]),
         split_in("float[b,10]", ty("int64[2]"), &["float[b,?]", "float[b,?]"]),
         case("Split", 18, vec![int("num_outputs", 3)], &["float[7]"], &["float[3]", "float[3]", "float[1]"]),
-        case(
-            "Split",
-            18,
-            vec![int("num_outputs", 2), int("axis", -1)],
-            &["float[b,s]"],
-            &["float[b,?]", "float[b,?]"],
-        ),
+        case("Split", 18, vec![int("num_outputs", 2), int("axis", -1)], &["float[b,s]"], &["float[b,?]", "float[b,?]"]),
         case("Split", 13, vec![], &["float[s,4]"], &["float[s,4]"]),
         case("Split", 13, vec![], &["float[...]"], &["float[...]", "float[...]"]),
     ]);
-    let out =
-        run(&node("Split", 2, 2, vec![]), 13, &[Some(syms(&["b", "s", "768"])), Some(i64s(&[2, 1]))]).unwrap();
+    let out = run(&node("Split", 2, 2, vec![]), 13, &[Some(syms(&["b", "s", "768"])), Some(i64s(&[2, 1]))]).unwrap();
     assert_eq!(
         (sym_of(&out[0]).unwrap(), sym_of(&out[1]).unwrap()),
         (vec!["b".into(), "s".into()], vec!["768".into()])
@@ -130,12 +123,9 @@ fn slice_shapes_and_values() {
             &["float[4,2]"],
         ),
     ]);
-    let out = run(
-        &node("Slice", 3, 1, vec![]),
-        13,
-        &[Some(syms(&["b", "s", "768"])), Some(i64s(&[0])), Some(i64s(&[2]))],
-    )
-    .unwrap();
+    let out =
+        run(&node("Slice", 3, 1, vec![]), 13, &[Some(syms(&["b", "s", "768"])), Some(i64s(&[0])), Some(i64s(&[2]))])
+            .unwrap();
     assert_eq!(sym_of(&out[0]).unwrap(), vec!["b", "s"]);
     let out = run(
         &node("Slice", 5, 1, vec![]),
@@ -220,10 +210,7 @@ fn resize_shapes() {
             rs("float[1,3,5,7]", Some(f32s(&[2.0, 2.0])), None, vec![], ""),
             vec!["Resize node 'n'", "input 2", "4 scales"],
         ),
-        (
-            rs("float[1,3,5,7]", Some(f32s(&[2.0; 4])), Some(i64s(&[1, 3, 5, 7])), vec![], ""),
-            vec!["input 3", "both"],
-        ),
+        (rs("float[1,3,5,7]", Some(f32s(&[2.0; 4])), Some(i64s(&[1, 3, 5, 7])), vec![], ""), vec!["input 3", "both"]),
     ]);
 }
 
