@@ -2,7 +2,7 @@
 
 use onyx_core::ep::ValueRef;
 use onyx_core::host_pool;
-use onyx_core::{DataType, Element, Error, Location, Result, TensorView, Value};
+use onyx_core::{DataType, Element, Error, Location, Result, Tensor, TensorView, Value};
 
 /// Required input `i` as a host tensor view, or an error naming the node and input.
 pub fn input<'r>(inputs: &[Option<ValueRef<'r>>], i: usize, at: &Location) -> Result<TensorView<'r>> {
@@ -108,6 +108,33 @@ pub fn f32s<'a>(v: &TensorView<'a>) -> Result<std::borrow::Cow<'a, [f32]>> {
     match v.dtype() {
         DataType::Float => Ok(std::borrow::Cow::Borrowed(v.as_slice::<f32>()?)),
         _ => to_f32(v).map(std::borrow::Cow::Owned),
+    }
+}
+
+/// A constant float tensor's values as f32, for kernels that keep them: the tensor itself
+/// (shared, no copy) when it is f32 and aligned, else a widened copy.
+pub(crate) enum ConstF32 {
+    Shared(Tensor),
+    Widened(Vec<f32>),
+}
+
+impl ConstF32 {
+    /// Keeps `tensor` when it can be read as f32 in place, else widens `view` (`tensor`'s
+    /// view, or the run's input when there is no constant).
+    pub(crate) fn new(tensor: Option<&Tensor>, view: &TensorView<'_>) -> Result<Self> {
+        match tensor {
+            Some(t) if t.as_slice::<f32>().is_ok() => Ok(ConstF32::Shared(t.clone())),
+            _ => to_f32(view).map(ConstF32::Widened),
+        }
+    }
+
+    /// The values.
+    pub(crate) fn as_slice(&self) -> &[f32] {
+        match self {
+            // `new` kept the tensor only after reading it as f32.
+            ConstF32::Shared(t) => t.as_slice::<f32>().unwrap_or(&[]),
+            ConstF32::Widened(v) => v,
+        }
     }
 }
 

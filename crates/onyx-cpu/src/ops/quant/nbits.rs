@@ -10,8 +10,9 @@
 //!
 //! Weights are read in ONNX Runtime's layout (each column's blocks contiguous along K), a tile
 //! of columns per task. A prompt (many rows of A) unpacks each block once for all its rows.
-//! Scales and zero points are widened once, when the node's weights are constants (always in
-//! builder-made models), else per run.
+//! When the node's weights are constants (always in builder-made models) they are prepared
+//! once: f32 scales are shared with the model, not copied; other float types are widened once,
+//! zero points unpacked once (and not stored at all when every block has the same one).
 
 use std::sync::Arc;
 
@@ -34,12 +35,10 @@ struct Weights {
     /// The scales' type, which A must have.
     dtype: DataType,
     b: Tensor,
-    scales: Vec<f32>,
+    scales: util::ConstF32,
     zero_points: Zp,
-    /// `zero_point · scale` per block, for integer zero points.
+    /// `zero_point · scale` per block, for per-block integer zero points.
     zero_scales: Option<Vec<f32>>,
-    /// The zero point of every block, when all are the same (always without zero points).
-    uniform_zero_point: Option<u8>,
     /// The block of each row of B, when it is not `k / block_size`.
     g_idx: Option<Vec<u32>>,
     bias: Option<Vec<f32>>,
@@ -47,10 +46,36 @@ struct Weights {
 
 /// Zero points per (column, block).
 enum Zp {
-    /// Integer zero points (the midpoint when none were given).
+    /// One integer zero point for every block: the midpoint when none were given.
+    Uniform(u8),
+    /// Integer zero points.
     Int(Vec<u8>),
     /// Float zero points.
-    Float(Vec<f32>),
+    Float(util::ConstF32),
+}
+
+impl Zp {
+    /// Whether the zero points are integers.
+    fn is_int(&self) -> bool {
+        !matches!(self, Zp::Float(_))
+    }
+
+    /// The integer zero point of block `i` (of all columns' blocks); 0 for float ones.
+    fn int(&self, i: usize) -> u8 {
+        match self {
+            Zp::Uniform(z) => *z,
+            Zp::Int(z) => z[i],
+            Zp::Float(_) => 0,
+        }
+    }
+
+    /// The zero point of block `i` as f32.
+    fn float(&self, i: usize) -> f32 {
+        match self {
+            Zp::Float(z) => z.as_slice()[i],
+            _ => f32::from(self.int(i)),
+        }
+    }
 }
 
 struct MatMulNBits {
@@ -65,44 +90,52 @@ pub(crate) fn build(ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
     let weight_inputs = MatMulNBitsOp::B..=MatMulNBitsOp::BIAS;
     let all_constant = weight_inputs.clone().all(|i| ctx.node.input(i).is_none() || ctx.constant(i).is_some());
     let weights = if all_constant {
-        let views = weight_inputs.map(|i| ctx.constant(i).map(Tensor::view).transpose()).collect::<Result<Vec<_>>>()?;
+        let tensors: Vec<_> = weight_inputs.map(|i| ctx.constant(i)).collect();
+        let views = tensors.iter().map(|t| t.map(Tensor::view).transpose()).collect::<Result<Vec<_>>>()?;
         // A's type is checked against the scales' at run time; take it from the scales here.
         let a_type = views[1].as_ref().map_or(DataType::Float, |s| s.dtype());
-        Some(Arc::new(prepare(&op, a_type, &views, ctx.constant(MatMulNBitsOp::B))?))
+        Some(Arc::new(prepare(&op, a_type, &views, &tensors)?))
     } else {
         None
     };
     Ok(Box::new(MatMulNBits { op, weights }))
 }
 
-/// Checks and widens the operands (`views[i]` is input `i + 1`).
+/// Checks and prepares the operands (`views[i]` is input `i + 1`; `tensors[i]` the same
+/// input's constant tensor, kept instead of a copy where the kernel reads it as it is).
 fn prepare(
     op: &MatMulNBitsOp,
     a_type: DataType,
     views: &[Option<TensorView<'_>>],
-    b: Option<&Tensor>,
+    tensors: &[Option<&Tensor>],
 ) -> Result<Weights> {
     let at = &op.at;
     let meta = |i: usize| views[i - 1].as_ref().map(|v| (v.dtype(), v.shape()));
     let found = op.check_inputs([Some((a_type, &[op.k])), meta(1), meta(2), meta(3), meta(4), meta(5)])?;
     let view = |i: usize| views[i - 1].as_ref().ok_or_else(|| Error::input(at, i, "a tensor", "no input"));
-    let b = match b {
+    let constant = |i: usize| tensors.get(i - 1).copied().flatten();
+    let b = match constant(MatMulNBitsOp::B) {
         Some(t) => t.clone(),
         None => view(MatMulNBitsOp::B)?.to_tensor(),
     };
-    let scales = util::to_f32(view(MatMulNBitsOp::SCALES)?)?;
+    let scales = util::ConstF32::new(constant(MatMulNBitsOp::SCALES), view(MatMulNBitsOp::SCALES)?)?;
     let per_column = op.k_blocks();
     let zero_points = match found.zero_points {
-        ZeroPoints::Midpoint => Zp::Int(vec![op.midpoint(); op.n * per_column]),
-        ZeroPoints::Float => Zp::Float(util::to_f32(view(MatMulNBitsOp::ZERO_POINTS)?)?),
+        ZeroPoints::Midpoint => Zp::Uniform(op.midpoint()),
+        ZeroPoints::Float => {
+            let zp = MatMulNBitsOp::ZERO_POINTS;
+            Zp::Float(util::ConstF32::new(constant(zp), view(zp)?)?)
+        }
         ZeroPoints::Packed => {
             let bytes = view(MatMulNBitsOp::ZERO_POINTS)?.bytes()?;
             let row = op.zero_point_bytes();
-            Zp::Int(
-                (0..op.n)
-                    .flat_map(|n| (0..per_column).map(move |blk| unpack(&bytes[n * row..][..row], op.bits, blk)))
-                    .collect(),
-            )
+            let z: Vec<u8> = (0..op.n)
+                .flat_map(|n| (0..per_column).map(move |blk| unpack(&bytes[n * row..][..row], op.bits, blk)))
+                .collect();
+            match z.first() {
+                Some(&first) if z.iter().all(|&v| v == first) => Zp::Uniform(first),
+                _ => Zp::Int(z),
+            }
         }
     };
     let g_idx = if found.g_idx {
@@ -115,17 +148,23 @@ fn prepare(
     };
     let bias = if found.bias { Some(util::to_f32(view(MatMulNBitsOp::BIAS)?)?) } else { None };
     let zero_scales = match &zero_points {
-        Zp::Int(z) => Some(z.iter().zip(&scales).map(|(&z, s)| f32::from(z) * s).collect()),
-        Zp::Float(_) => None,
+        Zp::Int(z) => Some(z.iter().zip(scales.as_slice()).map(|(&z, s)| f32::from(z) * s).collect()),
+        _ => None,
     };
-    let uniform_zero_point = match &zero_points {
-        Zp::Int(z) => z.first().copied().filter(|&first| z.iter().all(|&v| v == first)),
-        Zp::Float(_) => None,
-    };
-    Ok(Weights { dtype: a_type, b, scales, zero_points, zero_scales, uniform_zero_point, g_idx, bias })
+    Ok(Weights { dtype: a_type, b, scales, zero_points, zero_scales, g_idx, bias })
 }
 
 impl Weights {
+    /// Blocks `from..from + len`'s integer zero points as the AVX2 kernel takes them.
+    #[cfg(target_arch = "x86_64")]
+    fn avx2_zero_points(&self, from: usize, len: usize) -> Option<avx2::ZeroPoints<'_>> {
+        match (&self.zero_points, &self.zero_scales) {
+            (Zp::Uniform(z), _) => Some(avx2::ZeroPoints::Uniform(*z)),
+            (_, Some(zero_scales)) => Some(avx2::ZeroPoints::PerBlock(&zero_scales[from..][..len])),
+            _ => None,
+        }
+    }
+
     /// The packed bytes of column `n`.
     fn column<'a>(&self, bytes: &'a [u8], op: &MatMulNBitsOp, n: usize) -> &'a [u8] {
         let len = op.k_blocks() * op.blob_bytes();
@@ -233,14 +272,14 @@ impl MatMulNBits {
         let op = &self.op;
         let (k, block, blocks, blob) = (op.k, op.block_size, op.k_blocks(), op.blob_bytes());
         let rows = out.len() / width;
+        let scales = w.scales.as_slice();
         #[cfg(target_arch = "x86_64")]
-        if let (Some(zero_scales), Some(perm)) = (&w.zero_scales, &self.avx2_rows(a)) {
+        if let (Some(perm), Some(zero_points)) = (&self.avx2_rows(a), w.avx2_zero_points(n0 * blocks, width * blocks)) {
             let column_bytes = blocks * blob;
             let tile = avx2::Columns {
                 weights: &bytes[n0 * column_bytes..][..width * column_bytes],
-                scales: &w.scales[n0 * blocks..][..width * blocks],
-                zero_scales: &zero_scales[n0 * blocks..][..width * blocks],
-                uniform_zero_point: w.uniform_zero_point,
+                scales: &scales[n0 * blocks..][..width * blocks],
+                zero_points,
                 block,
                 count: width,
             };
@@ -255,10 +294,10 @@ impl MatMulNBits {
             for b in 0..blocks {
                 let len = block.min(k - b * block);
                 unpack_block(&column[b * blob..][..blob], op.bits, &mut q);
-                let scale = w.scales[n * blocks + b];
-                match (a, &w.zero_points) {
-                    (Activations::Int8(qa), Zp::Int(zp)) => {
-                        let zp = i32::from(zp[n * blocks + b]);
+                let scale = scales[n * blocks + b];
+                match a {
+                    Activations::Int8(qa) => {
+                        let zp = i32::from(w.zero_points.int(n * blocks + b));
                         // Blocks over 256 values are A-blocks of 256 sharing B's scale.
                         let per = block / qa.block;
                         for sub in 0..per {
@@ -276,17 +315,11 @@ impl MatMulNBits {
                             }
                         }
                     }
-                    (Activations::Float(af), zp) => {
-                        let zp = match zp {
-                            Zp::Int(z) => f32::from(z[n * blocks + b]),
-                            Zp::Float(z) => z[n * blocks + b],
-                        };
+                    Activations::Float(af) => {
+                        let zp = w.zero_points.float(n * blocks + b);
                         for r in 0..rows {
                             out[j * rows + r] += scale * dot_f32(&q[..len], zp, &af[r * k + b * block..][..len]);
                         }
-                    }
-                    (Activations::Int8(_), Zp::Float(_)) => {
-                        unreachable!("int8 activations only with integer zero points")
                     }
                 }
             }
@@ -308,17 +341,14 @@ impl MatMulNBits {
         let op = &self.op;
         let (k, blocks) = (op.k, op.k_blocks());
         let rows = out.len() / width;
+        let scales = w.scales.as_slice();
         for j in 0..width {
             let n = n0 + j;
             let column = w.column(bytes, op, n);
             let weights: Vec<f32> = (0..k)
                 .map(|kk| {
                     let g = n * blocks + g_idx[kk] as usize;
-                    let zp = match &w.zero_points {
-                        Zp::Int(z) => f32::from(z[g]),
-                        Zp::Float(z) => z[g],
-                    };
-                    (f32::from(unpack(column, op.bits, kk)) - zp) * w.scales[g]
+                    (f32::from(unpack(column, op.bits, kk)) - w.zero_points.float(g)) * scales[g]
                 })
                 .collect();
             for r in 0..rows {
@@ -349,7 +379,7 @@ impl MatMulNBits {
     fn int8_arithmetic(&self, w: &Weights) -> bool {
         let op = &self.op;
         let kernel = op.bits != 2 || [32, 64, 128].contains(&op.block_size);
-        op.accuracy_level == 4 && kernel && w.g_idx.is_none() && matches!(w.zero_points, Zp::Int(_))
+        op.accuracy_level == 4 && kernel && w.g_idx.is_none() && w.zero_points.is_int()
     }
 
     fn compute(&self, w: &Weights, a: &TensorView<'_>) -> Result<Value> {
@@ -412,7 +442,7 @@ impl Kernel for MatMulNBits {
                 let views = (MatMulNBitsOp::B..=MatMulNBitsOp::BIAS)
                     .map(|i| util::opt_input(inputs, i, &op.at))
                     .collect::<Result<Vec<_>>>()?;
-                prepared = prepare(op, a.dtype(), &views, None)?;
+                prepared = prepare(op, a.dtype(), &views, &[])?;
                 &prepared
             }
         };
