@@ -168,14 +168,19 @@ pub(super) struct Columns<'a> {
 struct Group {
     weights: [*const u8; 4],
     scales: [*const f32; 4],
-    /// `zero_point · scale = zero_factor · zero_scales` per block.
+    /// `zero_point · scale = zero_factor() · zero_scales` per block.
     zero_scales: [*const f32; 4],
-    zero_factor: f32,
     /// The zero point of every block, when it is the same.
     uniform_zero_point: Option<u8>,
 }
 
 impl Group {
+    /// The factor of `zero_scales`: the uniform zero point (whose `zero_scales` are the scales),
+    /// else 1.
+    fn zero_factor(&self) -> f32 {
+        self.uniform_zero_point.map_or(1.0, f32::from)
+    }
+
     /// Column `k`'s `zero_point · scale / zero_factor` per block.
     // SAFETY: for callers: `blocks` is at most the column's block count, as `columns` checked.
     unsafe fn zero_scales(&self, k: usize, blocks: usize) -> &[f32] {
@@ -203,7 +208,7 @@ pub(super) fn columns(c: &Columns<'_>, a: &Rows<'_>, out: &mut [f32]) {
     );
     let blocks = a.a_blocks.div_ceil(per_block);
     let column_bytes = blocks * c.block / 2;
-    let (zero_factor, zero_scales) = c.zero_points.factored(c.scales);
+    let (_, zero_scales) = c.zero_points.factored(c.scales);
     let uniform_zero_point = match c.zero_points {
         ZeroPoints::Uniform(z) => Some(z),
         ZeroPoints::PerBlock(_) => None,
@@ -230,7 +235,6 @@ pub(super) fn columns(c: &Columns<'_>, a: &Rows<'_>, out: &mut [f32]) {
             weights: std::array::from_fn(|k| c.weights[at(k) * column_bytes..].as_ptr()),
             scales: std::array::from_fn(|k| c.scales[at(k) * blocks..].as_ptr()),
             zero_scales: std::array::from_fn(|k| zero_scales[at(k) * blocks..].as_ptr()),
-            zero_factor,
             uniform_zero_point,
         };
         let out4 = &mut out[j * rows..][..4 * rows];
@@ -279,7 +283,7 @@ unsafe fn columns4_block32(g: &Group, a: &Rows<'_>, rows: usize, out: &mut [f32]
         blocks32(&mut acc, weights, scales, a_row, a_scales, 0, blocks);
         let sums = &a.scaled_sums[r * blocks..][..blocks];
         for k in 0..4 {
-            out[k * rows + r] += hsum(acc[k]) - g.zero_factor * correction(sums, g.zero_scales(k, blocks), 1);
+            out[k * rows + r] += hsum(acc[k]) - g.zero_factor() * correction(sums, g.zero_scales(k, blocks), 1);
         }
     }
 }
@@ -407,7 +411,7 @@ unsafe fn columns4_block32_vnni(g: &Group, a: &Rows<'_>, rows: usize, out: &mut 
         let sums = &a.scaled_sums[r * blocks..][corrected..blocks];
         for k in 0..4 {
             out[k * rows + r] += _mm512_reduce_add_ps(wide[k]) + hsum(acc[k])
-                - g.zero_factor * correction(sums, &g.zero_scales(k, blocks)[corrected..], 1);
+                - g.zero_factor() * correction(sums, &g.zero_scales(k, blocks)[corrected..], 1);
         }
     }
 }
@@ -448,7 +452,7 @@ unsafe fn columns4_avx2(g: &Group, a: &Rows<'_>, per_block: usize, rows: usize, 
         }
         let sums = &a.scaled_sums[r * a.a_blocks..][..a.a_blocks];
         for k in 0..4 {
-            out[k * rows + r] += hsum(acc[k]) - g.zero_factor * correction(sums, g.zero_scales(k, blocks), per_block);
+            out[k * rows + r] += hsum(acc[k]) - g.zero_factor() * correction(sums, g.zero_scales(k, blocks), per_block);
         }
     }
 }
@@ -606,7 +610,6 @@ mod tests {
                         let factored = if uniform_zero_point.is_some() { &scales } else { &zero_scales };
                         factored[k * blocks..].as_ptr()
                     }),
-                    zero_factor: uniform_zero_point.map_or(1.0, f32::from),
                     uniform_zero_point,
                 };
                 let mut pairs = vec![0f32; 4 * rows];
