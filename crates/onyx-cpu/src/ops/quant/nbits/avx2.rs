@@ -257,8 +257,12 @@ pub(super) fn columns(c: &Columns<'_>, a: &Rows<'_>, out: &mut [f32]) {
             ZeroPoints::PerBlock(zs) => ZeroPoints::PerBlock(&zs[j * blocks..][..blocks]),
             uniform => uniform,
         };
-        let one =
-            Column { weights: &c.weights[j * column_bytes..][..column_bytes], scales: &c.scales[j * blocks..][..blocks], zero_points, block: c.block };
+        let one = Column {
+            weights: &c.weights[j * column_bytes..][..column_bytes],
+            scales: &c.scales[j * blocks..][..blocks],
+            zero_points,
+            block: c.block,
+        };
         column(&one, a, &mut out[j * rows..][..rows]);
     }
 }
