@@ -5,7 +5,8 @@ Qwen2.5-0.5B, Llama-3.2-1B and Llama-3.1-8B layers, and GroupQueryAttention deco
 prompts with a KV cache.
 
 Run: python3 scripts/bench_llm_ops.py [--onyx PATH] [--threads N] [--runs 30] [--warmup 5]
-                                      [--only mnb,gqa] [--markdown FILE]
+                                      [--only mnb,gqa] [--rows 1,128] [--shapes qwen]
+                                      [--markdown FILE]
 Needs: onnx, onnxruntime, numpy, and a release `onyx` binary (cargo build --release -p onyx-cli).
 Per case, in turn: ORT (ORT_ENABLE_ALL, intra_op_num_threads=N) p50 over R runs after W warm-ups,
 then `onyx bench --json` on the same model and inputs; the ratio onyx/ort (below 1: Onyx is
@@ -159,7 +160,9 @@ def run_cases(args):
         cases = []
         if "mnb" in args.only:
             for name, k, n in MNB_SHAPES:
-                for m in (1, 128):
+                if args.shapes not in name:
+                    continue
+                for m in args.rows:
                     cases.append(("MatMulNBits", f"{name} M={m} K={k} N={n}", lambda k=k, n=n, m=m: mnb_model(k, n, m, rng)))
         if "gqa" in args.only:
             for name, hq, hkv, d, past, new in GQA_SHAPES:
@@ -194,6 +197,9 @@ def parse_args():
     p.add_argument("--runs", type=int, default=30)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--only", default="mnb,gqa", type=lambda s: s.split(","))
+    p.add_argument("--rows", default="1,128", type=lambda s: [int(m) for m in s.split(",")],
+                   help="MatMulNBits' M values")
+    p.add_argument("--shapes", default="", help="only the MatMulNBits shapes whose name contains this")
     p.add_argument("--markdown", type=pathlib.Path)
     return p.parse_args()
 

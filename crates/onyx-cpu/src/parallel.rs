@@ -134,10 +134,77 @@ pub fn try_for_each_chunk_mut<T: Send, E: Send>(
     failed.into_inner().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// Calls `body(i, band)` for the `i`-th band of `width` columns (the last may be narrower) of
+/// the row-major matrix `data` with rows of `row_len`, in parallel: for kernels that compute
+/// a few columns for every row at a time.
+pub fn for_each_column_band_mut<T: Send>(
+    data: &mut [T],
+    row_len: usize,
+    width: usize,
+    body: &(dyn Fn(usize, &mut ColumnBand<'_, T>) + Sync),
+) {
+    let (row_len, width) = (row_len.max(1), width.max(1));
+    let rows = data.len() / row_len;
+    let shared = SharedSlice(data.as_mut_ptr());
+    for_each_index(row_len.div_ceil(width), &|i| {
+        let start = i * width;
+        let mut band = ColumnBand {
+            data: &shared,
+            row_len,
+            rows,
+            start,
+            width: width.min(row_len - start),
+            _data: std::marker::PhantomData,
+        };
+        body(i, &mut band);
+    });
+}
+
+/// Columns `start..start + width` of every row of a row-major matrix: what one task of
+/// [`for_each_column_band_mut`] writes.
+pub struct ColumnBand<'a, T> {
+    data: &'a SharedSlice<T>,
+    row_len: usize,
+    rows: usize,
+    start: usize,
+    width: usize,
+    _data: std::marker::PhantomData<&'a mut [T]>,
+}
+
+impl<T> ColumnBand<'_, T> {
+    /// The matrix's number of rows.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// The band's first column.
+    pub fn start(&self) -> usize {
+        self.start
+    }
+
+    /// The band's number of columns.
+    pub fn width(&self) -> usize {
+        self.width
+    }
+
+    /// Row `r`'s part of the band.
+    ///
+    /// # Panics
+    /// If `r` is not below [`Self::rows`].
+    pub fn row(&mut self, r: usize) -> &mut [T] {
+        assert!(r < self.rows, "row {r} of a band of {} rows", self.rows);
+        // SAFETY: `r < rows` and `start + width <= row_len`, so the range lies inside the
+        // matrix of `rows * row_len` elements; bands are disjoint column ranges and each runs
+        // once, and `&mut self` keeps two rows of one band from being borrowed at once, so no
+        // element is reached twice; the matrix stays mutably borrowed until every band is done.
+        unsafe { std::slice::from_raw_parts_mut(self.data.at(r * self.row_len + self.start), self.width) }
+    }
+}
+
 /// A slice's first element, shared by threads that each reach their own disjoint part.
 struct SharedSlice<T>(*mut T);
 // SAFETY: only disjoint elements are reached through it from different threads
-// (`for_each_chunk_mut`), and T is Send.
+// (`for_each_chunk_mut`, `for_each_column_band_mut`), and T is Send.
 unsafe impl<T: Send> Sync for SharedSlice<T> {}
 
 impl<T> SharedSlice<T> {
@@ -193,6 +260,19 @@ mod tests {
         for_each_chunk_pair(&src, 100, &mut dst, 1, &|i, s, d| d[0] = s.iter().sum::<usize>() + i);
         let expected: Vec<usize> = src.chunks(100).enumerate().map(|(i, c)| c.iter().sum::<usize>() + i).collect();
         assert_eq!(dst, expected);
+    }
+
+    #[test]
+    fn column_bands_cover_the_matrix_once() {
+        let (rows, row_len) = (7, 23);
+        let mut data = vec![0usize; rows * row_len];
+        for_each_column_band_mut(&mut data, row_len, 5, &|i, band| {
+            assert_eq!(band.start(), i * 5);
+            for r in 0..band.rows() {
+                band.row(r).iter_mut().for_each(|v| *v += 100 * r + i + 1);
+            }
+        });
+        assert!(data.iter().enumerate().all(|(j, &v)| v == 100 * (j / row_len) + (j % row_len) / 5 + 1));
     }
 
     #[test]

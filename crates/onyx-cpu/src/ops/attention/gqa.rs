@@ -163,7 +163,9 @@ struct Task<'a> {
 
 impl Task<'_> {
     /// Computes the outputs of head `n` of row `b`: `y[s * D..]` per query, and the qk rows
-    /// (`[S, total]`) when `qk` is given.
+    /// (`[S, total]`) when `qk` is given. Inlined into [`Head`], which is compiled for the
+    /// CPU's SIMD level.
+    #[inline(always)]
     fn run(&self, b: usize, n: usize, y: &mut [f32], mut qk: Option<&mut [f32]>) {
         let (op, s) = (self.op, self.shapes);
         let (d, t_cap) = (s.head, self.rows);
@@ -216,7 +218,26 @@ impl Task<'_> {
     }
 }
 
+/// One (batch row, head) of [`Task::run`], run through [`util::simd_body`].
+struct Head<'t, 'a> {
+    task: &'t Task<'a>,
+    b: usize,
+    n: usize,
+    y: &'t mut [f32],
+    qk: Option<&'t mut [f32]>,
+}
+
+impl util::SimdBody for Head<'_, '_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn run(self) {
+        self.task.run(self.b, self.n, self.y, self.qk)
+    }
+}
+
 /// `Σ a·b` in 8 lanes.
+#[inline(always)]
 pub(super) fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut lanes = [0f32; 8];
     let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
@@ -230,6 +251,7 @@ pub(super) fn dot(a: &[f32], b: &[f32]) -> f32 {
 }
 
 /// Softmax of `x` in place; with a sink logit, `exp(sink − m)` joins the denominator.
+#[inline(always)]
 pub(super) fn softmax(x: &mut [f32], sink: Option<f32>) {
     if x.is_empty() {
         return;
@@ -330,7 +352,7 @@ impl Kernel for Gqa {
         let mut scratch = onyx_core::host_pool::take_zeroed::<f32>(shapes.batch * hq * per_task);
         parallel::for_each_chunk_mut(&mut scratch, per_task.max(1), &|i, chunk| {
             let (y, qk) = chunk.split_at_mut(seq * d);
-            task.run(i / hq, i % hq, y, want_qk.then_some(qk));
+            util::simd_body(Head { task: &task, b: i / hq, n: i % hq, y, qk: want_qk.then_some(qk) });
         });
         let mut y = onyx_core::host_pool::take::<f32>(shapes.batch * seq * hq * d);
         for (i, chunk) in scratch.chunks(per_task.max(1)).enumerate() {

@@ -58,6 +58,8 @@ struct Source<'a> {
     zero_points: Option<&'a [u8]>,
     /// Dims of the scales (blocks along the quantized axis).
     blocks: Vec<usize>,
+    /// Row-major strides of `blocks`.
+    block_strides: Vec<usize>,
     /// Values per zero-point byte along its last axis (1 for int4/uint4, packed flat).
     zp_row: Option<usize>,
 }
@@ -75,9 +77,10 @@ impl Source<'_> {
 
     /// `(q − zp) · scale` of the element at logical coordinates `coords` (flat index `i`).
     fn dequantize(&self, coords: &[usize], i: usize) -> f32 {
-        let mut b = coords.to_vec();
-        b[self.g.quantize_axis] /= self.block;
-        let flat = b.iter().zip(strides(&self.blocks)).map(|(c, s)| c * s).sum::<usize>();
+        let axis = self.g.quantize_axis;
+        let flat = (coords.iter().enumerate())
+            .map(|(d, &c)| if d == axis { c / self.block } else { c } * self.block_strides[d])
+            .sum::<usize>();
         let zp = match (self.zero_points, self.zp_row) {
             (None, _) => self.g.default_zero_point,
             // uint8: each row of zero points padded to whole bytes.
@@ -123,6 +126,7 @@ impl Kernel for GatherBlockQuantized {
             scales: Scales::new(&scales)?,
             zero_points: zp.as_ref().map(TensorView::bytes).transpose()?,
             blocks: scales.shape().to_vec(),
+            block_strides: strides(scales.shape()),
             zp_row,
         };
         let idx = util::to_i64(&indices)?;

@@ -396,28 +396,32 @@ impl MatMulNBits {
         let acts = match acts {
             #[cfg(target_arch = "x86_64")]
             Activations::Int8(qa) if op.bits == 4 && qa.block % 32 == 0 && avx2::available() => {
-                let permuted = avx2::permute_for_avx2(&qa.values);
+                let permuted = avx2::permute_for_avx2(&qa.values, qa.block, qa.blocks);
                 Activations::Int8(QuantizedRows { values: permuted, permuted: true, ..qa })
             }
             other => other,
         };
-        // Columns in tiles, each tile's outputs column by column ([n][rows]).
-        let mut by_column = onyx_core::host_pool::take_zeroed::<f32>(op.n * rows);
-        parallel::for_each_chunk_mut(&mut by_column, TILE_COLUMNS * rows.max(1), &|t, out| {
-            let n0 = t * TILE_COLUMNS;
-            let width = TILE_COLUMNS.min(op.n - n0);
+        // Columns in tiles; each tile computes its outputs column by column ([width][rows])
+        // and stores them in Y's rows.
+        let mut y = onyx_core::host_pool::take::<f32>(rows * op.n);
+        parallel::for_each_column_band_mut(&mut y, op.n, TILE_COLUMNS, &|_, band| {
+            let (n0, width) = (band.start(), band.width());
+            let mut by_column = [0f32; TILE_COLUMNS];
+            let mut scratch = Vec::new();
+            let out = if rows == 1 {
+                &mut by_column[..width]
+            } else {
+                scratch.resize(width * rows, 0f32);
+                &mut scratch[..]
+            };
             util::simd(|| match (&w.g_idx, &acts) {
                 (Some(g), Activations::Float(af)) => self.tile_g_idx(w, g, bytes, af, n0, width, out),
                 _ => self.tile(w, bytes, &acts, n0, width, out),
             });
+            for r in 0..band.rows() {
+                band.row(r).iter_mut().enumerate().for_each(|(j, y)| *y = out[j * rows + r]);
+            }
         });
-        let mut y = if rows == 1 {
-            by_column
-        } else {
-            let mut y = onyx_core::host_pool::take::<f32>(rows * op.n);
-            y.iter_mut().enumerate().for_each(|(i, y)| *y = by_column[(i % op.n) * rows + i / op.n]);
-            y
-        };
         if let Some(bias) = &w.bias {
             y.chunks_mut(op.n).for_each(|row| row.iter_mut().zip(bias).for_each(|(y, b)| *y += b));
         }

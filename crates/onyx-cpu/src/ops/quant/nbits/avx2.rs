@@ -14,14 +14,29 @@ pub(super) fn available() -> bool {
     std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
 }
 
-/// A's quantized values with each group of 32 reordered as its 16 even elements, then its 16
-/// odd ones (B's byte `j` holds elements `2j` and `2j + 1`).
-pub(super) fn permute_for_avx2(values: &[i8]) -> Vec<i8> {
+/// A's quantized values (`a_blocks` blocks of `a_block` per row) in the order the kernels
+/// read them (B's byte `j` holds elements `2j` and `2j + 1`): each group of 32 as its 16 even
+/// elements, then its 16 odd ones; with blocks of 32, each row's pairs of blocks as the evens
+/// of both, then the odds of both (a last unpaired block as one group), so that
+/// [`pair32`] loads them as they are.
+pub(super) fn permute_for_avx2(values: &[i8], a_block: usize, a_blocks: usize) -> Vec<i8> {
     let mut out = vec![0i8; values.len()];
-    for (dst, src) in out.chunks_exact_mut(32).zip(values.chunks_exact(32)) {
-        for j in 0..16 {
-            dst[j] = src[2 * j];
-            dst[16 + j] = src[2 * j + 1];
+    let row = a_block * a_blocks;
+    for (dst_row, src_row) in out.chunks_exact_mut(row.max(1)).zip(values.chunks_exact(row.max(1))) {
+        let paired = if a_block == 32 { a_blocks / 2 * 64 } else { 0 };
+        for (dst, src) in dst_row[..paired].chunks_exact_mut(64).zip(src_row[..paired].chunks_exact(64)) {
+            for j in 0..16 {
+                dst[j] = src[2 * j];
+                dst[16 + j] = src[32 + 2 * j];
+                dst[32 + j] = src[2 * j + 1];
+                dst[48 + j] = src[32 + 2 * j + 1];
+            }
+        }
+        for (dst, src) in dst_row[paired..].chunks_exact_mut(32).zip(src_row[paired..].chunks_exact(32)) {
+            for j in 0..16 {
+                dst[j] = src[2 * j];
+                dst[16 + j] = src[2 * j + 1];
+            }
         }
     }
     out
@@ -214,7 +229,8 @@ pub(super) fn columns(c: &Columns<'_>, a: &Rows<'_>, out: &mut [f32]) {
         ZeroPoints::PerBlock(_) => None,
     };
     assert!(
-        c.weights.len() >= c.count * column_bytes
+        c.count > 0
+            && c.weights.len() >= c.count * column_bytes
             && c.scales.len() >= c.count * blocks
             && zero_scales.len() >= c.count * blocks,
         "the columns hold every A-block"
@@ -227,30 +243,47 @@ pub(super) fn columns(c: &Columns<'_>, a: &Rows<'_>, out: &mut [f32]) {
             && a.sums.len() >= rows * a.a_blocks
     );
     assert!(available(), "AVX2 and FMA are checked by the caller");
-    let vnni = a.a_block == 32 && per_block == 1 && vnni_available();
-    let mut j = 0;
-    while j + 4 <= c.count {
-        let at = |k: usize| j + k;
-        let group = Group {
+    let block32 = a.a_block == 32 && per_block == 1;
+    let vnni = block32 && vnni_available();
+    // Columns `j..j + 4`, the last column standing in for those past the end.
+    let group = |j: usize| {
+        let at = |k: usize| (j + k).min(c.count - 1);
+        Group {
             weights: std::array::from_fn(|k| c.weights[at(k) * column_bytes..].as_ptr()),
             scales: std::array::from_fn(|k| c.scales[at(k) * blocks..].as_ptr()),
             zero_scales: std::array::from_fn(|k| zero_scales[at(k) * blocks..].as_ptr()),
             uniform_zero_point,
-        };
-        let out4 = &mut out[j * rows..][..4 * rows];
+        }
+    };
+    let run = |group: &Group, out4: &mut [f32]| {
         // SAFETY: the CPU has AVX2 and FMA (and AVX-512 VNNI for `vnni`), and the assertions
-        // bound every read: column `j + k` is `column_bytes` bytes and `blocks` scales from its
-        // base pointer, and each row's A-blocks are inside A's buffers.
+        // bound every read: each column of the group is `column_bytes` bytes and `blocks`
+        // scales from its base pointer, each row's A-blocks are inside A's buffers, and
+        // `out4` holds four columns of `rows`.
         unsafe {
             if vnni {
-                columns4_block32_vnni(&group, a, rows, out4)
-            } else if a.a_block == 32 && per_block == 1 {
-                columns4_block32(&group, a, rows, out4)
+                columns4_block32_vnni(group, a, rows, out4)
+            } else if block32 {
+                columns4_block32(group, a, rows, out4)
             } else {
-                columns4_avx2(&group, a, per_block, rows, out4)
+                columns4_avx2(group, a, per_block, rows, out4)
             }
         }
+    };
+    let mut j = 0;
+    while j + 4 <= c.count {
+        run(&group(j), &mut out[j * rows..][..4 * rows]);
         j += 4;
+    }
+    if j == c.count {
+        return;
+    }
+    if block32 {
+        // The last columns as a group of four (A's layout is the block-32 kernels' own).
+        let mut four = vec![0f32; 4 * rows];
+        run(&group(j), &mut four);
+        out[j * rows..].iter_mut().zip(&four).for_each(|(o, f)| *o += f);
+        return;
     }
     for j in j..c.count {
         let zero_points = match c.zero_points {
@@ -267,87 +300,122 @@ pub(super) fn columns(c: &Columns<'_>, a: &Rows<'_>, out: &mut [f32]) {
     }
 }
 
-/// [`columns4_avx2`] for blocks of 32 (the model builder's), two blocks a step: 32 bytes of a
-/// column (two blocks) give the even elements of both blocks (low nibbles) and their odd ones
-/// (high nibbles) in two registers, whose lanes 0-3 are the first block and 4-7 the second;
-/// A's two groups are rearranged once to match for the four columns. The two products per
-/// pair of bytes add in i16 (|sum| ≤ 4·15·127), one `madd` makes the blocks' i32 sums, and one
-/// FMA adds them times each lane's block scales.
-// SAFETY: for callers: only `columns4` calls it, after asserting AVX2/FMA and every bound it
+/// Rows of A taken together by the block-32 kernels: each unpacked block of B serves them all
+/// (with 4, the AVX-512 kernel runs out of registers and slows down).
+const ROW_TILE: usize = 2;
+
+/// [`columns4_avx2`] for blocks of 32 (the model builder's), two blocks a step and
+/// [`ROW_TILE`] rows at a time: 32 bytes of a column (two blocks) give the even elements of
+/// both blocks (low nibbles) and their odd ones (high nibbles) in two registers, whose lanes
+/// 0-3 are the first block and 4-7 the second, as A's values are stored (see
+/// [`permute_for_avx2`]). The two products per pair of bytes add in i16 (|sum| ≤ 4·15·127),
+/// one `madd` makes the blocks' i32 sums, and one FMA adds them times each lane's block scales.
+/// The first rows prefetch the weights (the next ones find them in the cache).
+// SAFETY: for callers: only `columns` calls it, after asserting AVX2/FMA and every bound it
 // reads; with blocks of 32, block `ab` is A's bytes `32 ab..32 ab + 32` of the row and each
 // column's bytes `16 ab..16 ab + 16` and scale `ab`.
 #[target_feature(enable = "avx2,fma")]
 unsafe fn columns4_block32(g: &Group, a: &Rows<'_>, rows: usize, out: &mut [f32]) {
+    let mut r = 0;
+    while r + ROW_TILE <= rows {
+        rows_block32::<ROW_TILE>(g, a, r, rows, r == 0, out);
+        r += ROW_TILE;
+    }
+    for r in r..rows {
+        rows_block32::<1>(g, a, r, rows, r == 0, out);
+    }
+}
+
+/// Rows `first..first + R` of [`columns4_block32`].
+// SAFETY: for callers: `columns4_block32`, with `first + R <= rows`.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn rows_block32<const R: usize>(
+    g: &Group,
+    a: &Rows<'_>,
+    first: usize,
+    rows: usize,
+    prefetch: bool,
+    out: &mut [f32],
+) {
     let blocks = a.a_blocks;
-    let (weights, scales) = (&g.weights, &g.scales);
-    for r in 0..rows {
-        let mut acc = [_mm256_setzero_ps(); 4];
-        let a_row = a.values.as_ptr().add(r * blocks * 32);
-        let a_scales = a.scales.as_ptr().add(r * blocks);
-        blocks32(&mut acc, weights, scales, a_row, a_scales, 0, blocks);
+    let mut acc = [[_mm256_setzero_ps(); R]; 4];
+    let a_rows: [*const i8; R] = std::array::from_fn(|i| a.values.as_ptr().add((first + i) * blocks * 32));
+    let a_scales: [*const f32; R] = std::array::from_fn(|i| a.scales.as_ptr().add((first + i) * blocks));
+    blocks32(&mut acc, &g.weights, &g.scales, &a_rows, &a_scales, 0, blocks, prefetch);
+    for i in 0..R {
+        let r = first + i;
         let sums = &a.scaled_sums[r * blocks..][..blocks];
         for k in 0..4 {
-            out[k * rows + r] += hsum(acc[k]) - g.zero_factor() * correction(sums, g.zero_scales(k, blocks), 1);
+            out[k * rows + r] += hsum(acc[k][i]) - g.zero_factor() * correction(sums, g.zero_scales(k, blocks), 1);
         }
     }
 }
 
-/// Blocks `ab` and `ab + 1` (of 32) of four columns into `acc`, as [`columns4_block32`]
-/// describes.
-// SAFETY: for callers: `columns4_block32` and `columns4_block32_vnni`, with `ab + 2` blocks
-// within the bounds they were called with.
+/// Blocks `ab` and `ab + 1` (of 32) of four columns, for `R` rows, into `acc[column][row]`, as
+/// [`columns4_block32`] describes.
+// SAFETY: for callers: `blocks32`, with `ab + 2` blocks within the bounds it was called with.
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-unsafe fn pair32(
-    acc: &mut [__m256; 4],
+unsafe fn pair32<const R: usize>(
+    acc: &mut [[__m256; R]; 4],
     weights: &[*const u8; 4],
     scales: &[*const f32; 4],
-    a_row: *const i8,
-    a_scales: *const f32,
+    a_rows: &[*const i8; R],
+    a_scales: &[*const f32; R],
     ab: usize,
+    prefetch: bool,
 ) {
     let low4 = _mm256_set1_epi8(0x0f);
     let ones = _mm256_set1_epi16(1);
     let pair = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
-    let a0 = _mm256_loadu_si256(a_row.add(32 * ab) as *const __m256i);
-    let a1 = _mm256_loadu_si256(a_row.add(32 * ab + 32) as *const __m256i);
-    let (a_even, a_odd) = (_mm256_permute2x128_si256(a0, a1, 0x20), _mm256_permute2x128_si256(a0, a1, 0x31));
-    let sa = _mm256_set_m128(_mm_set1_ps(*a_scales.add(ab + 1)), _mm_set1_ps(*a_scales.add(ab)));
+    let sa: [__m256; R] = std::array::from_fn(|i| {
+        _mm256_set_m128(_mm_set1_ps(*a_scales[i].add(ab + 1)), _mm_set1_ps(*a_scales[i].add(ab)))
+    });
     for k in 0..4 {
-        _mm_prefetch::<_MM_HINT_T0>(weights[k].wrapping_add(16 * ab + PREFETCH_BYTES) as *const i8);
+        if prefetch {
+            _mm_prefetch::<_MM_HINT_T0>(weights[k].wrapping_add(16 * ab + PREFETCH_BYTES) as *const i8);
+        }
         let bytes = _mm256_loadu_si256(weights[k].add(16 * ab) as *const __m256i);
-        let even = _mm256_maddubs_epi16(_mm256_and_si256(bytes, low4), a_even);
-        let odd = _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4), a_odd);
-        let dot = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_add_epi16(even, odd), ones));
+        let even = _mm256_and_si256(bytes, low4);
+        let odd = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4);
         let sb = _mm256_castpd_ps(_mm256_castpd128_pd256(_mm_load_sd(scales[k].add(ab) as *const f64)));
         let sb = _mm256_permutevar8x32_ps(sb, pair);
-        acc[k] = _mm256_fmadd_ps(dot, _mm256_mul_ps(sa, sb), acc[k]);
+        for i in 0..R {
+            let a_even = _mm256_loadu_si256(a_rows[i].add(32 * ab) as *const __m256i);
+            let a_odd = _mm256_loadu_si256(a_rows[i].add(32 * ab + 32) as *const __m256i);
+            let sums = _mm256_add_epi16(_mm256_maddubs_epi16(even, a_even), _mm256_maddubs_epi16(odd, a_odd));
+            let dot = _mm256_cvtepi32_ps(_mm256_madd_epi16(sums, ones));
+            acc[k][i] = _mm256_fmadd_ps(dot, _mm256_mul_ps(sa[i], sb), acc[k][i]);
+        }
     }
 }
 
-/// Blocks `from..blocks` (of 32) of four columns into `acc`: two a step ([`pair32`]), the last
-/// one alone ([`block32`]).
+/// Blocks `from..blocks` (of 32) of four columns, for `R` rows, into `acc`: two a step
+/// ([`pair32`]), the last one alone ([`block32`]).
 // SAFETY: for callers: as for [`pair32`], with every block below `blocks` within bounds.
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-unsafe fn blocks32(
-    acc: &mut [__m256; 4],
+#[allow(clippy::too_many_arguments)]
+unsafe fn blocks32<const R: usize>(
+    acc: &mut [[__m256; R]; 4],
     weights: &[*const u8; 4],
     scales: &[*const f32; 4],
-    a_row: *const i8,
-    a_scales: *const f32,
+    a_rows: &[*const i8; R],
+    a_scales: &[*const f32; R],
     from: usize,
     blocks: usize,
+    prefetch: bool,
 ) {
     // Locals, so that the accumulators and pointers stay in registers across the loop.
     let (mut sums, weights, scales) = (*acc, *weights, *scales);
     let mut ab = from;
     while ab + 2 <= blocks {
-        pair32(&mut sums, &weights, &scales, a_row, a_scales, ab);
+        pair32(&mut sums, &weights, &scales, a_rows, a_scales, ab, prefetch);
         ab += 2;
     }
     if ab < blocks {
-        block32(&mut sums, &weights, &scales, a_row, *a_scales.add(ab), ab);
+        block32(&mut sums, &weights, &scales, a_rows, a_scales, ab);
     }
     *acc = sums;
 }
@@ -361,60 +429,92 @@ pub(super) fn vnni_available() -> bool {
         && std::arch::is_x86_feature_detected!("avx512vnni")
 }
 
-/// [`columns4_block32`] with AVX-512 VNNI, four blocks a step: 64 bytes of a column give the
-/// even and odd elements of four blocks, 128-bit lane k holding block k; two `vpdpbusd` make
-/// each block's i32 sums, and one FMA adds them times each lane's block scales. A's four groups
-/// are rearranged once (two lane shuffles) for the four columns. The last blocks take
-/// [`blocks32`].
+/// [`columns4_block32`] with AVX-512 VNNI, four blocks a step and [`ROW_TILE`] rows at a
+/// time: 64 bytes of a column give the even and odd elements of four blocks, 128-bit lane k
+/// holding block k; two `vpdpbusd` make each block's i32 sums, and one FMA adds them times each
+/// lane's block scales. A's four blocks are rearranged once (two lane shuffles) for the four
+/// columns. The last blocks take [`blocks32`].
 // SAFETY: for callers: only `columns4` calls it, after asserting every bound it reads and
 // checking AVX2, FMA, AVX-512F/BW and VNNI; with blocks of 32, block `ab` is A's bytes
 // `32 ab..32 ab + 32` of the row and each column's bytes `16 ab..16 ab + 16` and scale `ab`.
 #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vnni")]
 unsafe fn columns4_block32_vnni(g: &Group, a: &Rows<'_>, rows: usize, out: &mut [f32]) {
+    let mut r = 0;
+    while r + ROW_TILE <= rows {
+        rows_block32_vnni::<ROW_TILE>(g, a, r, rows, r == 0, out);
+        r += ROW_TILE;
+    }
+    for r in r..rows {
+        rows_block32_vnni::<1>(g, a, r, rows, r == 0, out);
+    }
+}
+
+/// Rows `first..first + R` of [`columns4_block32_vnni`].
+// SAFETY: for callers: `columns4_block32_vnni`, with `first + R <= rows`.
+#[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vnni")]
+#[inline]
+unsafe fn rows_block32_vnni<const R: usize>(
+    g: &Group,
+    a: &Rows<'_>,
+    first: usize,
+    rows: usize,
+    prefetch: bool,
+    out: &mut [f32],
+) {
     let uniform_zero_point = g.uniform_zero_point;
     let blocks = a.a_blocks;
     let low4 = _mm512_set1_epi8(0x0f);
     let quad = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
     let minus_zero = _mm_set1_epi32(-i32::from(uniform_zero_point.unwrap_or(0)));
     let (weights, scales) = (&g.weights, &g.scales);
-    for r in 0..rows {
-        let mut wide = [_mm512_setzero_ps(); 4];
-        let mut acc = [_mm256_setzero_ps(); 4];
-        let a_row = a.values.as_ptr().add(r * blocks * 32);
-        let a_scales = a.scales.as_ptr().add(r * blocks);
-        let a_sums = a.sums.as_ptr().add(r * blocks);
-        let mut ab = 0;
-        while ab + 4 <= blocks {
-            // `−zp · Σ a_q` of each block in its lane's first element: the products start from
-            // the zero point's share (zero when the zero points differ per column).
-            let start = _mm512_maskz_permutexvar_epi32(
-                0x1111,
-                quad,
-                _mm512_castsi128_si512(_mm_mullo_epi32(_mm_loadu_si128(a_sums.add(ab) as *const _), minus_zero)),
-            );
-            // Lanes of z0: even and odd elements of blocks ab, ab + 1; of z1: ab + 2, ab + 3.
-            let z0 = _mm512_loadu_si512(a_row.add(32 * ab) as *const _);
-            let z1 = _mm512_loadu_si512(a_row.add(32 * ab + 64) as *const _);
-            let a_even = _mm512_shuffle_i64x2(z0, z1, 0b10_00_10_00);
-            let a_odd = _mm512_shuffle_i64x2(z0, z1, 0b11_01_11_01);
-            let sa = _mm512_permutexvar_ps(quad, _mm512_castps128_ps512(_mm_loadu_ps(a_scales.add(ab))));
-            for k in 0..4 {
-                _mm_prefetch::<_MM_HINT_T0>(weights[k].wrapping_add(16 * ab + PREFETCH_BYTES) as *const i8);
-                let bytes = _mm512_loadu_si512(weights[k].add(16 * ab) as *const _);
-                let even = _mm512_and_si512(bytes, low4);
-                let odd = _mm512_and_si512(_mm512_srli_epi16(bytes, 4), low4);
-                let sums = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(start, even, a_even), odd, a_odd);
-                let sb = _mm512_permutexvar_ps(quad, _mm512_castps128_ps512(_mm_loadu_ps(scales[k].add(ab))));
-                wide[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), _mm512_mul_ps(sa, sb), wide[k]);
-            }
-            ab += 4;
+    let mut wide = [[_mm512_setzero_ps(); R]; 4];
+    let mut acc = [[_mm256_setzero_ps(); R]; 4];
+    let a_rows: [*const i8; R] = std::array::from_fn(|i| a.values.as_ptr().add((first + i) * blocks * 32));
+    let a_scales: [*const f32; R] = std::array::from_fn(|i| a.scales.as_ptr().add((first + i) * blocks));
+    let a_sums: [*const i32; R] = std::array::from_fn(|i| a.sums.as_ptr().add((first + i) * blocks));
+    let mut ab = 0;
+    while ab + 4 <= blocks {
+        // Per row: `−zp · Σ a_q` of each block in its lane's first element (the products start
+        // from the zero point's share, zero when the zero points differ per column); A's
+        // even elements of the four blocks (lane k: block ab + k), their odd ones, and scales.
+        let mut start = [_mm512_setzero_si512(); R];
+        let mut a_even = [_mm512_setzero_si512(); R];
+        let mut a_odd = [_mm512_setzero_si512(); R];
+        let mut sa = [_mm512_setzero_ps(); R];
+        for i in 0..R {
+            let sums = _mm_mullo_epi32(_mm_loadu_si128(a_sums[i].add(ab) as *const _), minus_zero);
+            start[i] = _mm512_maskz_permutexvar_epi32(0x1111, quad, _mm512_castsi128_si512(sums));
+            // Lanes of z0: even elements of blocks ab, ab + 1, then their odd ones; of z1: the
+            // same for ab + 2, ab + 3.
+            let z0 = _mm512_loadu_si512(a_rows[i].add(32 * ab) as *const _);
+            let z1 = _mm512_loadu_si512(a_rows[i].add(32 * ab + 64) as *const _);
+            a_even[i] = _mm512_shuffle_i64x2(z0, z1, 0b01_00_01_00);
+            a_odd[i] = _mm512_shuffle_i64x2(z0, z1, 0b11_10_11_10);
+            sa[i] = _mm512_permutexvar_ps(quad, _mm512_castps128_ps512(_mm_loadu_ps(a_scales[i].add(ab))));
         }
-        blocks32(&mut acc, weights, scales, a_row, a_scales, ab, blocks);
-        // The zero points' share of the blocks not taken out above.
-        let corrected = if uniform_zero_point.is_some() { ab } else { 0 };
+        for k in 0..4 {
+            if prefetch {
+                _mm_prefetch::<_MM_HINT_T0>(weights[k].wrapping_add(16 * ab + PREFETCH_BYTES) as *const i8);
+            }
+            let bytes = _mm512_loadu_si512(weights[k].add(16 * ab) as *const _);
+            let even = _mm512_and_si512(bytes, low4);
+            let odd = _mm512_and_si512(_mm512_srli_epi16(bytes, 4), low4);
+            let sb = _mm512_permutexvar_ps(quad, _mm512_castps128_ps512(_mm_loadu_ps(scales[k].add(ab))));
+            for i in 0..R {
+                let sums = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(start[i], even, a_even[i]), odd, a_odd[i]);
+                wide[k][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), _mm512_mul_ps(sa[i], sb), wide[k][i]);
+            }
+        }
+        ab += 4;
+    }
+    blocks32(&mut acc, weights, scales, &a_rows, &a_scales, ab, blocks, prefetch);
+    // The zero points' share of the blocks not taken out above.
+    let corrected = if uniform_zero_point.is_some() { ab } else { 0 };
+    for i in 0..R {
+        let r = first + i;
         let sums = &a.scaled_sums[r * blocks..][corrected..blocks];
         for k in 0..4 {
-            out[k * rows + r] += _mm512_reduce_add_ps(wide[k]) + hsum(acc[k])
+            out[k * rows + r] += _mm512_reduce_add_ps(wide[k][i]) + hsum(acc[k][i])
                 - g.zero_factor() * correction(sums, &g.zero_scales(k, blocks)[corrected..], 1);
         }
     }
@@ -461,27 +561,31 @@ unsafe fn columns4_avx2(g: &Group, a: &Rows<'_>, per_block: usize, rows: usize, 
     }
 }
 
-/// Block `ab` (of 32) of four columns into `acc`: `acc[k] += dot(q_k, a) · sa · sb_k`.
-// SAFETY: for callers: `columns4_block32`, within the bounds it was called with.
+/// Block `ab` (of 32) of four columns, for `R` rows, into `acc`: `acc[k][i] += dot(q_k, a_i) ·
+/// sa_i · sb_k` (a block without a pair is stored as one group of 32).
+// SAFETY: for callers: `blocks32`, within the bounds it was called with.
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-unsafe fn block32(
-    acc: &mut [__m256; 4],
+unsafe fn block32<const R: usize>(
+    acc: &mut [[__m256; R]; 4],
     weights: &[*const u8; 4],
     scales: &[*const f32; 4],
-    a_row: *const i8,
-    sa: f32,
+    a_rows: &[*const i8; R],
+    a_scales: &[*const f32; R],
     ab: usize,
 ) {
     let low4 = _mm256_set1_epi8(0x0f);
     let ones = _mm256_set1_epi16(1);
     let shift = _mm256_set_epi64x(4, 4, 0, 0);
-    let av = _mm256_loadu_si256(a_row.add(32 * ab) as *const __m256i);
     for k in 0..4 {
         let bytes = _mm256_broadcastsi128_si256(_mm_loadu_si128(weights[k].add(16 * ab) as *const __m128i));
         let q = _mm256_and_si256(_mm256_srlv_epi64(bytes, shift), low4);
-        let dot = _mm256_madd_epi16(_mm256_maddubs_epi16(q, av), ones);
-        acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(sa * *scales[k].add(ab)), acc[k]);
+        for i in 0..R {
+            let av = _mm256_loadu_si256(a_rows[i].add(32 * ab) as *const __m256i);
+            let dot = _mm256_madd_epi16(_mm256_maddubs_epi16(q, av), ones);
+            let scale = _mm256_set1_ps(*a_scales[i].add(ab) * *scales[k].add(ab));
+            acc[k][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, acc[k][i]);
+        }
     }
 }
 
@@ -555,6 +659,7 @@ mod tests {
             (32, 32, 8, 3, 4),
             (32, 32, 13, 2, 9),
             (32, 32, 6, 1, 5),
+            (32, 32, 9, 5, 7),
             (64, 64, 3, 3, 7),
             (512, 256, 3, 2, 5),
             (128, 128, 1, 5, 4),
@@ -569,7 +674,7 @@ mod tests {
             let sums: Vec<f32> = int_sums.iter().zip(&a_scales).map(|(&c, s)| c as f32 * s).collect();
             let natural =
                 Rows { values: &values, scales: &a_scales, scaled_sums: &sums, sums: &int_sums, a_block, a_blocks };
-            let permuted = permute_for_avx2(&values);
+            let permuted = permute_for_avx2(&values, a_block, a_blocks);
             let a = Rows { values: &permuted, ..natural };
             let uniform = rng.u8(0..16);
             for zero_points in [vec![uniform; count * blocks], (0..count * blocks).map(|_| rng.u8(0..16)).collect()] {
@@ -594,8 +699,16 @@ mod tests {
                         );
                     }
                 };
+                let first = column(0);
+                let alone = Columns {
+                    weights: first.weights,
+                    scales: first.scales,
+                    zero_points: first.zero_points,
+                    block,
+                    count: 1,
+                };
                 let mut one = vec![0f32; rows];
-                super::column(&column(0), &a, &mut one);
+                columns(&alone, &a, &mut one);
                 close("one column", &one, 0);
                 let tile = Columns { weights: &weights, scales: &scales, zero_points: given(0), block, count };
                 let mut got = vec![0f32; count * rows];
