@@ -36,7 +36,7 @@ impl fmt::Display for Dim {
 }
 
 /// A tensor type: element type and shape (`None` when even the rank is unknown).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct TensorType {
     /// Element type.
     pub dtype: DataType,
@@ -70,7 +70,7 @@ pub fn format_dims(dims: &Option<Vec<Dim>>) -> String {
 }
 
 /// The type of any ONNX value.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum ValueType {
     /// A dense tensor.
     Tensor(TensorType),

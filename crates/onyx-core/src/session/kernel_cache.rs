@@ -9,7 +9,8 @@ use std::sync::{Arc, Mutex, Weak};
 
 use crate::ep::{ExecutionProvider, Kernel, NodeContext};
 use crate::ir::AttrValue;
-use crate::{Result, TensorData};
+use crate::types::ValueType;
+use crate::{DataType, Result, TensorData};
 
 /// Constants up to this many bytes are keyed by value (folded shapes differ between plans);
 /// larger ones by address, the entry holding them so that no other tensor can take it.
@@ -31,7 +32,27 @@ struct Entry {
 struct Key {
     node: usize,
     provider: usize,
-    signature: String,
+    signature: Signature,
+}
+
+/// What a kernel is built from besides its node: the opset version, the input types and the
+/// constant inputs.
+#[derive(PartialEq, Eq, Hash)]
+struct Signature {
+    since_version: i64,
+    input_types: Vec<ValueType>,
+    constants: Vec<Constant>,
+}
+
+/// A constant input as a kernel key sees it.
+#[derive(PartialEq, Eq, Hash)]
+enum Constant {
+    /// The input is not a constant.
+    None,
+    /// A small host constant, by value.
+    Value(DataType, Vec<usize>, Vec<u8>),
+    /// A large constant, by the address of its data.
+    At(DataType, Vec<usize>, usize),
 }
 
 impl KernelCache {
@@ -64,26 +85,23 @@ impl KernelCache {
     }
 }
 
-/// What a kernel is built from besides its node: the input types and the constant inputs.
-/// `None` for nodes with subgraphs, whose kernels also depend on the enclosing scope's types.
-fn signature(ctx: &NodeContext<'_>) -> Option<String> {
+/// The key of what `ctx`'s kernel is built from; `None` for nodes with subgraphs, whose kernels
+/// also depend on the enclosing scope's types.
+fn signature(ctx: &NodeContext<'_>) -> Option<Signature> {
     if ctx.node.attributes.iter().any(|a| matches!(a.value, AttrValue::Graph(_) | AttrValue::Graphs(_))) {
         return None;
     }
-    let mut s = format!("{}|{:?}", ctx.since_version, ctx.input_types);
-    for constant in &ctx.constant_inputs {
-        match constant.map(|t| (t, t.data())) {
-            None => s.push_str("|-"),
+    let constants = (ctx.constant_inputs.iter())
+        .map(|constant| match constant.map(|t| (t, t.data())) {
+            None => Constant::None,
             Some((t, TensorData::Host(h))) if by_value(t) => {
-                s.push_str(&format!("|{:?}{:?}{:?}", t.dtype(), t.shape(), h.bytes()))
+                Constant::Value(t.dtype(), t.shape().to_vec(), h.bytes().to_vec())
             }
-            Some((t, TensorData::Host(h))) => {
-                s.push_str(&format!("|{:?}{:?}@{:p}", t.dtype(), t.shape(), h.bytes().as_ptr()))
-            }
-            Some((t, other)) => s.push_str(&format!("|{:?}{:?}@{:p}", t.dtype(), t.shape(), other as *const _)),
-        }
-    }
-    Some(s)
+            Some((t, TensorData::Host(h))) => Constant::At(t.dtype(), t.shape().to_vec(), h.bytes().as_ptr() as usize),
+            Some((t, other)) => Constant::At(t.dtype(), t.shape().to_vec(), other as *const _ as usize),
+        })
+        .collect();
+    Some(Signature { since_version: ctx.since_version, input_types: ctx.input_types.clone(), constants })
 }
 
 fn by_value(t: &crate::Tensor) -> bool {

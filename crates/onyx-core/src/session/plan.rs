@@ -265,15 +265,18 @@ pub(crate) fn build_plan(
     };
     let contexts = Contexts { opsets, known: known_ref, subgraphs: &subgraphs };
     let folded: Vec<Option<Vec<Tensor>>> = graph.nodes.iter().map(|n| folded_outputs(n, known_ref)).collect();
+    // Each node's context, made once (a plan per decode step makes them for every node).
+    let ctxs = (graph.nodes.iter().zip(&folded))
+        .map(|(node, folded)| folded.is_none().then(|| contexts.of(node)).transpose())
+        .collect::<Result<Vec<_>>>()?;
     let mut choice = vec![];
     let mut unsupported = vec![];
-    for (node, folded) in graph.nodes.iter().zip(&folded) {
-        if folded.is_some() {
+    for ((node, folded), ctx) in graph.nodes.iter().zip(&folded).zip(&ctxs) {
+        let (None, Some(ctx)) = (folded, ctx) else {
             choice.push(0); // never read: the node becomes constants
             continue;
-        }
-        let ctx = contexts.of(node)?;
-        match providers.list.iter().position(|p| p.supports(&ctx)) {
+        };
+        match providers.list.iter().position(|p| p.supports(ctx)) {
             Some(p) => choice.push(p),
             None => unsupported.push(node.location().to_string()),
         }
@@ -289,13 +292,13 @@ pub(crate) fn build_plan(
         )));
     }
     let mut host = vec![];
-    for ((node, &p), folded) in graph.nodes.iter().zip(&choice).zip(&folded) {
-        host.push(if folded.is_some() { vec![] } else { host_inputs(&*providers.list[p], &contexts.of(node)?) });
+    for (&p, ctx) in choice.iter().zip(&ctxs) {
+        host.push(ctx.as_ref().map(|ctx| host_inputs(&*providers.list[p], ctx)).unwrap_or_default());
     }
     prefer_host_for_shape_nodes(graph, providers, &contexts, &mut choice, &mut host)?;
     let mut assignments = vec![];
     let mut kernel_steps = vec![];
-    for (((node, &p), host), folded) in graph.nodes.iter().zip(&choice).zip(&host).zip(folded) {
+    for (index, (((node, &p), host), folded)) in graph.nodes.iter().zip(&choice).zip(&host).zip(folded).enumerate() {
         // The node was folded into constants.
         if let Some(values) = folded {
             for (name, value) in node.outputs.iter().zip(values) {
@@ -335,7 +338,14 @@ pub(crate) fn build_plan(
             op: node.op_type.clone(),
             provider: provider.name().to_string(),
         });
-        kernel_steps.push(KernelStep { node, provider: p, inputs: step_inputs, outputs, copies_before: b.steps.len() });
+        kernel_steps.push(KernelStep {
+            node,
+            index,
+            provider: p,
+            inputs: step_inputs,
+            outputs,
+            copies_before: b.steps.len(),
+        });
     }
     // The kernels are built while the constants are copied: a GPU EP's kernels make their
     // shaders and start compiling them while the weights are uploaded.
@@ -343,7 +353,13 @@ pub(crate) fn build_plan(
     let build_kernels = || -> Result<Vec<Arc<dyn Kernel>>> {
         kernel_steps
             .iter()
-            .map(|k| providers.kernels.get_or_build(k.provider, &*providers.list[k.provider], &contexts.of(k.node)?))
+            .map(|k| {
+                let ctx = match &ctxs[k.index] {
+                    Some(ctx) => ctx,
+                    None => &contexts.of(k.node)?,
+                };
+                providers.kernels.get_or_build(k.provider, &*providers.list[k.provider], ctx)
+            })
             .collect()
     };
     let (kernels, copied) = if pending.is_empty() {
@@ -387,6 +403,8 @@ pub(crate) fn build_plan(
 /// A node's step, placed before its kernel is built.
 struct KernelStep<'g> {
     node: &'g crate::ir::Node,
+    /// The node's index in the graph.
+    index: usize,
     /// Index in [`Providers::list`].
     provider: usize,
     inputs: Vec<Option<usize>>,
@@ -645,6 +663,7 @@ mod tests {
         let node = crate::ir::Node::default();
         let placed = |input: usize, copies_before: usize| KernelStep {
             node: &node,
+            index: 0,
             provider: 0,
             inputs: vec![Some(input)],
             outputs: vec![],
