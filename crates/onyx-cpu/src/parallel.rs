@@ -212,6 +212,7 @@ impl<T> SharedSlice<T> {
     ///
     /// # Safety
     /// `offset` is at most the slice's length.
+    // SAFETY: for callers: as the `# Safety` section says; the pointer stays inside the slice.
     unsafe fn at(&self, offset: usize) -> *mut T {
         // SAFETY: the caller keeps `offset` inside the slice (or one past it).
         unsafe { self.0.add(offset) }
