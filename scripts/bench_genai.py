@@ -17,8 +17,8 @@ Python child that times append_tokens (the prompt) and each generate_next_token,
 tokens/s, decode tokens/s, peak memory, and onyx/genai ratios (times below 1 and rates above 1:
 Onyx is better). genai runs twice: with max_length left at the model's context length, as a
 folder is shipped (its shared-buffer cache is allocated for the whole context), and with
-max_length 256. Onyx's cache grows with the sequence, so its max_length does not change its
-memory; it runs with max_length 256.
+max_length 256. Onyx's cache grows with the sequence (its shared buffer doubles as the
+sequence reaches it), so max_length only caps its memory; it runs with max_length 256.
 """
 import argparse
 import datetime

@@ -102,23 +102,23 @@ pub trait Kernel: Send + Sync {
         self.run(inputs, wanted)
     }
 
-    /// Positions of the inputs whose buffer this kernel can write its output into, when the run
-    /// no longer needs them (see [`Kernel::run_donated`]); none by default.
+    /// Positions of the inputs whose buffers this kernel can write its outputs into, when the
+    /// run no longer needs them (see [`Kernel::run_donated`]); none by default.
     fn in_place_inputs(&self) -> &[usize] {
         &[]
     }
 
-    /// Like [`Kernel::run`], with input `donated.0` handed over as the value `donated.1` (its
-    /// entry in `inputs` is `None`): the run reads it no more, so the kernel may reuse its
-    /// buffer for an output (see `host_pool::reclaim`). The default reads it like any input.
+    /// Like [`Kernel::run`], with the inputs of `donated` handed over (position, value; their
+    /// entries in `inputs` are `None`): the run reads them no more, so the kernel may reuse
+    /// their buffers for its outputs (see `host_pool::reclaim`). Never empty. The default reads
+    /// them like any input.
     fn run_donated(
         &self,
         inputs: &[Option<ValueRef<'_>>],
-        donated: (usize, Value),
+        donated: Vec<(usize, Value)>,
         wanted: &[bool],
     ) -> Result<Vec<Value>> {
-        let (i, value) = donated;
-        self.run(&with_input(inputs, i, &value), wanted)
+        self.run(&with_inputs(inputs, &donated), wanted)
     }
 }
 
@@ -224,6 +224,32 @@ pub fn with_input<'r>(inputs: &[Option<ValueRef<'r>>], i: usize, value: &'r Valu
     }
     all[i] = Some(ValueRef::Value(value));
     all
+}
+
+/// `inputs` with each handed-over input (see [`Kernel::run_donated`]) back in its place.
+pub fn with_inputs<'r>(inputs: &[Option<ValueRef<'r>>], donated: &'r [(usize, Value)]) -> Vec<Option<ValueRef<'r>>> {
+    let mut all = inputs.to_vec();
+    for (i, value) in donated {
+        if all.len() <= *i {
+            all.resize(i + 1, None);
+        }
+        all[*i] = Some(ValueRef::Value(value));
+    }
+    all
+}
+
+/// Takes out of `donated` the host tensor with the most bytes: the one an output the size of
+/// its largest input can be written over.
+pub fn take_largest(donated: &mut Vec<(usize, Value)>) -> Option<(usize, Value)> {
+    let bytes = |v: &Value| match v {
+        Value::Tensor(t) => match t.data() {
+            crate::TensorData::Host(h) => h.bytes().len(),
+            _ => 0,
+        },
+        _ => 0,
+    };
+    let k = (0..donated.len()).max_by_key(|&k| bytes(&donated[k].1))?;
+    Some(donated.swap_remove(k))
 }
 
 /// Error for a kernel asked to run on a value kind it does not handle.

@@ -1,7 +1,8 @@
 //! Operations on KV cache tensors where they live: choosing rows (beam search reorders its
-//! beams, a prompt's cache is copied to every beam) and keeping the first positions (rewind).
-//! Each is a one-node ONNX graph (Gather, Slice) run on the model's own providers, so a GPU
-//! cache never goes through the host.
+//! beams, a prompt's cache is copied to every beam), keeping the first positions (rewind) and
+//! adding zero positions (a shared buffer's capacity grows). Each is a one-node ONNX graph
+//! (Gather, Slice, Pad) run on the model's own providers, so a GPU cache never goes through the
+//! host.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -20,6 +21,8 @@ enum Op {
     Rows,
     /// `Slice(x, starts = [0], ends = [n], axes = [2])`.
     Positions,
+    /// `Pad(x, pads)`: zero positions after the last (a shared buffer's new capacity).
+    Grow,
 }
 
 /// The one-node sessions of a model, made on first use per op and element type.
@@ -44,6 +47,23 @@ impl CacheOps {
     pub fn positions(&self, t: &Tensor, n: usize) -> Result<Tensor> {
         let ends = Tensor::from_vec(vec![1], vec![n as i64])?;
         self.run(Op::Positions, t, ends)
+    }
+
+    /// `t` `[batch, heads, length, head_size]` with zero positions after its own, up to
+    /// `capacity` in all.
+    pub fn grow(&self, t: &Tensor, capacity: usize) -> Result<Tensor> {
+        let extra = capacity.saturating_sub(t.shape().get(2).copied().unwrap_or(0)) as i64;
+        let pads = Tensor::from_vec(vec![8], vec![0, 0, 0, 0, 0, 0, extra, 0])?;
+        self.run(Op::Grow, t, pads)
+    }
+
+    /// A zero-filled tensor on the cache device.
+    pub fn zeros(&self, dtype: DataType, shape: Vec<usize>) -> Result<Tensor> {
+        let host = Tensor::zeros(dtype, shape)?;
+        match self.providers.iter().find(|p| p.device() == self.device).filter(|_| self.device != Device::Cpu) {
+            Some(p) => Ok(p.upload(host.view()?)?),
+            None => Ok(host),
+        }
     }
 
     fn run(&self, op: Op, t: &Tensor, arg: Tensor) -> Result<Tensor> {
@@ -107,6 +127,16 @@ fn graph(op: Op, dtype: DataType) -> Result<IrModel> {
                 ..Node::default()
             },
             vec![ints("starts", vec![0])?, ints("axes", vec![2])?],
+        ),
+        Op::Grow => (
+            Node {
+                name: "grow".into(),
+                op_type: "Pad".into(),
+                inputs: vec!["x".into(), "arg".into()],
+                outputs: vec!["y".into()],
+                ..Node::default()
+            },
+            vec![],
         ),
     };
     let graph = Graph {

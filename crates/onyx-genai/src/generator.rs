@@ -1,11 +1,14 @@
 //! The generation loop: feed tokens, keep the KV cache on the model's device, choose the next
 //! token (genai's `Generator`).
 //!
-//! The cache grows with the sequence: each step feeds the previous step's `present.*` outputs
-//! back as `past_key_values.*`, left on the device that computed them (the GPU's when the model
-//! runs on one), so a short chat on a long-context model holds a short cache and `max_length`
-//! is a limit, not an allocation. Windowed layers keep their fixed window. Beam search runs its
-//! beams as the rows of one batch and reorders the cache rows on the device.
+//! The cache grows with the sequence and stays on the device that computed it (the GPU's when
+//! the model runs on one), so a short chat on a long-context model holds a short cache and
+//! `max_length` is a limit, not an allocation. In GroupQueryAttention's shared-buffer form (see
+//! [`crate::kv_cache`]) each layer's past and present are one buffer whose capacity doubles as
+//! the sequence reaches it: a decode step writes its new rows in place and runs the plan of the
+//! step before. Otherwise each step feeds the previous step's `present.*` outputs back as
+//! `past_key_values.*`. Windowed layers keep their fixed window. Beam search runs its beams as
+//! the rows of one batch and reorders the cache rows on the device.
 
 use std::sync::Arc;
 
@@ -13,6 +16,7 @@ use onyx_runtime::{DataType, Device, IoBinding, Tensor, Value};
 
 use crate::beam::BeamSearch;
 use crate::error::{invalid, Result};
+use crate::kv_cache;
 use crate::model::{DecoderIo, Model};
 use crate::search::{self, GeneratorParams};
 
@@ -193,7 +197,8 @@ impl Generator {
 
     /// The last run's output `name`: `logits` (the last position's, `[batch, 1, vocab]`; every
     /// position the run fed with [`crate::Config::all_position_logits`]) or a `present.*` cache
-    /// tensor (on the cache's device).
+    /// tensor (on the cache's device; a shared buffer whole, its first
+    /// [`Generator::token_count`] − 1 or so positions valid, as genai's).
     pub fn get_output(&self, name: &str) -> Result<Tensor> {
         let io = self.model.io();
         if name == io.logits {
@@ -230,6 +235,8 @@ impl Generator {
             let model = self.model.clone();
             let cuttable = model.io().layers.iter().all(|l| l.window.is_none());
             match self.cache.as_mut() {
+                // A shared buffer's later rows are past its mask: the next run overwrites them.
+                Some(_) if model.io().shared_buffer && keep > 0 => self.cached = keep,
                 Some(cache) if cuttable && keep > 0 => {
                     for t in cache.iter_mut().flatten() {
                         *t = model.cache_ops().positions(t, keep)?;
@@ -248,7 +255,7 @@ impl Generator {
         Ok(())
     }
 
-    /// Bytes the KV cache holds now.
+    /// Bytes the KV cache holds now (a shared buffer's whole capacity).
     pub fn cache_bytes(&self) -> usize {
         let io = self.model.io();
         self.cache.as_ref().map_or(0, |c| c.iter().flatten().map(|t| t.len() * io.cache_dtype.bit_width() / 8).sum())
@@ -275,18 +282,32 @@ impl Generator {
     }
 
     /// One run over `rows[..][cached..end]`. Before the first run every row is the same
-    /// prompt: it runs once and its cache is copied to every row.
+    /// prompt: it runs once and its cache is copied to every row. On an error the cache is
+    /// dropped, so that the next run starts over from the tokens.
     fn run(&mut self, end: usize) -> Result<()> {
+        let ran = self.run_once(end);
+        if ran.is_err() {
+            self.cache = None;
+            self.cached = 0;
+        }
+        ran
+    }
+
+    fn run_once(&mut self, end: usize) -> Result<()> {
         let model = self.model.clone();
         let io = model.io();
         let batch = if self.cache.is_none() { 1 } else { self.rows.len() };
         let (past, total, new) = (self.cached, end, end - self.cached);
+        let cache = self.cache_for(end)?;
+        // A shared buffer's mask spans its capacity: ones over the sequence, then zeros.
+        let width = if io.shared_buffer { cache.first().map_or(total, |l| l[0].shape()[2]) } else { total };
         let new_tokens = self.rows[..batch].iter().flat_map(|r| r[past..end].iter().map(|&t| t as i64));
         let mut binding = IoBinding::new();
         binding.bind_input(io.input_ids.0.clone(), integers(io.input_ids.1, vec![batch, new], new_tokens)?);
         if let Some((name, dtype)) = &io.attention_mask {
+            let row = (0..width).map(|p| i64::from(p < total));
             binding
-                .bind_input(name.clone(), integers(*dtype, vec![batch, total], std::iter::repeat_n(1, batch * total))?);
+                .bind_input(name.clone(), integers(*dtype, vec![batch, width], (0..batch).flat_map(|_| row.clone()))?);
         }
         if let Some((name, dtype)) = &io.position_ids {
             binding.bind_input(
@@ -294,16 +315,20 @@ impl Generator {
                 integers(*dtype, vec![batch, new], (0..batch).flat_map(|_| (past..total).map(|p| p as i64)))?,
             );
         }
-        let cache = match self.cache.take() {
-            Some(cache) => cache,
-            None => empty_cache(io)?,
-        };
         let device = model.cache_device();
         for (l, [key, value]) in io.layers.iter().zip(cache) {
+            if io.shared_buffer && device != Device::Cpu {
+                // One buffer as past and present: the GPU kernels write the new rows into it.
+                binding
+                    .bind_output(l.present_key.clone(), key.clone())
+                    .bind_output(l.present_value.clone(), value.clone());
+            } else {
+                // Handed over: on the CPU a shared buffer nobody else holds is written in place.
+                binding
+                    .bind_output_to_device(l.present_key.clone(), device)
+                    .bind_output_to_device(l.present_value.clone(), device);
+            }
             binding.bind_input(l.past_key.clone(), key).bind_input(l.past_value.clone(), value);
-            binding
-                .bind_output_to_device(l.present_key.clone(), device)
-                .bind_output_to_device(l.present_value.clone(), device);
         }
         binding.bind_output_to_device(io.logits.clone(), Device::Cpu);
         let mut outputs: std::collections::HashMap<String, Value> =
@@ -323,6 +348,29 @@ impl Generator {
             self.reorder(&vec![0; self.rows.len()])?;
         }
         Ok(())
+    }
+
+    /// The cache a run up to position `end` reads: the last run's, or a new one (batch 1). A
+    /// shared buffer is made, or grown on its device, to the capacity `end` positions need.
+    fn cache_for(&mut self, end: usize) -> Result<Vec<[Tensor; 2]>> {
+        let model = self.model.clone();
+        let io = model.io();
+        let cache = self.cache.take();
+        if !io.shared_buffer {
+            return cache.map_or_else(|| empty_cache(io), Ok);
+        }
+        let current = cache.as_ref().and_then(|c| c.first()).map_or(0, |l| l[0].shape()[2]);
+        let capacity = kv_cache::capacity(end, current, self.params.max_length);
+        let ops = model.cache_ops();
+        match cache {
+            Some(cache) if capacity == current => Ok(cache),
+            Some(cache) => cache.iter().map(|[k, v]| Ok([ops.grow(k, capacity)?, ops.grow(v, capacity)?])).collect(),
+            None => {
+                let shape = vec![1, io.kv_heads, capacity, io.head_size];
+                let zeros = || ops.zeros(io.cache_dtype, shape.clone());
+                io.layers.iter().map(|_| Ok([zeros()?, zeros()?])).collect()
+            }
+        }
     }
 
     /// Makes row `i` of the cache a copy of row `parents[i]`, and the same for the sequences.

@@ -33,7 +33,8 @@
 //! | `chat` | chat templates rendered as transformers renders them |
 //! | `search` | search options, logits processing, greedy and sampling |
 //! | `beam` | beam search's scoring |
-//! | `cache_ops` | cache rows and positions chosen on the cache's device |
+//! | `kv_cache` | the cache's form (growing, or GroupQueryAttention's shared buffer) and capacity |
+//! | `cache_ops` | cache rows, positions and growth on the cache's device |
 //! | `generator` | the loop: runs, the KV cache on the device, rewind |
 
 mod beam;
@@ -42,6 +43,7 @@ mod chat;
 mod config;
 mod error;
 mod generator;
+mod kv_cache;
 mod last_logits;
 mod model;
 mod providers;

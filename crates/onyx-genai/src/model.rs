@@ -6,7 +6,7 @@ use onyx_runtime::{DataType, Device, OptimizationLevel, Session, SessionBuilder}
 use crate::cache_ops::CacheOps;
 use crate::config::Config;
 use crate::error::{invalid, Error, Result};
-use crate::{last_logits, providers};
+use crate::{kv_cache, last_logits, providers};
 
 /// A loaded model folder: its configuration and the decoder's session on the configured
 /// providers. `Send + Sync`: many [`crate::Generator`]s on many threads share one.
@@ -29,6 +29,9 @@ pub(crate) struct DecoderIo {
     pub cache_dtype: DataType,
     pub kv_heads: usize,
     pub head_size: usize,
+    /// Whether generation keeps the cache in GroupQueryAttention's shared-buffer form (see
+    /// [`crate::kv_cache`]).
+    pub shared_buffer: bool,
 }
 
 /// One layer's cache inputs and outputs.
@@ -90,8 +93,16 @@ impl Model {
         if !config.all_position_logits {
             last_logits::keep_last_position(&mut graph_model.graph, &config.model.decoder.outputs.logits);
         }
+        let shares_buffer = kv_cache::shares_buffer(&graph_model.graph, config);
         let session = builder.commit_from_model(graph_model).map_err(file_error)?;
-        let io = DecoderIo::resolve(config, &session).map_err(|message| Error::File { file: path, message })?;
+        let mut io = DecoderIo::resolve(config, &session).map_err(|message| Error::File { file: path, message })?;
+        // On a GPU the buffer is updated in place by the GPU's GroupQueryAttention kernels.
+        let on_cache_device = cache_device == Device::Cpu
+            || session.assignments().iter().filter(|a| a.op == "GroupQueryAttention").all(|a| a.provider != "cpu");
+        io.shared_buffer = shares_buffer
+            && on_cache_device
+            && io.attention_mask.is_some()
+            && io.layers.iter().all(|l| l.window.is_none());
         Ok(Model {
             config: config.clone(),
             session,
@@ -114,6 +125,13 @@ impl Model {
     /// Where the KV cache lives: the first GPU provider's device, else the host.
     pub fn cache_device(&self) -> Device {
         self.cache_device
+    }
+
+    /// Whether generation keeps this decoder's KV cache in GroupQueryAttention's shared-buffer
+    /// form (one buffer per layer whose capacity doubles, updated in place) rather than growing
+    /// it by each run's new tokens.
+    pub fn shares_kv_buffer(&self) -> bool {
+        self.io.shared_buffer
     }
 
     pub(crate) fn io(&self) -> &DecoderIo {
@@ -227,6 +245,7 @@ impl DecoderIo {
             cache_dtype: cache_dtype.unwrap_or(DataType::Float),
             kv_heads,
             head_size,
+            shared_buffer: false,
         })
     }
 }

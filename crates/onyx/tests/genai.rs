@@ -206,21 +206,40 @@ fn a_multi_turn_chat_equals_the_one_shot_run_of_its_history() {
     assert_eq!(chat.get_sequence(0).unwrap(), one_shot);
 }
 
-#[test]
-fn the_cache_grows_with_the_sequence_not_with_max_length() {
-    let model = load(&folder("qwen2-cpu-fp32"), true);
-    let p = params(&model, &Json::Object(Default::default()), 128);
-    let mut g = Generator::new(&model, &p).unwrap();
+/// Runs `model` on a 5-token prompt, then generates until `cached` tokens are in the cache
+/// (EOS held off); returns the cache's bytes after the prompt and at the end.
+fn cache_bytes_after(model: &Arc<Model>, cached: usize) -> (usize, usize) {
+    let p = params(model, &serde_json::json!({"min_length": 128}), 128);
+    let mut g = Generator::new(model, &p).unwrap();
     g.append_tokens(&[22, 28, 59, 53, 63]).unwrap();
     let after_prompt = g.cache_bytes();
-    for _ in 0..11 {
+    // The newest token is not run until the next one is generated.
+    while g.token_count() < cached + 1 {
         g.generate_next_token().unwrap();
     }
-    g.generate_next_token().unwrap();
-    // 5 prompt tokens, then 16 in the cache (the newest token is not run yet).
-    assert_eq!(g.cache_bytes(), after_prompt / 5 * 16);
+    (after_prompt, g.cache_bytes())
+}
+
+/// Bytes of one position of `model`'s cache in all layers (key and value).
+fn position_bytes(model: &Model, element_bytes: usize) -> usize {
     let d = &model.config().model.decoder;
-    assert_eq!(after_prompt, 5 * 2 * d.num_hidden_layers * d.num_key_value_heads * d.head_size * 4);
+    2 * d.num_hidden_layers * d.num_key_value_heads * d.head_size * element_bytes
+}
+
+#[test]
+fn the_cache_grows_with_the_sequence_not_with_max_length() {
+    // GroupQueryAttention: a shared buffer of 64 positions, doubled when the sequence reaches it
+    // (up to max_length, 128).
+    let model = load(&folder("qwen2-cpu-fp32"), true);
+    assert!(model.shares_kv_buffer());
+    let per_position = position_bytes(&model, 4);
+    assert_eq!(cache_bytes_after(&model, 64), (64 * per_position, 64 * per_position));
+    assert_eq!(cache_bytes_after(&model, 65).1, 128 * per_position);
+    // MultiHeadAttention: the cache grows by each run's tokens.
+    let model = load(&folder("llama-cpu-fp16"), true);
+    assert!(!model.shares_kv_buffer());
+    let per_position = position_bytes(&model, 2);
+    assert_eq!(cache_bytes_after(&model, 16), (5 * per_position, 16 * per_position));
 }
 
 #[test]

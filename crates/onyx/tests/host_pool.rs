@@ -1,5 +1,6 @@
 //! The host buffer pool and in-place elementwise ops of the CPU EP: outputs are right whether
-//! or not a node writes over its input, in-place fires only where it is legal, and a warm run
+//! or not a node writes over its input, in-place fires only where it is legal (on an input the
+//! caller handed over and holds no more, too), and a warm run
 //! takes every output buffer from the pool. With `--ignored --nocapture`, allocations per run
 //! and pool counters for the benchmark models (scripts/make_test_models.py, in
 //! target/testmodels), with the pool on and off.
@@ -212,6 +213,23 @@ fn a_previous_output_fed_back_is_not_overwritten() {
     let want: Vec<f32> = before.iter().map(|&v| sigmoid(v)).collect();
     assert_close(&floats(&second[0]), &want, "Y");
     assert_eq!(s.host_pool_stats().unwrap().in_place, 0);
+}
+
+#[test]
+fn a_previous_output_handed_back_is_written_in_place() {
+    // Fed back by value with no other holder (a KV cache passed from step to step), the run
+    // owns the buffer: a node may write its output over it.
+    let m = model(vec![node("Sigmoid", &["X"], "Y")], &[("X", &[R, C])], &[], &["Y"]);
+    let s = session(m, true);
+    let first = s.run([("X", tensor(&[R, C], 9))]).unwrap();
+    let y = first[0].as_tensor().unwrap().clone();
+    drop(first);
+    let want: Vec<f32> = y.as_slice::<f32>().unwrap().iter().map(|&v| sigmoid(v)).collect();
+    let at = y.as_slice::<f32>().unwrap().as_ptr();
+    let second = s.run([("X", y)]).unwrap();
+    assert_close(&floats(&second[0]), &want, "Y");
+    assert_eq!(s.host_pool_stats().unwrap().in_place, 1);
+    assert_eq!(second[0].as_tensor().unwrap().as_slice::<f32>().unwrap().as_ptr(), at, "Y in X's buffer");
 }
 
 #[test]

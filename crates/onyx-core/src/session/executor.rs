@@ -126,12 +126,12 @@ pub struct NodeTime {
     pub us: f64,
 }
 
-/// The shapes of a step's tensor inputs (the donated one included), for profiles.
-fn input_shapes(inputs: &[Option<ValueRef<'_>>], donated: Option<&(usize, Value)>) -> String {
+/// The shapes of a step's tensor inputs (the donated ones included), for profiles.
+fn input_shapes(inputs: &[Option<ValueRef<'_>>], donated: &[(usize, Value)]) -> String {
     let shape = |(i, v): (usize, &Option<ValueRef<'_>>)| {
-        let v = match donated {
-            Some((d, value)) if *d == i => Some(ValueRef::Value(value)),
-            _ => *v,
+        let v = match donated.iter().find(|(d, _)| *d == i) {
+            Some((_, value)) => Some(ValueRef::Value(value)),
+            None => *v,
         };
         match v.map(|v| v.tensor()) {
             Some(Ok(t)) => format!("{:?}", t.shape()).replace(' ', ""),
@@ -142,44 +142,27 @@ fn input_shapes(inputs: &[Option<ValueRef<'_>>], donated: Option<&(usize, Value)
     inputs.iter().enumerate().map(shape).collect::<Vec<_>>().join(" ")
 }
 
-/// Takes out of `env` the input a kernel step may overwrite with its output (see
-/// `plan_donations`): among the positions the plan marked and the kernel accepts, the host tensor
-/// the run owns with the most bytes (the one an output of a broadcast can have the size of).
-fn donation(step: &super::plan::Step, env: &mut [Option<Slot<'_>>]) -> Option<(usize, Value)> {
-    let StepKind::Kernel { kernel, .. } = &step.kind else { return None };
+/// Takes out of `env` the inputs a kernel step may overwrite with its outputs (see
+/// `plan_donations`): the positions the plan marked and the kernel accepts that hold a host
+/// tensor the run owns.
+fn donations(step: &super::plan::Step, env: &mut [Option<Slot<'_>>]) -> Vec<(usize, Value)> {
+    let StepKind::Kernel { kernel, .. } = &step.kind else { return vec![] };
     if step.donatable.is_empty() {
-        return None;
+        return vec![];
     }
     let accepts = kernel.in_place_inputs();
-    let bytes = |i: usize| -> Option<usize> {
-        match env[step.inputs[i]?].as_ref()? {
-            Slot::Owned(Value::Tensor(t)) => match t.data() {
-                crate::TensorData::Host(h) => Some(h.bytes().len()),
-                _ => None,
-            },
-            _ => None,
-        }
-    };
-    let best =
-        step.donatable.iter().copied().filter(|i| accepts.contains(i)).filter_map(|i| bytes(i).map(|b| (i, b))).fold(
-            None,
-            |best: Option<(usize, usize)>, (i, b)| {
-                if best.is_some_and(|(_, bb)| bb >= b) {
-                    best
-                } else {
-                    Some((i, b))
-                }
-            },
+    let mut donated = vec![];
+    for &i in step.donatable.iter().filter(|i| accepts.contains(i)) {
+        let Some(slot) = step.inputs[i] else { continue };
+        let owned_host = matches!(
+            &env[slot],
+            Some(Slot::Owned(Value::Tensor(t))) if matches!(t.data(), crate::TensorData::Host(_))
         );
-    let (i, _) = best?;
-    let slot = step.inputs[i]?;
-    match env[slot].take() {
-        Some(Slot::Owned(value)) => Some((i, value)),
-        other => {
-            env[slot] = other;
-            None
+        if let (true, Some(Slot::Owned(value))) = (owned_host, env[slot].take()) {
+            donated.push((i, value));
         }
     }
+    donated
 }
 
 /// Executes `plan` with `env` already holding its inputs (and outer values). Returns the outputs
@@ -208,18 +191,18 @@ pub(crate) fn execute<'a>(
         }
     }
     for step in &plan.steps {
-        let donated = donation(step, &mut env);
+        let donated = donations(step, &mut env);
         let produced = {
             let inputs: Vec<Option<ValueRef<'_>>> =
                 step.inputs.iter().map(|s| s.and_then(|s| env[s].as_ref().map(Slot::as_ref))).collect();
             match &step.kind {
                 StepKind::Kernel { kernel, provider, at, wanted } => {
                     let start = profile.is_some().then(std::time::Instant::now);
-                    let shapes = profile.is_some().then(|| input_shapes(&inputs, donated.as_ref()));
-                    let outs = match (states.get(*provider), donated) {
-                        (Some(state), _) => kernel.run_in(state.as_mut(), &inputs, wanted),
-                        (None, Some(donated)) => kernel.run_donated(&inputs, donated, wanted),
-                        (None, None) => kernel.run(&inputs, wanted),
+                    let shapes = profile.is_some().then(|| input_shapes(&inputs, &donated));
+                    let outs = match states.get(*provider) {
+                        Some(state) => kernel.run_in(state.as_mut(), &inputs, wanted),
+                        None if !donated.is_empty() => kernel.run_donated(&inputs, donated, wanted),
+                        None => kernel.run(&inputs, wanted),
                     };
                     if let (Some(times), Some(start), Some(shapes)) = (profile.as_deref_mut(), start, shapes) {
                         times.push(NodeTime {

@@ -383,7 +383,7 @@ pub(crate) fn build_plan(
     let slot_count = b.home.len();
     let mut steps = b.steps;
     plan_lifetimes(&mut steps, &outputs, slot_count);
-    plan_donations(&mut steps, slot_count);
+    plan_donations(&mut steps, slot_count, &b.input_slots);
     let sizes = super::limits::slot_bytes(slot_count, &b.slots, &b.copies, &known);
     let peak_bytes = providers.limits.check_peak(&steps, &sizes, &graph.name)?;
     Ok(Plan {
@@ -591,13 +591,15 @@ fn plan_lifetimes(steps: &mut [Step], outputs: &[(String, usize)], slot_count: u
 }
 
 /// Marks the inputs a kernel step may take over for an in-place output: values a step of this
-/// plan computed (not graph inputs, outer-scope values, initializers or constants), read for the
-/// last time by this step (so not graph outputs, which are never freed), and read once by it
-/// (`Mul(x, x)` must not overwrite `x` while reading it). Whether the buffer is really free
-/// (no other value shares it) and fits the output is checked at run time.
-fn plan_donations(steps: &mut [Step], slot_count: usize) {
-    let mut made = vec![false; slot_count];
-    steps.iter().flat_map(|st| st.outputs.iter().flatten()).for_each(|&s| made[s] = true);
+/// plan computed, or graph inputs (not outer-scope values, initializers or constants), read for
+/// the last time by this step (so not graph outputs, which are never freed), and read once by
+/// it (`Mul(x, x)` must not overwrite `x` while reading it). Whether the buffer is really free
+/// (no other value shares it: a caller that handed a graph input over and kept no reference)
+/// and fits the output is checked at run time.
+fn plan_donations(steps: &mut [Step], slot_count: usize, graph_inputs: &HashSet<usize>) {
+    let mut ours = vec![false; slot_count];
+    steps.iter().flat_map(|st| st.outputs.iter().flatten()).for_each(|&s| ours[s] = true);
+    graph_inputs.iter().filter(|&&s| s < slot_count).for_each(|&s| ours[s] = true);
     for step in steps.iter_mut() {
         if !matches!(step.kind, StepKind::Kernel { .. }) {
             continue;
@@ -608,7 +610,7 @@ fn plan_donations(steps: &mut [Step], slot_count: usize) {
             .iter()
             .enumerate()
             .filter_map(|(i, s)| s.map(|s| (i, s)))
-            .filter(|&(_, s)| made[s] && step.free_after.contains(&s) && reads(s) == 1)
+            .filter(|&(_, s)| ours[s] && step.free_after.contains(&s) && reads(s) == 1)
             .map(|(i, _)| i)
             .collect();
     }

@@ -95,25 +95,47 @@ impl Gqa {
 
     /// The keys (or values) attention reads, `[B, Hkv, rows, D]`: each row's cached past,
     /// then its new tokens, zeros elsewhere. Row `j` of batch row b is position `origin + j`.
-    /// Without the windowed cache this is the present cache (`rows` = its length).
-    fn keys(&self, s: &GqaShapes, l: &GqaLengths, past: Option<&[f32]>, new: &[f32]) -> (Vec<f32>, usize) {
+    /// Without the windowed cache this is the present cache (`rows` = its length); a past
+    /// handed over with the present's shape becomes it, only the new tokens written (the
+    /// rows after them keep what the buffer held, as in ONNX Runtime's shared buffer).
+    fn keys(&self, s: &GqaShapes, l: &GqaLengths, past: Past<'_>, new: &[f32]) -> (Vec<f32>, usize) {
         let (hkv, d) = (self.0.kv_num_heads, s.head);
         let t = if self.0.sliding_cache { s.past_capacity + s.seq } else { l.present };
+        let past = match past {
+            Past::Owned(mut buffer) if !self.0.sliding_cache && s.past_capacity == t => {
+                self.write_new(s, l, &mut buffer, t, new);
+                return (buffer, t);
+            }
+            Past::Owned(buffer) => return self.keys(s, l, Past::Read(Some(&buffer)), new),
+            Past::Read(past) => past,
+        };
         let mut out = onyx_core::host_pool::take_zeroed::<f32>(s.batch * hkv * t * d);
-        for b in 0..s.batch {
-            let row = l.rows[b];
-            for h in 0..hkv {
-                let dst = &mut out[(b * hkv + h) * t * d..][..t * d];
-                if let Some(past) = past {
-                    let src = &past[(b * hkv + h) * s.past_capacity * d..];
-                    dst[..row.cached * d].copy_from_slice(&src[..row.cached * d]);
-                }
-                for i in 0..s.seq {
-                    dst[(row.cached + i) * d..][..d].copy_from_slice(&new[((b * s.seq + i) * hkv + h) * d..][..d]);
+        if let Some(past) = past {
+            for b in 0..s.batch {
+                let cached = l.rows[b].cached * d;
+                for h in 0..hkv {
+                    let src = &past[(b * hkv + h) * s.past_capacity * d..][..cached];
+                    out[(b * hkv + h) * t * d..][..cached].copy_from_slice(src);
                 }
             }
         }
+        self.write_new(s, l, &mut out, t, new);
         (out, t)
+    }
+
+    /// Writes the new tokens of `new` (`[B, S, Hkv, D]`) after each row's cached ones in
+    /// `cache` (`[B, Hkv, t, D]`).
+    fn write_new(&self, s: &GqaShapes, l: &GqaLengths, cache: &mut [f32], t: usize, new: &[f32]) {
+        let (hkv, d) = (self.0.kv_num_heads, s.head);
+        for b in 0..s.batch {
+            let cached = l.rows[b].cached;
+            for h in 0..hkv {
+                let dst = &mut cache[(b * hkv + h) * t * d..][..t * d];
+                for i in 0..s.seq {
+                    dst[(cached + i) * d..][..d].copy_from_slice(&new[((b * s.seq + i) * hkv + h) * d..][..d]);
+                }
+            }
+        }
     }
 
     /// The windowed present cache `[B, Hkv, C, D]` from the keys attention read (`rows` a
@@ -143,6 +165,22 @@ impl Gqa {
             }
         }
         out
+    }
+}
+
+/// A past cache as the kernel got it.
+enum Past<'a> {
+    /// Read only: the present is a new buffer.
+    Read(Option<&'a [f32]>),
+    /// Handed over by the run (see [`Kernel::run_donated`]): the present may be written into it.
+    Owned(Vec<f32>),
+}
+
+/// The past as read from its input, or as handed over.
+fn past<'a>(read: Option<&'a [f32]>, handed: Handed) -> Past<'a> {
+    match handed {
+        Some((_, buffer)) => Past::Owned(buffer),
+        None => Past::Read(read),
     }
 }
 
@@ -273,7 +311,47 @@ pub(super) fn softmax(x: &mut [f32], sink: Option<f32>) {
 }
 
 impl Kernel for Gqa {
+    /// The past key and value: a shared buffer (past and present of one capacity) that the run
+    /// hands over is updated in place. Not with the windowed cache, whose rows move.
+    fn in_place_inputs(&self) -> &[usize] {
+        if self.0.sliding_cache {
+            &[]
+        } else {
+            &[Op::PAST_KEY, Op::PAST_VALUE]
+        }
+    }
+
+    fn run_donated(
+        &self,
+        inputs: &[Option<ValueRef<'_>>],
+        donated: Vec<(usize, Value)>,
+        wanted: &[bool],
+    ) -> Result<Vec<Value>> {
+        let (mut handed, mut rest) = ([None, None], vec![]);
+        for (i, value) in donated {
+            match i {
+                Op::PAST_KEY | Op::PAST_VALUE => match onyx_core::host_pool::reclaim::<f32>(value) {
+                    Ok(buffer) => handed[i - Op::PAST_KEY] = Some(buffer),
+                    Err(value) => rest.push((i, value)),
+                },
+                _ => rest.push((i, value)),
+            }
+        }
+        self.compute(&onyx_core::ep::with_inputs(inputs, &rest), handed, wanted)
+    }
+
     fn run(&self, inputs: &[Option<ValueRef<'_>>], wanted: &[bool]) -> Result<Vec<Value>> {
+        self.compute(inputs, [None, None], wanted)
+    }
+}
+
+/// A past key or value handed over to the kernel: its shape and elements.
+type Handed = Option<(Vec<usize>, Vec<f32>)>;
+
+impl Gqa {
+    /// The node's outputs; `handed` holds the past key and value when the run handed them over
+    /// as f32 buffers (their entries in `inputs` are then `None`).
+    fn compute(&self, inputs: &[Option<ValueRef<'_>>], handed: [Handed; 2], wanted: &[bool]) -> Result<Vec<Value>> {
         let op = &self.0;
         let at = &op.at;
         let views = (0..=Op::HEAD_SINK).map(|i| util::opt_input(inputs, i, at)).collect::<Result<Vec<_>>>()?;
@@ -303,7 +381,17 @@ impl Kernel for Gqa {
                 return Err(Error::input(at, i, want.name(), t.dtype().name()));
             }
         }
+        for (k, h) in handed.iter().enumerate() {
+            if h.is_some() && dtype != DataType::Float {
+                return Err(Error::input(at, Op::PAST_KEY + k, dtype.name(), DataType::Float.name()));
+            }
+        }
         let mut shape_list: Vec<Option<&[usize]>> = views.iter().map(|v| v.as_ref().map(|v| v.shape())).collect();
+        for (k, h) in handed.iter().enumerate() {
+            if let Some((shape, _)) = h {
+                shape_list[Op::PAST_KEY + k] = Some(shape);
+            }
+        }
         if !op.do_rotary {
             shape_list[Op::COS_CACHE] = None;
             shape_list[Op::SIN_CACHE] = None;
@@ -327,8 +415,9 @@ impl Kernel for Gqa {
         }
         let past_k = views[Op::PAST_KEY].as_ref().map(util::f32s).transpose()?;
         let past_v = views[Op::PAST_VALUE].as_ref().map(util::f32s).transpose()?;
-        let (keys, rows) = self.keys(&shapes, &lengths, past_k.as_deref(), &new.k);
-        let (values, _) = self.keys(&shapes, &lengths, past_v.as_deref(), &new.v);
+        let [handed_k, handed_v] = handed;
+        let (keys, rows) = self.keys(&shapes, &lengths, past(past_k.as_deref(), handed_k), &new.k);
+        let (values, _) = self.keys(&shapes, &lengths, past(past_v.as_deref(), handed_v), &new.v);
         let bias = views[Op::ATTENTION_BIAS].as_ref().map(util::f32s).transpose()?;
         let sink = views[Op::HEAD_SINK].as_ref().map(util::f32s).transpose()?;
 
@@ -379,5 +468,105 @@ impl Kernel for Gqa {
             out.push(util::from_f32(dtype, vec![shapes.batch, hq, seq, total], qk)?);
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use onyx_core::ep::{Kernel, ValueRef};
+    use onyx_core::host_pool::{self, HostPool};
+    use onyx_core::ir::AttrValue;
+    use onyx_core::{Tensor, Value};
+
+    use crate::ops::elementwise::testing::{random_f32, tensor};
+    use crate::ops::matmul::test_support::{build, node};
+
+    const D: usize = 6;
+    const PAST: usize = 5;
+    const NEW: usize = 3;
+
+    fn gqa() -> Box<dyn Kernel> {
+        let inputs = ["q", "k", "v", "pk", "pv", "seqlens", "total"];
+        let attrs = vec![("num_heads", AttrValue::Int(4)), ("kv_num_heads", AttrValue::Int(2))];
+        build(super::build, &node("GroupQueryAttention", &inputs, 3, attrs), 1).unwrap()
+    }
+
+    /// q, k, v of `NEW` tokens after `PAST` cached ones, in a shared buffer of `capacity`.
+    fn inputs(rng: &mut fastrand::Rng, capacity: usize) -> Vec<Tensor> {
+        let mut new = |heads: usize| tensor(&[1, NEW, heads * D], random_f32(rng, NEW * heads * D, -1.0, 1.0));
+        let (q, k, v) = (new(4), new(2), new(2));
+        let mut past = || tensor(&[1, 2, capacity, D], random_f32(rng, 2 * capacity * D, -1.0, 1.0));
+        let (pk, pv) = (past(), past());
+        let total = (PAST + NEW) as i32;
+        vec![q, k, v, pk, pv, tensor(&[1], vec![total - 1]), tensor(&[], vec![capacity as i32])]
+    }
+
+    /// A pooled copy of `t` that nothing else holds: what a run hands over.
+    fn pooled(t: &Tensor) -> Value {
+        let mut data = host_pool::take::<f32>(t.len());
+        data.copy_from_slice(t.as_slice::<f32>().unwrap());
+        Value::Tensor(host_pool::tensor(t.shape().to_vec(), data).unwrap())
+    }
+
+    fn f32s(v: &Value) -> Vec<f32> {
+        v.as_tensor().unwrap().as_slice::<f32>().unwrap().to_vec()
+    }
+
+    /// A shared buffer handed over is written in place: the same outputs as a run that copies,
+    /// the new rows in the buffer itself, the rows after the sequence as they were.
+    #[test]
+    fn a_handed_over_shared_buffer_is_updated_in_place() {
+        let pool = HostPool::new(1 << 24);
+        let _entered = host_pool::enter(&pool);
+        let mut rng = fastrand::Rng::with_seed(7);
+        let kernel = gqa();
+        for capacity in [PAST + NEW, 11] {
+            let x = inputs(&mut rng, capacity);
+            let values: Vec<Value> = x.iter().cloned().map(Value::Tensor).collect();
+            let refs: Vec<Option<ValueRef<'_>>> = values.iter().map(|v| Some(ValueRef::Value(v))).collect();
+            let copied = kernel.run(&refs, &[true; 3]).unwrap();
+
+            let (pk, pv) = (pooled(&x[3]), pooled(&x[4]));
+            let at = |v: &Value| v.as_tensor().unwrap().as_slice::<f32>().unwrap().as_ptr();
+            let (pk_at, pv_at) = (at(&pk), at(&pv));
+            let mut handed = refs.clone();
+            handed[3] = None;
+            handed[4] = None;
+            let in_place = kernel.run_donated(&handed, vec![(3, pk), (4, pv)], &[true; 3]).unwrap();
+
+            assert_eq!(f32s(&in_place[0]), f32s(&copied[0]), "capacity {capacity}: output");
+            assert_eq!((at(&in_place[1]), at(&in_place[2])), (pk_at, pv_at), "capacity {capacity}: in place");
+            for (i, past) in [(1, &x[3]), (2, &x[4])] {
+                let (got, want, before) = (f32s(&in_place[i]), f32s(&copied[i]), past.as_slice::<f32>().unwrap());
+                for h in 0..2 {
+                    let head = h * capacity * D;
+                    let valid = head..head + (PAST + NEW) * D;
+                    assert_eq!(got[valid.clone()], want[valid.clone()], "capacity {capacity}: present {i} head {h}");
+                    let after = valid.end..head + capacity * D;
+                    assert_eq!(got[after.clone()], before[after], "capacity {capacity}: rows after the sequence");
+                }
+            }
+        }
+    }
+
+    /// A past smaller than the present (a growing cache) is read, not reused.
+    #[test]
+    fn a_handed_over_past_of_another_size_is_copied() {
+        let pool = HostPool::new(1 << 24);
+        let _entered = host_pool::enter(&pool);
+        let mut rng = fastrand::Rng::with_seed(8);
+        let kernel = gqa();
+        let mut x = inputs(&mut rng, PAST);
+        x[6] = tensor(&[], vec![(PAST + NEW) as i32]);
+        let values: Vec<Value> = x.iter().cloned().map(Value::Tensor).collect();
+        let refs: Vec<Option<ValueRef<'_>>> = values.iter().map(|v| Some(ValueRef::Value(v))).collect();
+        let copied = kernel.run(&refs, &[true; 3]).unwrap();
+        let mut handed = refs.clone();
+        handed[3] = None;
+        let donated = kernel.run_donated(&handed, vec![(3, pooled(&x[3]))], &[true; 3]).unwrap();
+        for i in 0..3 {
+            assert_eq!(f32s(&donated[i]), f32s(&copied[i]), "output {i}");
+        }
+        assert_eq!(donated[1].as_tensor().unwrap().shape(), [1, 2, PAST + NEW, D]);
     }
 }

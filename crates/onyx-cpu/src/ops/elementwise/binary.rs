@@ -357,10 +357,11 @@ impl Kernel for Binary {
     fn run_donated(
         &self,
         inputs: &[Option<ValueRef<'_>>],
-        donated: (usize, Value),
+        mut donated: Vec<(usize, Value)>,
         wanted: &[bool],
     ) -> Result<Vec<Value>> {
-        let (i, x) = donated;
+        let Some((i, x)) = onyx_core::ep::take_largest(&mut donated) else { return self.run(inputs, wanted) };
+        let inputs = &onyx_core::ep::with_inputs(inputs, &donated);
         let x = match (self.op, util::input(inputs, 1 - i.min(1), &self.at)) {
             (BinaryOp::Arith(op), Ok(other)) if i < 2 => match super::in_place::arith(op, i, x, &other) {
                 Ok(y) => return Ok(vec![y.map_err(|e| e.at(&self.at))?]),

@@ -304,10 +304,11 @@ impl Kernel for Unary {
     fn run_donated(
         &self,
         inputs: &[Option<ValueRef<'_>>],
-        donated: (usize, Value),
+        mut donated: Vec<(usize, Value)>,
         wanted: &[bool],
     ) -> Result<Vec<Value>> {
-        let (i, x) = donated;
+        let Some((i, x)) = onyx_core::ep::take_largest(&mut donated) else { return self.run(inputs, wanted) };
+        let inputs = &onyx_core::ep::with_inputs(inputs, &donated);
         let x = match super::map_float_in_place(x, &self.op) {
             Ok(y) => return Ok(vec![y.map_err(|e| e.at(&self.at))?]),
             Err(x) => x,
@@ -443,10 +444,11 @@ impl Kernel for Clip {
     fn run_donated(
         &self,
         inputs: &[Option<ValueRef<'_>>],
-        donated: (usize, Value),
+        mut donated: Vec<(usize, Value)>,
         wanted: &[bool],
     ) -> Result<Vec<Value>> {
-        let (i, x) = donated;
+        let Some((i, x)) = onyx_core::ep::take_largest(&mut donated) else { return self.run(inputs, wanted) };
+        let inputs = &onyx_core::ep::with_inputs(inputs, &donated);
         let x = match self.in_place(inputs, x) {
             Ok(y) => return Ok(vec![y.map_err(|e| e.at(&self.at))?]),
             Err(x) => x,
