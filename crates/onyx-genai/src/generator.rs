@@ -300,7 +300,7 @@ impl Generator {
         let (past, total, new) = (self.cached, end, end - self.cached);
         let cache = self.cache_for(end)?;
         // A shared buffer's mask spans its capacity: ones over the sequence, then zeros.
-        let width = if io.shared_buffer { cache.first().map_or(total, |l| l[0].shape()[2]) } else { total };
+        let width = if io.shared_buffer { cache.first().map_or(total, |l| capacity_of(&l[0])) } else { total };
         let new_tokens = self.rows[..batch].iter().flat_map(|r| r[past..end].iter().map(|&t| t as i64));
         let mut binding = IoBinding::new();
         binding.bind_input(io.input_ids.0.clone(), integers(io.input_ids.1, vec![batch, new], new_tokens)?);
@@ -359,7 +359,7 @@ impl Generator {
         if !io.shared_buffer {
             return cache.map_or_else(|| empty_cache(io), Ok);
         }
-        let current = cache.as_ref().and_then(|c| c.first()).map_or(0, |l| l[0].shape()[2]);
+        let current = cache.as_ref().and_then(|c| c.first()).map_or(0, |l| capacity_of(&l[0]));
         let capacity = kv_cache::capacity(end, current, self.params.max_length);
         let ops = model.cache_ops();
         match cache {
@@ -426,6 +426,12 @@ fn integers(dtype: DataType, shape: Vec<usize>, values: impl Iterator<Item = i64
         DataType::Int32 => Tensor::from_vec(shape, values.map(|v| v as i32).collect::<Vec<_>>())?,
         _ => Tensor::from_vec(shape, values.collect::<Vec<_>>())?,
     })
+}
+
+/// The positions a cache tensor `[batch, heads, positions, head_size]` holds; 0 for a tensor of
+/// another rank (a model's own outputs are fed back, so this must not panic).
+fn capacity_of(t: &Tensor) -> usize {
+    t.shape().get(2).copied().unwrap_or(0)
 }
 
 /// The cache before the first run (batch 1): no positions, or a windowed layer's zero-filled

@@ -227,7 +227,19 @@ pub(crate) fn build_plan(
     graph: &Graph,
     providers: &Providers,
     opsets: &OpsetImports,
+    known: HashMap<String, Inferred>,
+) -> Result<Plan> {
+    build_graph_plan(graph, providers, opsets, known, true)
+}
+
+/// [`build_plan`] for the model's graph (`top`) or a subgraph. Only the model's graph inputs can
+/// be donated: a subgraph's inputs are values its runner (a Loop, a Scan, an If) still holds.
+fn build_graph_plan(
+    graph: &Graph,
+    providers: &Providers,
+    opsets: &OpsetImports,
     mut known: HashMap<String, Inferred>,
+    top: bool,
 ) -> Result<Plan> {
     infer_graph(graph, opsets, &mut known)?;
     providers.limits.check_values(graph, &known)?;
@@ -260,7 +272,7 @@ pub(crate) fn build_plan(
     }
     let known_ref = &known;
     let subgraphs = |g: &Graph| -> Result<Arc<dyn SubgraphRunner>> {
-        let plan = build_plan(g, providers, opsets, known_ref.clone())?;
+        let plan = build_graph_plan(g, providers, opsets, known_ref.clone(), false)?;
         Ok(Arc::new(SubgraphPlan::new(plan, providers.clone())))
     };
     let contexts = Contexts { opsets, known: known_ref, subgraphs: &subgraphs };
@@ -383,7 +395,8 @@ pub(crate) fn build_plan(
     let slot_count = b.home.len();
     let mut steps = b.steps;
     plan_lifetimes(&mut steps, &outputs, slot_count);
-    plan_donations(&mut steps, slot_count, &b.input_slots);
+    let donatable_inputs = if top { b.input_slots.clone() } else { HashSet::new() };
+    plan_donations(&mut steps, slot_count, &donatable_inputs);
     let sizes = super::limits::slot_bytes(slot_count, &b.slots, &b.copies, &known);
     let peak_bytes = providers.limits.check_peak(&steps, &sizes, &graph.name)?;
     Ok(Plan {
