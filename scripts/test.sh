@@ -4,7 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-python3 -m pip install --quiet --disable-pip-version-check onnx==1.22.0 onnxruntime==1.32.0 onnxruntime-genai==0.18.0 jinja2==3.1.6 numpy pillow==13.0.0
+python3 -m pip install --quiet --disable-pip-version-check onnx==1.22.0 onnxruntime==1.32.0 onnxruntime-genai==0.18.0 jinja2==3.1.6 numpy pillow==13.0.0 \
+    maturin==1.16.0 pytest==9.2.0
 
 # The wgpu tests need a Vulkan driver: on a machine without a GPU, Mesa's software one
 # (lavapipe). With CI=true a wgpu test that finds no adapter fails instead of skipping.
@@ -39,6 +40,14 @@ if [ "${CI:-}" = "true" ]; then
 fi
 
 cargo test --workspace --no-fail-fast
+
+# The Python package (python/): built by maturin with the test build's profile and target
+# folder, so it reuses what `cargo test` compiled, installed, then checked by pytest against
+# the real onnxruntime package (python/tests). Run from the repository root, so that `onyx`
+# is the installed package, not the source folder.
+MATURIN_PEP517_ARGS="--profile dev" python3 -m pip install --quiet --disable-pip-version-check \
+    --no-build-isolation --force-reinstall --no-deps ./python
+python3 -m pytest -q python/tests
 
 # The fuzz build below has its own target folder: on CI the test build is done with, so its
 # disk goes back first.

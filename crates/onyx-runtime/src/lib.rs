@@ -24,7 +24,7 @@ pub use builder::SessionBuilder;
 pub use onyx_core::ep::{self, ExecutionProvider};
 pub use onyx_core::optimizer;
 pub use onyx_core::{
-    element_count, ir, types, DataType, Device, Element, Error, HostBuffer, InputValue, IoBinding, Location, Map,
+    element_count, ir, types, ByteSource, DataType, Device, Element, Error, HostBuffer, InputValue, IoBinding, Location, Map,
     NodeAssignment, NodeTime, OptimizationLevel, Optional, OutputTarget, Outputs, Result, Sequence, Session,
     SessionOptions, Tensor, TensorData, TensorView, Value, FOLDED,
 };

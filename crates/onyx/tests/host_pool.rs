@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use onyx::ir::{Graph, Model, Node};
 use onyx::types::{TensorType, ValueInfo, ValueType};
-use onyx::{CpuProvider, DataType, OptimizationLevel, Session, SessionOptions, Tensor, Value};
+use onyx::{CpuProvider, DataType, OptimizationLevel, Session, SessionOptions, Tensor, TensorView, Value};
 
 /// Counts heap allocations (of the whole test binary; the figures are read around single runs).
 struct Counting;
@@ -230,6 +230,25 @@ fn a_previous_output_handed_back_is_written_in_place() {
     assert_close(&floats(&second[0]), &want, "Y");
     assert_eq!(s.host_pool_stats().unwrap().in_place, 1);
     assert_eq!(second[0].as_tensor().unwrap().as_slice::<f32>().unwrap().as_ptr(), at, "Y in X's buffer");
+}
+
+#[test]
+fn views_of_the_callers_memory_are_read_not_donated() {
+    // A graph input read last by a kernel that could write in place, given as a view: the run
+    // reads the caller's memory and leaves it as it was (a donation would lose the input).
+    let m = model(vec![node("Add", &["X", "Z"], "Y")], &[("X", &[R, C]), ("Z", &[R, C])], &[], &["Y"]);
+    let s = session(m, true);
+    let (x, z) = (tensor(&[R, C], 13), tensor(&[R, C], 14));
+    let (xs, zs) = (x.as_slice::<f32>().unwrap().to_vec(), z.as_slice::<f32>().unwrap().to_vec());
+    let want: Vec<f32> = xs.iter().zip(&zs).map(|(a, b)| a + b).collect();
+    let shape = [R, C];
+    for _ in 0..2 {
+        let views =
+            [("X", TensorView::from_slice(&shape, &xs).unwrap()), ("Z", TensorView::from_slice(&shape, &zs).unwrap())];
+        let out = s.run(views).unwrap();
+        assert_close(&floats(&out[0]), &want, "Y");
+    }
+    assert_eq!(s.host_pool_stats().unwrap().in_place, 0);
 }
 
 #[test]

@@ -158,8 +158,11 @@ fn donations(step: &super::plan::Step, env: &mut [Option<Slot<'_>>]) -> Vec<(usi
             &env[slot],
             Some(Slot::Owned(Value::Tensor(t))) if matches!(t.data(), crate::TensorData::Host(_))
         );
-        if let (true, Some(Slot::Owned(value))) = (owned_host, env[slot].take()) {
-            donated.push((i, value));
+        // Only an owned host tensor is taken: a view or a device value stays where it is.
+        if owned_host {
+            if let Some(Slot::Owned(value)) = env[slot].take() {
+                donated.push((i, value));
+            }
         }
     }
     donated

@@ -1,0 +1,180 @@
+"""ONNX Runtime's option classes: SessionOptions, RunOptions and their enums."""
+
+import enum
+
+__all__ = ["GraphOptimizationLevel", "ExecutionMode", "ExecutionOrder", "SessionOptions", "RunOptions"]
+
+
+class _OrtEnum(enum.IntEnum):
+    """An int enum printed as ONNX Runtime prints its enums (`GraphOptimizationLevel.ORT_ENABLE_ALL`)."""
+
+    def __str__(self):
+        return f"{type(self).__name__}.{self.name}"
+
+    def __repr__(self):
+        return f"<{type(self).__name__}.{self.name}: {int(self)}>"
+
+
+class GraphOptimizationLevel(_OrtEnum):
+    """How much the graph is rewritten before it runs."""
+
+    ORT_DISABLE_ALL = 0
+    ORT_ENABLE_BASIC = 1
+    ORT_ENABLE_EXTENDED = 2
+    ORT_ENABLE_LAYOUT = 3
+    ORT_ENABLE_ALL = 99
+
+
+class ExecutionMode(_OrtEnum):
+    """Whether independent nodes may run at once (Onyx runs nodes in order either way)."""
+
+    ORT_SEQUENTIAL = 0
+    ORT_PARALLEL = 1
+
+
+class ExecutionOrder(_OrtEnum):
+    """The order nodes are planned in (Onyx plans one topological order either way)."""
+
+    DEFAULT = 0
+    PRIORITY_BASED = 1
+    MEMORY_EFFICIENT = 2
+
+
+#: Session config keys ONNX Runtime documents that Onyx accepts (most have no effect here).
+SESSION_CONFIG_KEYS = {
+    "session.disable_cpu_ep_fallback",
+    "session.intra_op.allow_spinning",
+    "session.inter_op.allow_spinning",
+    "session.disable_prepacking",
+    "session.use_env_allocators",
+    "session.load_model_format",
+    "session.save_model_format",
+    "session.set_denormal_as_zero",
+    "session.disable_quant_qdq",
+    "session.disable_double_qdq_remover",
+    "session.enable_quant_qdq_cleanup",
+    "session.qdqisint8allowed",
+    "session.x64quantprecision",
+    "session.use_ort_model_bytes_directly",
+    "session.use_ort_model_bytes_for_initializers",
+    "session.disable_aot_function_inlining",
+    "session.graph_optimizations_loop_level",
+    "session.dynamic_block_base",
+    "session.intra_op_thread_affinities",
+    "session.force_spinning_stop",
+    "session.strict_shape_type_inference",
+    "session.allow_released_opsets_only",
+    "session.node_partition_config_file",
+    "session.disable_specified_optimizers",
+    "session.use_device_allocator_for_initializers",
+    "session.optimized_model_external_initializers_file_name",
+    "session.optimized_model_external_initializers_min_size_in_bytes",
+    "optimization.minimal_build_optimizations",
+    "optimization.enable_gelu_approximation",
+    "optimization.disable_specified_optimizers",
+    "ep.context_enable",
+    "ep.context_file_path",
+    "ep.context_embed_mode",
+    "mlas.enable_gemm_fastmath_arm64_bfloat16",
+    "gpu_graph_id",
+}
+
+
+class SessionOptions:
+    """Options of an InferenceSession, with ONNX Runtime's fields and methods.
+
+    Onyx acts on graph_optimization_level, intra_op_num_threads, the free-dimension overrides,
+    enable_profiling / profile_file_prefix and the config entry
+    ``session.disable_cpu_ep_fallback``; the other fields are kept and read back, as code
+    written for ONNX Runtime sets them.
+    """
+
+    def __init__(self):
+        self.graph_optimization_level = GraphOptimizationLevel.ORT_ENABLE_ALL
+        self.intra_op_num_threads = 0
+        self.inter_op_num_threads = 0
+        self.execution_mode = ExecutionMode.ORT_SEQUENTIAL
+        self.execution_order = ExecutionOrder.DEFAULT
+        self.log_severity_level = -1
+        self.log_verbosity_level = 0
+        self.logid = ""
+        self.enable_cpu_mem_arena = True
+        self.enable_mem_pattern = True
+        self.enable_mem_reuse = True
+        self.enable_profiling = False
+        self.profile_file_prefix = "onnxruntime_profile_"
+        self.optimized_model_filepath = ""
+        self.use_deterministic_compute = False
+        self.use_per_session_threads = True
+        self._config = {}
+        self._free_dims_by_name = []
+        self._free_dims_by_denotation = []
+        self._initializers = {}
+
+    def add_session_config_entry(self, key, value):
+        """Sets a session config entry (ONNX Runtime's `session.*` keys)."""
+        self._config[str(key)] = str(value)
+
+    def get_session_config_entry(self, key):
+        """The value of a config entry set before; an unset key raises RuntimeError."""
+        try:
+            return self._config[key]
+        except KeyError:
+            raise RuntimeError(f"SessionOptions does not have configuration with key: {key}") from None
+
+    def add_free_dimension_override_by_name(self, dim_name, dim_value):
+        """Fixes the free dimension named `dim_name` (e.g. 'batch') to `dim_value`."""
+        self._free_dims_by_name.append((str(dim_name), int(dim_value)))
+
+    def add_free_dimension_override_by_denotation(self, dim_denotation, dim_value):
+        """Fixes the free dimensions denoted `dim_denotation` (e.g. 'DATA_BATCH')."""
+        self._free_dims_by_denotation.append((str(dim_denotation), int(dim_value)))
+
+    def add_initializer(self, name, ort_value):
+        """Gives an overridable initializer a value. Not supported by Onyx yet: raises."""
+        raise NotImplementedError(f"add_initializer('{name}'): Onyx does not override initializers yet")
+
+    def add_external_initializers(self, names, ort_values):
+        """Gives external initializers their values. Not supported by Onyx yet: raises."""
+        raise NotImplementedError("add_external_initializers: Onyx does not take external initializers yet")
+
+    def register_custom_ops_library(self, library_path):
+        """Custom-op libraries are ONNX Runtime's C++ ABI: Onyx cannot load them."""
+        raise NotImplementedError(f"register_custom_ops_library('{library_path}'): Onyx cannot load ONNX Runtime custom-op libraries")
+
+    def _copy(self):
+        other = SessionOptions()
+        other.__dict__.update({k: (v.copy() if isinstance(v, (dict, list)) else v) for k, v in self.__dict__.items()})
+        return other
+
+
+#: Run config keys ONNX Runtime documents.
+RUN_CONFIG_KEYS = {
+    "memory.enable_memory_arena_shrinkage",
+    "gpu_graph_id",
+    "disable_synchronize_execution_providers",
+    "run.disable_cpu_ep_fallback",
+}
+
+
+class RunOptions:
+    """Options of one run: ONNX Runtime's fields. `terminate = True` makes runs fail at once."""
+
+    def __init__(self):
+        self.log_severity_level = -1
+        self.log_verbosity_level = 0
+        self.logid = ""
+        self.terminate = False
+        self.only_execute_path_to_fetches = False
+        self._config = {}
+
+    def add_run_config_entry(self, key, value):
+        """Sets a run config entry."""
+        self._config[str(key)] = str(value)
+
+    def get_run_config_entry(self, key):
+        """The value of a run config entry set before; an unset key raises RuntimeError."""
+        try:
+            return self._config[key]
+        except KeyError:
+            raise RuntimeError(f"RunOptions does not have configuration with key: {key}") from None
