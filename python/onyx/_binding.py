@@ -91,13 +91,15 @@ class IOBinding:
         """The outputs of the last run as numpy arrays."""
         return [v.numpy() for v in self._results]
 
-    def _run(self, sess):
+    def _run(self, sess, flag):
         if not self._outputs:
             raise RuntimeError("Error in execution: the IO binding binds no output")
         pointers = {n: a for n, a in self._outputs.items() if isinstance(a, np.ndarray)}
         places = [(n, ("cpu", 0) if n in pointers else p) for n, p in self._outputs.items()]
         try:
-            results = sess.run_binding(list(self._inputs.items()), places)
+            results = sess.run_binding(list(self._inputs.items()), places, flag)
+        except KeyboardInterrupt:
+            raise
         except Exception as e:
             raise RuntimeError(f"Error in execution: {e}") from e
         for (name, _), value in zip(places, results):

@@ -2,6 +2,8 @@
 
 import enum
 
+from onyx import _onyx
+
 __all__ = ["GraphOptimizationLevel", "ExecutionMode", "ExecutionOrder", "SessionOptions", "RunOptions"]
 
 
@@ -158,15 +160,26 @@ RUN_CONFIG_KEYS = {
 
 
 class RunOptions:
-    """Options of one run: ONNX Runtime's fields. `terminate = True` makes runs fail at once."""
+    """Options of runs: ONNX Runtime's fields. Setting `terminate = True`, from any thread, stops
+    the runs using these options at their next node (they raise Fail); a run also stops on
+    Ctrl-C (KeyboardInterrupt) when made on the main thread."""
 
     def __init__(self):
         self.log_severity_level = -1
         self.log_verbosity_level = 0
         self.logid = ""
-        self.terminate = False
         self.only_execute_path_to_fetches = False
         self._config = {}
+        self._flag = _onyx.RunFlag()
+
+    @property
+    def terminate(self):
+        """Whether runs using these options are asked to stop."""
+        return self._flag.get()
+
+    @terminate.setter
+    def terminate(self, value):
+        self._flag.set(bool(value))
 
     def add_run_config_entry(self, key, value):
         """Sets a run config entry."""

@@ -194,12 +194,13 @@ class InferenceSession:
             outputs, times = self._sess.run_profiled(output_names, input_feed)
             self._record(start, times)
             return outputs
-        return self._sess.run(output_names, input_feed)
+        return self._sess.run(output_names, input_feed, run_options._flag if run_options is not None else None)
 
     def run_with_ort_values(self, output_names, input_dict_ort_values, run_options=None):
         """`run` with OrtValues in and out."""
         output_names = self._check_run(output_names, input_dict_ort_values, run_options)
-        return self._sess.run_values(output_names, input_dict_ort_values)
+        flag = run_options._flag if run_options is not None else None
+        return self._sess.run_values(output_names, input_dict_ort_values, flag)
 
     def run_async(self, output_names, input_feed, callback, user_data, run_options=None):
         """Runs on another thread and calls `callback(outputs, user_data, error_message)`
@@ -223,7 +224,7 @@ class InferenceSession:
         """Runs with the inputs and outputs bound in `iobinding`."""
         if run_options is not None and run_options.terminate:
             raise _onyx.Fail("Exiting due to terminate flag being set to true.")
-        iobinding._run(self._sess)
+        iobinding._run(self._sess, run_options._flag if run_options is not None else None)
 
     # ---- profiling
 

@@ -66,6 +66,7 @@ pub fn to_py(error: Error, phase: Phase) -> PyErr {
             InvalidArgument::new_err(message)
         }
         (Error::InvalidArgument(_), _) => InvalidArgument::new_err(message),
+        (Error::Terminated, _) => Fail::new_err("Exiting due to terminate flag being set to true."),
     }
 }
 

@@ -4,6 +4,7 @@
 
 use pyo3::prelude::*;
 
+mod control;
 mod convert;
 mod errors;
 mod providers;
@@ -19,7 +20,9 @@ fn available_providers() -> Vec<&'static str> {
 #[pymodule]
 fn _onyx(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    control::init();
     m.add_class::<session::Session>()?;
+    m.add_class::<control::RunFlag>()?;
     m.add_class::<value::OrtValue>()?;
     m.add_function(wrap_pyfunction!(available_providers, m)?)?;
     errors::register(m)?;

@@ -12,6 +12,7 @@ use onyx::{Device, IoBinding, OptimizationLevel, Optional, Outputs, SessionBuild
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 
+use crate::control::{Control, RunFlag};
 use crate::convert::{to_fed, to_python, Fed};
 use crate::errors::{to_py, InvalidArgument, Phase};
 use crate::providers::{device_provider, provider};
@@ -121,14 +122,15 @@ impl Session {
     /// Runs the model on `feed` (input name to numpy array, list, scalar, string, OrtValue or
     /// None) and returns `output_names` (all outputs when None) as numpy arrays, lists (for
     /// sequences), dicts (maps) or None (absent optionals).
-    #[pyo3(signature = (output_names, feed))]
+    #[pyo3(signature = (output_names, feed, flag = None))]
     fn run<'py>(
         &self,
         py: Python<'py>,
         output_names: Option<Vec<String>>,
         feed: &Bound<'py, PyDict>,
+        flag: Option<&RunFlag>,
     ) -> PyResult<Vec<Bound<'py, PyAny>>> {
-        let (names, outputs) = self.execute(py, output_names, feed)?;
+        let (names, outputs) = self.execute(py, output_names, feed, flag)?;
         names.iter().map(|n| to_python(py, output(&outputs, n)?)).collect()
     }
 
@@ -149,24 +151,28 @@ impl Session {
     }
 
     /// [`Session::run`] with the outputs as OrtValues (on the host).
+    #[pyo3(signature = (output_names, feed, flag = None))]
     fn run_values(
         &self,
         py: Python<'_>,
         output_names: Option<Vec<String>>,
         feed: &Bound<'_, PyDict>,
+        flag: Option<&RunFlag>,
     ) -> PyResult<Vec<OrtValue>> {
-        let (names, outputs) = self.execute(py, output_names, feed)?;
+        let (names, outputs) = self.execute(py, output_names, feed, flag)?;
         names.iter().map(|n| Ok(OrtValue::new(output(&outputs, n)?.clone(), None))).collect()
     }
 
     /// Runs with bound inputs (any value `run` takes, OrtValues on a GPU read where they are)
     /// and bound outputs (a device, or an OrtValue to hold the result). Returns the outputs as
     /// OrtValues, in the order bound.
+    #[pyo3(signature = (inputs, outputs, flag = None))]
     fn run_binding<'py>(
         &self,
         py: Python<'py>,
         inputs: Vec<(String, Bound<'py, PyAny>)>,
         outputs: Vec<(String, OutputPlace<'py>)>,
+        flag: Option<&RunFlag>,
     ) -> PyResult<Vec<Bound<'py, OrtValue>>> {
         let mut fed = Vec::with_capacity(inputs.len());
         for (name, value) in &inputs {
@@ -192,7 +198,9 @@ impl Session {
             };
             places.push(provider);
         }
-        let results = py.detach(|| self.inner.run_with_binding(binding)).map_err(|e| to_py(e, Phase::Run))?;
+        let control = Control::new(flag);
+        binding.set_run_options(control.options.clone());
+        let results = control.finish(py.detach(|| self.inner.run_with_binding(binding)))?;
         let mut out = Vec::with_capacity(outputs.len());
         for ((name, place), provider) in outputs.iter().zip(places) {
             let value = output(&results, name)?.clone();
@@ -240,11 +248,13 @@ impl Session {
         py: Python<'_>,
         output_names: Option<Vec<String>>,
         feed: &Bound<'_, PyDict>,
+        flag: Option<&RunFlag>,
     ) -> PyResult<(Vec<String>, Outputs)> {
         let fed = self.feed(feed)?;
         let inputs = inputs_of(&fed)?;
+        let control = Control::new(flag);
         let outputs = match &output_names {
-            None => py.detach(|| self.inner.run(inputs)),
+            None => py.detach(|| self.inner.run_with_options(inputs, &control.options)),
             Some(names) => {
                 let mut binding = IoBinding::new();
                 for (name, value) in inputs {
@@ -253,10 +263,11 @@ impl Session {
                 for name in names {
                     binding.bind_output_to_device(name.clone(), Device::Cpu);
                 }
+                binding.set_run_options(control.options.clone());
                 py.detach(|| self.inner.run_with_binding(binding))
             }
-        }
-        .map_err(|e| to_py(e, Phase::Run))?;
+        };
+        let outputs = control.finish(outputs)?;
         Ok((output_names.unwrap_or_else(|| self.output_names()), outputs))
     }
 }

@@ -270,3 +270,12 @@ def reshape_dynamic():
     return make_model([h.make_node("Reshape", ["x", "s"], ["y"])],
                       [tvi("x", "float32", ["n"]), tvi("s", "int64", [1])],
                       [tvi("y", "float32", None)], check=False)
+
+
+def matmul_chain(depth=1200, n=192):
+    """x @ w, `depth` times over: a run long enough (a fraction of a second) to be stopped."""
+    nodes = [h.make_node("MatMul", ["x" if i == 0 else f"h{i}", "w"],
+                         ["y" if i + 1 == depth else f"h{i + 1}"]) for i in range(depth)]
+    return make_model(nodes, [tvi("x", "float32", (n, n))], [tvi("y", "float32", (n, n))],
+                      initializers=[numpy_helper.from_array(
+                          (np.random.default_rng(9).random((n, n)) * 2 / n).astype(np.float32), "w")])

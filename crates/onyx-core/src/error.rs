@@ -71,6 +71,9 @@ pub enum Error {
     /// raised before the allocation.
     #[error("{what}: {size} {unit}, over the limit {option} = {limit}")]
     Limit { what: String, size: u64, unit: String, option: String, limit: u64 },
+    /// The run was asked to stop ([`crate::session::RunOptions`]: terminate, or an interrupt).
+    #[error("the run was terminated: its RunOptions asked it to stop")]
+    Terminated,
     /// I/O on a model or data file.
     #[error("{path}: {source}")]
     Io {

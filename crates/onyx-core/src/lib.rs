@@ -20,7 +20,8 @@ pub use device::Device;
 pub use dtype::DataType;
 pub use error::{Error, Location, Result};
 pub use session::{
-    IoBinding, NodeAssignment, NodeTime, OptimizationLevel, OutputTarget, Outputs, Session, SessionOptions, FOLDED,
+    IoBinding, NodeAssignment, NodeTime, OptimizationLevel, OutputTarget, Outputs, RunOptions, Session, SessionOptions,
+    FOLDED,
 };
 pub use tensor::{element_count, ByteSource, Element, HostBuffer, Tensor, TensorData, TensorView, ViewData};
 pub use value::{InputValue, Map, Optional, Sequence, Value};

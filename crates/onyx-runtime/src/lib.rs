@@ -25,7 +25,7 @@ pub use onyx_core::ep::{self, ExecutionProvider};
 pub use onyx_core::optimizer;
 pub use onyx_core::{
     element_count, ir, types, ByteSource, DataType, Device, Element, Error, HostBuffer, InputValue, IoBinding, Location, Map,
-    NodeAssignment, NodeTime, OptimizationLevel, Optional, OutputTarget, Outputs, Result, Sequence, Session,
+    NodeAssignment, NodeTime, OptimizationLevel, Optional, OutputTarget, Outputs, Result, RunOptions, Sequence, Session,
     SessionOptions, Tensor, TensorData, TensorView, Value, FOLDED,
 };
 pub use onyx_cpu::CpuProvider;

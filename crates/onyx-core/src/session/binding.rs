@@ -22,6 +22,7 @@ pub enum OutputTarget {
 pub struct IoBinding<'a> {
     pub(crate) inputs: Vec<(String, InputValue<'a>)>,
     pub(crate) outputs: Vec<(String, OutputTarget)>,
+    pub(crate) options: Option<super::RunOptions>,
 }
 
 impl<'a> IoBinding<'a> {
@@ -47,6 +48,12 @@ impl<'a> IoBinding<'a> {
     /// Asks for an output to be written into a preallocated device tensor.
     pub fn bind_output(&mut self, name: impl Into<String>, tensor: Tensor) -> &mut Self {
         self.bind_output_target(name.into(), OutputTarget::Into(tensor))
+    }
+
+    /// Runs with these options (a run asked to terminate stops at its next node).
+    pub fn set_run_options(&mut self, options: super::RunOptions) -> &mut Self {
+        self.options = Some(options);
+        self
     }
 
     fn bind_output_target(&mut self, name: String, target: OutputTarget) -> &mut Self {

@@ -8,11 +8,14 @@ mod options;
 mod outputs;
 mod plan;
 mod plan_cache;
+mod run_options;
 mod spin;
 mod validate;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 use crate::ep::ValueRef;
 use crate::ir::Model;
@@ -27,6 +30,7 @@ pub use options::{OptimizationLevel, SessionOptions};
 pub use outputs::Outputs;
 use plan::{build_plan, Plan, Providers};
 pub use plan::{NodeAssignment, FOLDED};
+pub use run_options::RunOptions;
 use plan_cache::PlanCache;
 
 /// A model ready to run. `Send + Sync`: `run` may be called from many threads at once; each
@@ -44,6 +48,9 @@ pub struct Session {
     pool: rayon::ThreadPool,
     /// Keep the pool's threads awake through a run ([`SessionOptions::intra_op_spinning`]).
     spin: bool,
+    /// How long the last run took, in microseconds (`u64::MAX` before the first): whether the
+    /// next one is worth watching for interrupts.
+    last_run_us: AtomicU64,
 }
 
 impl Session {
@@ -100,7 +107,17 @@ impl Session {
             .map_err(|e| Error::InvalidArgument(format!("cannot start {} threads: {e}", options.intra_op_threads)))?;
         let plans = PlanCache::new(&inputs);
         let spin = spin::wanted(options.intra_op_spinning, providers.list.iter().map(|p| p.device()));
-        Ok(Session { model, inputs, outputs, plan: Arc::new(plan), plans, providers, pool, spin })
+        Ok(Session {
+            model,
+            inputs,
+            outputs,
+            plan: Arc::new(plan),
+            plans,
+            providers,
+            pool,
+            spin,
+            last_run_us: AtomicU64::new(u64::MAX),
+        })
     }
 
     /// The inputs a caller feeds (initializers excluded), with free dimensions as overridden.
@@ -156,7 +173,21 @@ impl Session {
         let given: Vec<(String, InputValue<'a>)> =
             inputs.into_iter().map(|(n, v)| (n.as_ref().to_string(), v.into())).collect();
         let wanted = (0..self.plan.outputs.len()).map(|i| (i, OutputTarget::Host)).collect();
-        self.execute(given, wanted, None)
+        self.execute(given, wanted, None, None)
+    }
+
+    /// [`Session::run`] under `options`: the run stops with [`Error::Terminated`] when they ask
+    /// it to (see [`RunOptions`]).
+    pub fn run_with_options<'a, N, V, I>(&self, inputs: I, options: &RunOptions) -> Result<Outputs>
+    where
+        N: AsRef<str>,
+        V: Into<InputValue<'a>>,
+        I: IntoIterator<Item = (N, V)>,
+    {
+        let given: Vec<(String, InputValue<'a>)> =
+            inputs.into_iter().map(|(n, v)| (n.as_ref().to_string(), v.into())).collect();
+        let wanted = (0..self.plan.outputs.len()).map(|i| (i, OutputTarget::Host)).collect();
+        self.execute(given, wanted, None, Some(options))
     }
 
     /// [`Session::run`], also timing every kernel call (in execution order; host wall time,
@@ -172,7 +203,7 @@ impl Session {
             inputs.into_iter().map(|(n, v)| (n.as_ref().to_string(), v.into())).collect();
         let wanted = (0..self.plan.outputs.len()).map(|i| (i, OutputTarget::Host)).collect();
         let mut times = Vec::new();
-        let outputs = self.execute(given, wanted, Some(&mut times))?;
+        let outputs = self.execute(given, wanted, Some(&mut times), None)?;
         Ok((outputs, times))
     }
 
@@ -193,7 +224,7 @@ impl Session {
             })?;
             wanted.push((i, target));
         }
-        self.execute(binding.inputs, wanted, None)
+        self.execute(binding.inputs, wanted, None, binding.options.as_ref())
     }
 
     fn execute(
@@ -201,6 +232,7 @@ impl Session {
         given: Vec<(String, InputValue<'_>)>,
         wanted: Vec<(usize, OutputTarget)>,
         profile: Option<&mut Vec<NodeTime>>,
+        options: Option<&RunOptions>,
     ) -> Result<Outputs> {
         validate::check_inputs(&self.model.graph, &self.inputs, &given)?;
         let plan = self.plan_for(&given)?;
@@ -213,13 +245,54 @@ impl Session {
                 InputValue::View(v) => Slot::Ref(ValueRef::View(v)),
             });
         }
-        let run = || execute(&plan, &self.providers, env, &wanted, profile);
-        let values = self.pool.install(|| match self.spin {
+        let run = || execute(&plan, &self.providers, env, &wanted, profile, options);
+        let run = || match self.spin {
             true => spin::with_workers_awake(&self.pool, run),
             false => run(),
-        })?;
+        };
+        // Runs shorter than the check's period are not watched (watching costs a few
+        // microseconds of thread hand-offs); an interrupt then shows when they return.
+        let short = self.last_run_us.load(Ordering::Relaxed) < RunOptions::INTERRUPT_PERIOD.as_micros() as u64 / 2;
+        let started = Instant::now();
+        let values = match options.and_then(|o| o.interrupt_check().map(|check| (o, check))) {
+            Some((options, check)) if !short => self.run_watched(run, options, check),
+            _ => self.pool.install(run),
+        };
+        self.last_run_us.store(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+        let values = values?;
         let names = wanted.iter().map(|(i, _)| self.plan.outputs[*i].0.clone());
         Ok(Outputs::new(names.zip(values).collect()))
+    }
+
+    /// Runs `run` on the session's threads while this thread makes the interrupt check every
+    /// [`RunOptions::INTERRUPT_PERIOD`], terminating the run when it answers true.
+    fn run_watched<T: Send>(
+        &self,
+        run: impl FnOnce() -> Result<T> + Send,
+        options: &RunOptions,
+        check: &(dyn Fn() -> bool + Send + Sync),
+    ) -> Result<T> {
+        let done = std::sync::Mutex::new(None);
+        let finished = std::sync::Condvar::new();
+        self.pool.in_place_scope(|scope| {
+            scope.spawn(|_| {
+                let result = run();
+                *done.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(result);
+                finished.notify_all();
+            });
+            let mut guard = done.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            while guard.is_none() {
+                guard = finished
+                    .wait_timeout(guard, RunOptions::INTERRUPT_PERIOD)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .0;
+                if guard.is_none() && check() {
+                    options.set_terminate(true);
+                }
+            }
+        });
+        let result = done.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
+        result.unwrap_or_else(|| Err(Error::Device("the run ended without a result".into())))
     }
 }
 
