@@ -51,6 +51,11 @@ class ModelMetadata:
         self.custom_metadata_map = fields["custom_metadata_map"]
 
 
+def _flag(run_options):
+    """The native terminate flag of a RunOptions (None: a run of its own)."""
+    return run_options._flag if run_options is not None else None
+
+
 def _normalize_providers(providers, provider_options):
     """(name, options) pairs from ONNX Runtime's two provider arguments; names this build lacks
     are dropped with ONNX Runtime's warning."""
@@ -194,13 +199,12 @@ class InferenceSession:
             outputs, times = self._sess.run_profiled(output_names, input_feed)
             self._record(start, times)
             return outputs
-        return self._sess.run(output_names, input_feed, run_options._flag if run_options is not None else None)
+        return self._sess.run(output_names, input_feed, _flag(run_options))
 
     def run_with_ort_values(self, output_names, input_dict_ort_values, run_options=None):
         """`run` with OrtValues in and out."""
         output_names = self._check_run(output_names, input_dict_ort_values, run_options)
-        flag = run_options._flag if run_options is not None else None
-        return self._sess.run_values(output_names, input_dict_ort_values, flag)
+        return self._sess.run_values(output_names, input_dict_ort_values, _flag(run_options))
 
     def run_async(self, output_names, input_feed, callback, user_data, run_options=None):
         """Runs on another thread and calls `callback(outputs, user_data, error_message)`
@@ -224,7 +228,7 @@ class InferenceSession:
         """Runs with the inputs and outputs bound in `iobinding`."""
         if run_options is not None and run_options.terminate:
             raise _onyx.Fail("Exiting due to terminate flag being set to true.")
-        iobinding._run(self._sess, run_options._flag if run_options is not None else None)
+        iobinding._run(self._sess, _flag(run_options))
 
     # ---- profiling
 

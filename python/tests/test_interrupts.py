@@ -44,15 +44,18 @@ def test_terminate_from_another_thread_stops_the_run(onyx, long_run):
     np.testing.assert_array_equal(sess.run(None, feed, ro)[0], sess.run(None, feed)[0])
 
 
-def test_ctrl_c_interrupts_a_run_on_the_main_thread(long_run):
-    """SIGINT during a run raises KeyboardInterrupt within a few milliseconds, not at its end."""
+def test_ctrl_c_interrupts_a_run_on_the_main_thread(onyx, long_run):
+    """SIGINT during a run raises KeyboardInterrupt within a few milliseconds, not at its end,
+    and leaves the run's RunOptions as they were."""
     assert threading.current_thread() is threading.main_thread()
     sess, feed, full = long_run
+    ro = onyx.RunOptions()
     timer = threading.Timer(0.03, lambda: os.kill(os.getpid(), signal.SIGINT))
     start = time.perf_counter()
     timer.start()
     with pytest.raises(KeyboardInterrupt):
-        sess.run(None, feed)
+        sess.run(None, feed, ro)
     assert time.perf_counter() - start < full
     timer.join()
-    assert sess.run(None, feed)[0].shape == (192, 192)
+    assert not ro.terminate
+    assert sess.run(None, feed, ro)[0].shape == (192, 192)

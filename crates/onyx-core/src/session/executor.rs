@@ -170,15 +170,15 @@ fn donations(step: &super::plan::Step, env: &mut [Option<Slot<'_>>]) -> Vec<(usi
 
 /// Executes `plan` with `env` already holding its inputs (and outer values). Returns the outputs
 /// `wanted` asks for (indices into the plan's outputs, each with its target), in that order.
-/// With `profile`, the wall time of every kernel step is appended to it (no cost without). With
-/// `options`, a run asked to terminate stops before its next node.
+/// With `profile`, the wall time of every kernel step is appended to it (no cost without). The
+/// run stops with [`Error::Terminated`] before the first node at which `stop` answers true.
 pub(crate) fn execute<'a>(
     plan: &Plan,
     providers: &Providers,
     mut env: Vec<Option<Slot<'a>>>,
     wanted: &[(usize, OutputTarget)],
     mut profile: Option<&mut Vec<NodeTime>>,
-    options: Option<&super::RunOptions>,
+    stop: &(dyn Fn() -> bool + Sync),
 ) -> Result<Vec<Value>> {
     let _limits = super::limits::enter_run(providers.limits, plan.peak_bytes);
     let _pool = providers.host_pool.as_ref().map(|pool| {
@@ -196,7 +196,7 @@ pub(crate) fn execute<'a>(
         }
     }
     for step in &plan.steps {
-        if options.is_some_and(super::RunOptions::is_terminated) {
+        if stop() {
             return Err(Error::Terminated);
         }
         let donated = donations(step, &mut env);
@@ -352,6 +352,6 @@ impl SubgraphRunner for SubgraphPlan {
         }
         let wanted: Vec<(usize, OutputTarget)> =
             (0..self.plan.outputs.len()).map(|i| (i, OutputTarget::Host)).collect();
-        execute(&self.plan, &self.providers, env, &wanted, None, None)
+        execute(&self.plan, &self.providers, env, &wanted, None, &|| false)
     }
 }

@@ -13,7 +13,7 @@ mod spin;
 mod validate;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -30,8 +30,8 @@ pub use options::{OptimizationLevel, SessionOptions};
 pub use outputs::Outputs;
 use plan::{build_plan, Plan, Providers};
 pub use plan::{NodeAssignment, FOLDED};
-pub use run_options::RunOptions;
 use plan_cache::PlanCache;
+pub use run_options::RunOptions;
 
 /// A model ready to run. `Send + Sync`: `run` may be called from many threads at once; each
 /// run keeps its own values.
@@ -245,7 +245,10 @@ impl Session {
                 InputValue::View(v) => Slot::Ref(ValueRef::View(v)),
             });
         }
-        let run = || execute(&plan, &self.providers, env, &wanted, profile, options);
+        // An interrupt stops this run only; a terminate flag stops every run sharing it.
+        let interrupted = AtomicBool::new(false);
+        let stop = || options.is_some_and(RunOptions::is_terminated) || interrupted.load(Ordering::Relaxed);
+        let run = || execute(&plan, &self.providers, env, &wanted, profile, &stop);
         let run = || match self.spin {
             true => spin::with_workers_awake(&self.pool, run),
             false => run(),
@@ -254,8 +257,8 @@ impl Session {
         // microseconds of thread hand-offs); an interrupt then shows when they return.
         let short = self.last_run_us.load(Ordering::Relaxed) < RunOptions::INTERRUPT_PERIOD.as_micros() as u64 / 2;
         let started = Instant::now();
-        let values = match options.and_then(|o| o.interrupt_check().map(|check| (o, check))) {
-            Some((options, check)) if !short => self.run_watched(run, options, check),
+        let values = match options.and_then(RunOptions::interrupt_check) {
+            Some(check) if !short => self.run_watched(run, &interrupted, check),
             _ => self.pool.install(run),
         };
         self.last_run_us.store(started.elapsed().as_micros() as u64, Ordering::Relaxed);
@@ -265,11 +268,12 @@ impl Session {
     }
 
     /// Runs `run` on the session's threads while this thread makes the interrupt check every
-    /// [`RunOptions::INTERRUPT_PERIOD`], terminating the run when it answers true.
+    /// [`RunOptions::INTERRUPT_PERIOD`], setting `interrupted` (which the run reads before
+    /// each node) when it answers true.
     fn run_watched<T: Send>(
         &self,
         run: impl FnOnce() -> Result<T> + Send,
-        options: &RunOptions,
+        interrupted: &AtomicBool,
         check: &(dyn Fn() -> bool + Send + Sync),
     ) -> Result<T> {
         let done = std::sync::Mutex::new(None);
@@ -287,7 +291,7 @@ impl Session {
                     .unwrap_or_else(std::sync::PoisonError::into_inner)
                     .0;
                 if guard.is_none() && check() {
-                    options.set_terminate(true);
+                    interrupted.store(true, Ordering::Relaxed);
                 }
             }
         });

@@ -41,8 +41,8 @@ impl RunOptions {
     }
 
     /// A check made on the thread that called the run, every [`RunOptions::INTERRUPT_PERIOD`]
-    /// while the run works on the session's threads: answering true stops the run (as
-    /// `set_terminate(true)` would). For what only the calling thread can see, such as a
+    /// while the run works on the session's threads: answering true stops that run (not the
+    /// other runs sharing these options, and the terminate flag stays as it was). For what only the calling thread can see, such as a
     /// Python interpreter's pending Ctrl-C. A session whose last run was shorter than half the
     /// period runs the next one unwatched (watching costs thread hand-offs a short run would
     /// feel): the check is then not made during it.
