@@ -42,46 +42,6 @@ class ExecutionOrder(_OrtEnum):
     MEMORY_EFFICIENT = 2
 
 
-#: Session config keys ONNX Runtime documents that Onyx accepts (most have no effect here).
-SESSION_CONFIG_KEYS = {
-    "session.disable_cpu_ep_fallback",
-    "session.intra_op.allow_spinning",
-    "session.inter_op.allow_spinning",
-    "session.disable_prepacking",
-    "session.use_env_allocators",
-    "session.load_model_format",
-    "session.save_model_format",
-    "session.set_denormal_as_zero",
-    "session.disable_quant_qdq",
-    "session.disable_double_qdq_remover",
-    "session.enable_quant_qdq_cleanup",
-    "session.qdqisint8allowed",
-    "session.x64quantprecision",
-    "session.use_ort_model_bytes_directly",
-    "session.use_ort_model_bytes_for_initializers",
-    "session.disable_aot_function_inlining",
-    "session.graph_optimizations_loop_level",
-    "session.dynamic_block_base",
-    "session.intra_op_thread_affinities",
-    "session.force_spinning_stop",
-    "session.strict_shape_type_inference",
-    "session.allow_released_opsets_only",
-    "session.node_partition_config_file",
-    "session.disable_specified_optimizers",
-    "session.use_device_allocator_for_initializers",
-    "session.optimized_model_external_initializers_file_name",
-    "session.optimized_model_external_initializers_min_size_in_bytes",
-    "optimization.minimal_build_optimizations",
-    "optimization.enable_gelu_approximation",
-    "optimization.disable_specified_optimizers",
-    "ep.context_enable",
-    "ep.context_file_path",
-    "ep.context_embed_mode",
-    "mlas.enable_gemm_fastmath_arm64_bfloat16",
-    "gpu_graph_id",
-}
-
-
 class SessionOptions:
     """Options of an InferenceSession, with ONNX Runtime's fields and methods.
 
@@ -148,15 +108,6 @@ class SessionOptions:
         other = SessionOptions()
         other.__dict__.update({k: (v.copy() if isinstance(v, (dict, list)) else v) for k, v in self.__dict__.items()})
         return other
-
-
-#: Run config keys ONNX Runtime documents.
-RUN_CONFIG_KEYS = {
-    "memory.enable_memory_arena_shrinkage",
-    "gpu_graph_id",
-    "disable_synchronize_execution_providers",
-    "run.disable_cpu_ep_fallback",
-}
 
 
 class RunOptions:
