@@ -170,9 +170,7 @@ impl Session {
         V: Into<InputValue<'a>>,
         I: IntoIterator<Item = (N, V)>,
     {
-        let given: Vec<(String, InputValue<'a>)> =
-            inputs.into_iter().map(|(n, v)| (n.as_ref().to_string(), v.into())).collect();
-        let wanted = (0..self.plan.outputs.len()).map(|i| (i, OutputTarget::Host)).collect();
+        let (given, wanted) = self.every_output_on_host(inputs);
         self.execute(given, wanted, None, None)
     }
 
@@ -184,9 +182,7 @@ impl Session {
         V: Into<InputValue<'a>>,
         I: IntoIterator<Item = (N, V)>,
     {
-        let given: Vec<(String, InputValue<'a>)> =
-            inputs.into_iter().map(|(n, v)| (n.as_ref().to_string(), v.into())).collect();
-        let wanted = (0..self.plan.outputs.len()).map(|i| (i, OutputTarget::Host)).collect();
+        let (given, wanted) = self.every_output_on_host(inputs);
         self.execute(given, wanted, None, Some(options))
     }
 
@@ -199,9 +195,7 @@ impl Session {
         V: Into<InputValue<'a>>,
         I: IntoIterator<Item = (N, V)>,
     {
-        let given: Vec<(String, InputValue<'a>)> =
-            inputs.into_iter().map(|(n, v)| (n.as_ref().to_string(), v.into())).collect();
-        let wanted = (0..self.plan.outputs.len()).map(|i| (i, OutputTarget::Host)).collect();
+        let (given, wanted) = self.every_output_on_host(inputs);
         let mut times = Vec::new();
         let outputs = self.execute(given, wanted, Some(&mut times), None)?;
         Ok((outputs, times))
@@ -225,6 +219,22 @@ impl Session {
             wanted.push((i, target));
         }
         self.execute(binding.inputs, wanted, None, binding.options.as_ref())
+    }
+
+    /// `inputs` by name, and every graph output wanted on the host.
+    #[allow(clippy::type_complexity)]
+    fn every_output_on_host<'a, N, V, I>(
+        &self,
+        inputs: I,
+    ) -> (Vec<(String, InputValue<'a>)>, Vec<(usize, OutputTarget)>)
+    where
+        N: AsRef<str>,
+        V: Into<InputValue<'a>>,
+        I: IntoIterator<Item = (N, V)>,
+    {
+        let given = inputs.into_iter().map(|(n, v)| (n.as_ref().to_string(), v.into())).collect();
+        let wanted = (0..self.plan.outputs.len()).map(|i| (i, OutputTarget::Host)).collect();
+        (given, wanted)
     }
 
     fn execute(
