@@ -54,7 +54,11 @@ impl Control {
     /// The options of a run under `flag` (none: a fresh one), with the signal check on the
     /// main thread.
     pub fn new(flag: Option<&RunFlag>) -> Control {
-        let options = flag.map(|f| f.options.clone()).unwrap_or_default();
+        Control::with_options(flag.map(|f| f.options.clone()).unwrap_or_default())
+    }
+
+    /// `options` (their terminate flag kept), with the signal check on the main thread.
+    pub fn with_options(options: onyx::RunOptions) -> Control {
         let pending: Arc<Mutex<Option<PyErr>>> = Arc::default();
         if MAIN_THREAD.get() != Some(&std::thread::current().id()) {
             return Control { options, pending };
@@ -77,11 +81,17 @@ impl Control {
     pub fn finish<T>(&self, result: onyx::Result<T>) -> PyResult<T> {
         match result {
             Ok(v) => Ok(v),
-            Err(onyx::Error::Terminated) => match self.pending.lock().unwrap_or_else(PoisonError::into_inner).take() {
-                Some(signal) => Err(signal),
-                None => Err(Fail::new_err("Exiting due to terminate flag being set to true.")),
-            },
+            Err(onyx::Error::Terminated) => Err(self.stopped()),
             Err(e) => Err(to_py(e, Phase::Run)),
+        }
+    }
+
+    /// The exception of a run that was stopped: the signal's (KeyboardInterrupt) when one
+    /// stopped it, else ONNX Runtime's Fail for the terminate flag.
+    pub fn stopped(&self) -> PyErr {
+        match self.pending.lock().unwrap_or_else(PoisonError::into_inner).take() {
+            Some(signal) => signal,
+            None => Fail::new_err("Exiting due to terminate flag being set to true."),
         }
     }
 }

@@ -141,7 +141,7 @@ pub fn to_fed<'py>(obj: &Bound<'py, PyAny>, name: &str, expected: Option<&ValueT
 }
 
 /// Converts a Python value to an owned Onyx value (the elements of sequences and optionals).
-fn to_value(obj: &Bound<'_, PyAny>, name: &str, expected: Option<&ValueType>) -> PyResult<Value> {
+pub fn to_value(obj: &Bound<'_, PyAny>, name: &str, expected: Option<&ValueType>) -> PyResult<Value> {
     Ok(match to_fed(obj, name, expected)? {
         Fed::Array(array, dtype) => Value::Tensor(
             TensorView::from_bytes(dtype, array.shape(), array_bytes(&array)).map_err(invalid)?.to_tensor(),

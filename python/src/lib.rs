@@ -7,6 +7,7 @@ use pyo3::prelude::*;
 mod control;
 mod convert;
 mod errors;
+mod genai;
 mod providers;
 mod session;
 mod value;
@@ -26,5 +27,6 @@ fn _onyx(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<value::OrtValue>()?;
     m.add_function(wrap_pyfunction!(available_providers, m)?)?;
     errors::register(m)?;
+    genai::register(m)?;
     Ok(())
 }

@@ -66,6 +66,14 @@ impl CacheOps {
         }
     }
 
+    /// `t` on the host (downloaded from the cache device when it is there).
+    pub fn to_host(&self, t: &Tensor) -> Result<Tensor> {
+        match self.providers.iter().find(|p| p.device() == t.device()).filter(|_| t.device() != Device::Cpu) {
+            Some(p) => Ok(p.download(t)?),
+            None => Ok(t.clone()),
+        }
+    }
+
     fn run(&self, op: Op, t: &Tensor, arg: Tensor) -> Result<Tensor> {
         let session = self.session(op, t.dtype())?;
         let mut binding = IoBinding::new();

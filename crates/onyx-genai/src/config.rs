@@ -36,6 +36,9 @@ pub struct Config {
     /// (the language-model head is the largest product of a prompt step).
     #[serde(skip)]
     pub all_position_logits: bool,
+    /// The file's JSON, which [`Config::overlay`] patches.
+    #[serde(skip)]
+    source: Json,
 }
 
 /// `model`: what the decoder is and how its inputs and outputs are named.
@@ -362,6 +365,23 @@ impl Default for SearchConfig {
     }
 }
 
+/// Merges `patch` into `base`: objects key by key, other values replaced.
+fn merge_json(base: &mut Json, patch: &Json) {
+    match (base, patch) {
+        (Json::Object(base), Json::Object(patch)) => {
+            for (key, value) in patch {
+                match base.get_mut(key) {
+                    Some(slot) => merge_json(slot, value),
+                    None => {
+                        base.insert(key.clone(), value.clone());
+                    }
+                }
+            }
+        }
+        (base, patch) => *base = patch.clone(),
+    }
+}
+
 fn one_or_many<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Vec<i64>, D::Error> {
     #[derive(Deserialize)]
     #[serde(untagged)]
@@ -400,6 +420,7 @@ impl Config {
             })?;
         json.end().map_err(|e| e.to_string())?;
         config.warnings = unknown;
+        config.source = serde_json::from_str(text).map_err(|e| e.to_string())?;
         config.check()?;
         Ok(config)
     }
@@ -478,6 +499,28 @@ impl Config {
         Ok(())
     }
 
+    /// Applies a JSON object on top of the configuration (genai's `Config::overlay`, e.g.
+    /// `{"search": {"max_length": 512}}`): objects merge key by key, any other value replaces
+    /// the one it names. Providers set through the API stay unless the overlay sets
+    /// `model.decoder.session_options.provider_options`. On an error nothing changes.
+    pub fn overlay(&mut self, json: &str) -> Result<()> {
+        let patch: Json = serde_json::from_str(json).map_err(|e| invalid(format!("overlay: not JSON: {e}")))?;
+        if !patch.is_object() {
+            return Err(invalid(format!("overlay: expected a JSON object, got {patch}")));
+        }
+        let mut merged = self.source.clone();
+        merge_json(&mut merged, &patch);
+        let mut next = Config::from_json(&merged.to_string()).map_err(|e| invalid(format!("overlay: {e}")))?;
+        next.dir = std::mem::take(&mut self.dir);
+        next.all_position_logits = self.all_position_logits;
+        if patch.pointer("/model/decoder/session_options/provider_options").is_none() {
+            next.model.decoder.session_options.provider_options =
+                std::mem::take(&mut self.model.decoder.session_options.provider_options);
+        }
+        *self = next;
+        Ok(())
+    }
+
     /// The decoder's ONNX file.
     pub fn decoder_path(&self) -> PathBuf {
         self.dir.join(&self.model.decoder.filename)
@@ -551,5 +594,32 @@ mod tests {
             [ProviderConfig { name: "webgpu".into(), options: vec![("device_id".into(), "0".into())] }]
         );
         assert!(c.append_provider("tpu").unwrap_err().to_string().contains("unknown provider 'tpu'"));
+    }
+
+    #[test]
+    fn overlays_merge_keep_api_providers_and_fail_atomically() {
+        let mut c = Config::from_json(MINIMAL).unwrap();
+        c.dir = PathBuf::from("/models/x");
+        c.clear_providers();
+        c.overlay(
+            r#"{"search": {"max_length": 32, "do_sample": true}, "model": {"decoder": {"num_hidden_layers": 3}}}"#,
+        )
+        .unwrap();
+        assert_eq!((c.search.max_length, c.search.do_sample, c.search.top_k), (32, true, 1), "merged key by key");
+        assert_eq!(c.model.decoder.num_hidden_layers, 3);
+        assert_eq!(c.model.eos_token_id, [2, 3], "untouched keys stay");
+        assert!(c.model.decoder.session_options.provider_options.is_empty(), "clear_providers is kept");
+        assert_eq!(c.dir, PathBuf::from("/models/x"));
+        c.overlay(r#"{"model": {"decoder": {"session_options": {"provider_options": [{"webgpu": {}}]}}}}"#).unwrap();
+        assert_eq!(c.model.decoder.session_options.provider_options[0].name, "webgpu");
+        for (bad, says) in [
+            (r#"{"search": {"max_length": "long"}}"#, "search.max_length"),
+            ("[1]", "expected a JSON object"),
+            ("{", "not JSON"),
+        ] {
+            let err = c.overlay(bad).unwrap_err().to_string();
+            assert!(err.contains(says), "{bad}: {err}");
+        }
+        assert_eq!((c.search.max_length, c.dir.to_str()), (32, Some("/models/x")), "a failed overlay changes nothing");
     }
 }

@@ -12,7 +12,7 @@
 
 use std::sync::Arc;
 
-use onyx_runtime::{DataType, Device, IoBinding, Tensor, Value};
+use onyx_runtime::{DataType, Device, IoBinding, RunOptions, Tensor, Value};
 
 use crate::beam::BeamSearch;
 use crate::error::{invalid, Result};
@@ -41,6 +41,8 @@ pub struct Generator {
     beams: Option<BeamSearch>,
     /// Beam search's result, best first, once done.
     returned: Vec<Vec<i32>>,
+    /// What every run of the model is given: a terminate flag, an interrupt check.
+    run_options: Option<RunOptions>,
 }
 
 impl Generator {
@@ -80,6 +82,7 @@ impl Generator {
             rng: search::rng_for(s),
             beams,
             returned: vec![],
+            run_options: None,
         })
     }
 
@@ -103,12 +106,20 @@ impl Generator {
                 self.params.max_length
             )));
         }
+        let before = self.token_count();
         for row in &mut self.rows {
             row.extend_from_slice(tokens);
         }
         self.next_tokens.clear();
         self.done = false;
-        self.compute_logits()
+        let ran = self.compute_logits();
+        if ran.is_err() {
+            // A failed or stopped run appends nothing.
+            for row in &mut self.rows {
+                row.truncate(before);
+            }
+        }
+        ran
     }
 
     /// Chooses the next token from the last logits (running the model on the last token first
@@ -215,6 +226,19 @@ impl Generator {
         Err(invalid(format!("get_output: the decoder has no output '{name}' that generation keeps")))
     }
 
+    /// The last position's logits of each sequence, `[rows, 1, vocab]` float32 on the host
+    /// (genai's `get_logits`).
+    pub fn get_logits(&self) -> Result<Tensor> {
+        let rows = self.last_logits()?;
+        let shape = vec![rows.len(), 1, self.model.config().model.vocab_size];
+        Ok(Tensor::from_vec(shape, rows.concat())?)
+    }
+
+    /// [`Generator::get_output`] copied to the host when it is on a GPU.
+    pub fn get_output_on_host(&self, name: &str) -> Result<Tensor> {
+        self.model.cache_ops().to_host(&self.get_output(name)?)
+    }
+
     /// Keeps the first `length` tokens and forgets the rest (genai's `rewind_to`); the next
     /// token is generated after them. The cache is cut on its device; a windowed layer's
     /// cache cannot be cut, so then the kept tokens run again at the next step.
@@ -253,6 +277,38 @@ impl Generator {
             self.logits = None;
         }
         Ok(())
+    }
+
+    /// Replaces the logits just computed for the last token (`rows × vocab` floats, one row
+    /// per sequence, any shape) by the caller's: the next [`Generator::generate_next_token`]
+    /// chooses from them (genai's `set_logits`, which also needs them computed: after
+    /// [`Generator::append_tokens`]).
+    pub fn set_logits(&mut self, logits: Tensor) -> Result<()> {
+        let vocab = self.model.config().model.vocab_size;
+        let rows = self.rows.len();
+        if logits.len() != rows * vocab {
+            return Err(invalid(format!(
+                "set_logits: expected {} logits ({rows} row(s) of vocab_size {vocab}), got shape {:?}",
+                rows * vocab,
+                logits.shape()
+            )));
+        }
+        if !matches!(logits.dtype(), DataType::Float | DataType::Float16 | DataType::BFloat16) {
+            return Err(invalid(format!("set_logits: expected float logits, got {:?}", logits.dtype())));
+        }
+        if !self.fresh {
+            return Err(invalid(
+                "set_logits: the last token's logits are not computed yet (append tokens first; after generate_next_token the model has not run on the new token)",
+            ));
+        }
+        self.logits = Some(logits.reshaped(vec![rows, 1, vocab])?);
+        Ok(())
+    }
+
+    /// The options every later run of the model is given (terminate: the step in progress
+    /// ends at its next node with [`onyx_runtime::Error::Terminated`]).
+    pub fn set_run_options(&mut self, options: RunOptions) {
+        self.run_options = Some(options);
     }
 
     /// Bytes the KV cache holds now (a shared buffer's whole capacity).
@@ -331,6 +387,9 @@ impl Generator {
             binding.bind_input(l.past_key.clone(), key).bind_input(l.past_value.clone(), value);
         }
         binding.bind_output_to_device(io.logits.clone(), Device::Cpu);
+        if let Some(options) = &self.run_options {
+            binding.set_run_options(options.clone());
+        }
         let mut outputs: std::collections::HashMap<String, Value> =
             model.session().run_with_binding(binding)?.into_vec().into_iter().collect();
         let mut take = |name: &str| -> Result<Tensor> {

@@ -2,15 +2,18 @@
 //! stream that turns generated tokens into text without splitting a UTF-8 character.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::chat::{self, SpecialTokens, SPECIAL_TOKEN_KEYS};
 use crate::config::Config;
 use crate::error::{invalid, Error, Result};
 
 /// Tokenizer of a model folder: `tokenizer.json`, with `tokenizer_config.json`'s chat template
-/// (or `chat_template.jinja`) where the folder has one.
+/// (or `chat_template.jinja`) where the folder has one. Cloning it is cheap: clones share the
+/// vocabulary.
+#[derive(Clone)]
 pub struct Tokenizer {
-    inner: tokenizers::Tokenizer,
+    inner: Arc<tokenizers::Tokenizer>,
     vocab_size: usize,
     /// The chat template's source, if the folder has one.
     chat_template: Option<String>,
@@ -32,7 +35,7 @@ impl Tokenizer {
         let inner = tokenizers::Tokenizer::from_bytes(&bytes)
             .map_err(|e| Error::File { file, message: format!("not a tokenizer: {e}") })?;
         let (chat_template, special_tokens) = read_tokenizer_config(dir)?;
-        Ok(Tokenizer { inner, vocab_size, chat_template, special_tokens })
+        Ok(Tokenizer { inner: Arc::new(inner), vocab_size, chat_template, special_tokens })
     }
 
     /// The ids of `text`, with the special tokens its post-processor adds (BOS for Llama).
@@ -62,9 +65,9 @@ impl Tokenizer {
         self.inner.token_to_id(token).map(|id| id as i32)
     }
 
-    /// A stream that decodes tokens one at a time.
-    pub fn create_stream(&self) -> TokenizerStream<'_> {
-        TokenizerStream { tokenizer: self, tokens: vec![], prefix: 0, read: 0 }
+    /// A stream that decodes tokens one at a time (it holds a clone of this tokenizer).
+    pub fn create_stream(&self) -> TokenizerStream {
+        TokenizerStream { tokenizer: self.clone(), tokens: vec![], prefix: 0, read: 0 }
     }
 
     /// The chat template's source, if the folder has one.
@@ -138,8 +141,8 @@ fn read_tokenizer_config(dir: &Path) -> Result<(Option<String>, SpecialTokens)> 
 /// Decodes generated tokens one at a time. Each piece is whole UTF-8 characters (a token that
 /// ends inside a character waits for the next), and the pieces join to exactly
 /// [`Tokenizer::decode`] of all the tokens.
-pub struct TokenizerStream<'t> {
-    tokenizer: &'t Tokenizer,
+pub struct TokenizerStream {
+    tokenizer: Tokenizer,
     tokens: Vec<u32>,
     /// Tokens before `prefix` are never decoded again; `prefix..read` gives the context that a
     /// decoder's leading-space rules see.
@@ -147,7 +150,7 @@ pub struct TokenizerStream<'t> {
     read: usize,
 }
 
-impl TokenizerStream<'_> {
+impl TokenizerStream {
     /// Adds a token; returns the new text (empty while a character is incomplete).
     pub fn decode(&mut self, token: i32) -> Result<String> {
         let id = self.tokenizer.checked_ids(&[token])?[0];
