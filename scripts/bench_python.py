@@ -3,7 +3,9 @@
 the same process, on a single Add of 4 floats and on a 10-input Sum. Prints microseconds per
 call (the median of several rounds) and the ratio onyx / onnxruntime (below 1: onyx is faster).
 
-    python3 scripts/bench_python.py [--calls 20000] [--rounds 7]
+    python3 scripts/bench_python.py [--calls 20000] [--rounds 7] [--threads 1]
+
+--threads sets intra_op_num_threads on both sides (0: each runtime's default, one per core).
 """
 
 import argparse
@@ -49,6 +51,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calls", type=int, default=20000)
     ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
     import onnxruntime
     import onyx
@@ -58,7 +61,8 @@ def main():
         "Add, 2 inputs of 4 floats": (add_model(), ["a", "b"]),
         "Sum, 10 inputs of 4 floats": (sum10_model(), [f"x{i}" for i in range(10)]),
     }
-    print(f"onnxruntime {onnxruntime.__version__}, onyx {onyx.__version__}, 1 thread, "
+    threads = f"{args.threads} intra-op thread(s)" if args.threads else "default intra-op threads"
+    print(f"onnxruntime {onnxruntime.__version__}, onyx {onyx.__version__}, {threads}, "
           f"{args.calls} calls x {args.rounds} rounds")
     print("| model | onnxruntime us/call | onyx us/call | onyx / ORT |")
     print("|---|---|---|---|")
@@ -67,7 +71,7 @@ def main():
         us = {}
         for mod in (onnxruntime, onyx):
             so = mod.SessionOptions()
-            so.intra_op_num_threads = 1
+            so.intra_op_num_threads = args.threads
             sess = mod.InferenceSession(model, so, providers=["CPUExecutionProvider"])
             np.testing.assert_allclose(sess.run(None, feed)[0], sum(feed.values()), rtol=1e-6)
             us[mod.__name__] = per_call_us(sess, feed, args.calls, args.rounds)

@@ -47,14 +47,19 @@ struct TestEp {
     downloads: AtomicUsize,
     /// The node of every kernel built, in order.
     builds: std::sync::Mutex<Vec<String>>,
+    /// The name of the thread of every kernel run.
+    run_threads: Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 struct Elementwise {
     op: String,
+    run_threads: Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl Kernel for Elementwise {
     fn run(&self, inputs: &[Option<ValueRef<'_>>], _wanted: &[bool]) -> Result<Vec<Value>> {
+        let thread = std::thread::current().name().unwrap_or("unnamed").to_string();
+        self.run_threads.lock().unwrap().push(thread);
         let tensor = |i: usize| -> Result<&Tensor> {
             let v = inputs[i].and_then(|v| v.value()).ok_or_else(|| Error::Device("input not on device".into()))?;
             v.as_tensor()
@@ -88,7 +93,7 @@ impl ExecutionProvider for TestEp {
     }
     fn build_kernel(&self, ctx: &NodeContext<'_>) -> Result<Box<dyn Kernel>> {
         self.builds.lock().unwrap().push(ctx.node.name.clone());
-        Ok(Box::new(Elementwise { op: ctx.node.op_type.clone() }))
+        Ok(Box::new(Elementwise { op: ctx.node.op_type.clone(), run_threads: self.run_threads.clone() }))
     }
     fn upload(&self, tensor: TensorView<'_>) -> Result<Tensor> {
         self.uploads.fetch_add(1, Ordering::SeqCst);
@@ -164,6 +169,38 @@ fn second_provider_takes_nodes_and_copies_are_inserted() {
         assert_eq!(ep.uploads.load(Ordering::SeqCst), 1 + run);
         assert_eq!(ep.downloads.load(Ordering::SeqCst), run);
     }
+}
+
+/// Runs shorter than a thread hand-off are made with the caller waiting on the run's thread
+/// (not sleeping): kernels still run on the session's own threads, from any number of callers.
+#[test]
+fn short_runs_run_their_kernels_on_the_sessions_threads() {
+    let ep = Arc::new(TestEp::default());
+    let session =
+        SessionBuilder::new().with_provider(ep.clone()).with_intra_threads(2).commit_from_model(model()).unwrap();
+    let cpu = SessionBuilder::new().commit_from_model(model()).unwrap();
+    let x: Vec<f32> = (0..20).map(|i| (i as f32 * 0.41).cos()).collect();
+    let run = |s: &onyx::Session| -> Vec<f32> {
+        let out = s.run([("X", TensorView::from_slice(&[4, 5], &x).unwrap())]).unwrap();
+        out.get("Y").unwrap().as_tensor().unwrap().as_slice::<f32>().unwrap().to_vec()
+    };
+    let want = run(&cpu);
+    std::thread::scope(|scope| {
+        for _ in 0..4 {
+            scope.spawn(|| {
+                for _ in 0..200 {
+                    assert_eq!(run(&session), want);
+                }
+            });
+        }
+    });
+    let threads = ep.run_threads.lock().unwrap();
+    assert_eq!(threads.len(), 2 * 800, "Relu and Add, every run");
+    assert!(
+        threads.iter().all(|t| t.starts_with("onyx-intra-")),
+        "{:?}",
+        threads.iter().find(|t| !t.starts_with("onyx-intra-"))
+    );
 }
 
 #[test]

@@ -259,22 +259,58 @@ impl Session {
         let interrupted = AtomicBool::new(false);
         let stop = || options.is_some_and(RunOptions::is_terminated) || interrupted.load(Ordering::Relaxed);
         let run = || execute(&plan, &self.providers, env, &wanted, profile, &stop);
-        let run = || match self.spin {
+        let last_us = self.last_run_us.load(Ordering::Relaxed);
+        // A run shorter than a thread hand-off: the caller waits for it spinning, and the
+        // pool's other threads are not kept awake for it (that costs more than such a run).
+        let tiny = last_us < SPIN_WAIT.as_micros() as u64;
+        let run = || match self.spin && !tiny {
             true => spin::with_workers_awake(&self.pool, run),
             false => run(),
         };
         // Runs shorter than the check's period are not watched (watching costs a few
         // microseconds of thread hand-offs); an interrupt then shows when they return.
-        let short = self.last_run_us.load(Ordering::Relaxed) < RunOptions::INTERRUPT_PERIOD.as_micros() as u64 / 2;
+        let short = last_us < RunOptions::INTERRUPT_PERIOD.as_micros() as u64 / 2;
         let started = Instant::now();
         let values = match options.and_then(RunOptions::interrupt_check) {
             Some(check) if !short => self.run_watched(run, &interrupted, check),
+            // On one of the pool's own threads `install` runs `run` in place.
+            _ if tiny && self.pool.current_thread_index().is_none() => self.run_spin_waiting(run),
             _ => self.pool.install(run),
         };
         self.last_run_us.store(started.elapsed().as_micros() as u64, Ordering::Relaxed);
         let values = values?;
         let names = wanted.iter().map(|(i, _)| self.plan.outputs[*i].0.clone());
         Ok(Outputs::new(names.zip(values).collect()))
+    }
+
+    /// Runs `run` on the session's threads while this thread spins until it is done (for up to
+    /// [`SPIN_WAIT`], then sleeps): a short run's result is then seen without the two thread
+    /// wake-ups of `install`, which cost more than such a run.
+    fn run_spin_waiting<T: Send>(&self, run: impl FnOnce() -> Result<T> + Send) -> Result<T> {
+        let done = AtomicBool::new(false);
+        let mut result = None;
+        self.pool.in_place_scope(|scope| {
+            scope.spawn(|_| {
+                result = Some(run());
+                done.store(true, Ordering::Release);
+            });
+            let started = Instant::now();
+            let mut rounds = 0u32;
+            while !done.load(Ordering::Acquire) {
+                rounds += 1;
+                if rounds < 64 {
+                    std::hint::spin_loop();
+                } else {
+                    // The run's thread may share this core: let it go on.
+                    std::thread::yield_now();
+                    // The clock costs more than a round: read it now and then.
+                    if rounds.is_multiple_of(8) && started.elapsed() > SPIN_WAIT {
+                        break;
+                    }
+                }
+            }
+        });
+        result.unwrap_or_else(|| Err(Error::Device("the run ended without a result".into())))
     }
 
     /// Runs `run` on the session's threads while this thread makes the interrupt check every
@@ -309,6 +345,10 @@ impl Session {
         result.unwrap_or_else(|| Err(Error::Device("the run ended without a result".into())))
     }
 }
+
+/// How long the caller spins for a run's result before sleeping, for sessions whose last run
+/// was shorter.
+const SPIN_WAIT: std::time::Duration = std::time::Duration::from_micros(50);
 
 /// Whether the options (and the environment: `ONYX_HOST_POOL=0` turns it off) want a pool.
 fn host_pool_enabled(options: &SessionOptions) -> bool {
