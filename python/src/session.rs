@@ -105,7 +105,8 @@ impl Session {
         meta.set_item("domain", &model.domain)?;
         meta.set_item("description", &model.doc)?;
         meta.set_item("graph_description", &model.graph.doc)?;
-        meta.set_item("version", model.model_version)?;
+        // As ONNX Runtime: a model without a version reads i64::MAX.
+        meta.set_item("version", model.model_version.unwrap_or(i64::MAX))?;
         let custom = PyDict::new(py);
         for (key, value) in &model.metadata {
             custom.set_item(key, value)?;
@@ -207,7 +208,7 @@ impl Session {
             let holder = match place {
                 OutputPlace::Value(v) => {
                     check_preallocated(name, v.get(), &value)?;
-                    v.get().set(value, provider);
+                    v.get().set(py, value, provider)?;
                     v.clone()
                 }
                 OutputPlace::Device(..) => Bound::new(py, OrtValue::new(value, provider))?,

@@ -63,6 +63,9 @@ struct Held {
     value: Option<Value>,
     /// The provider whose device holds the value (None: the host).
     provider: Option<Arc<dyn ExecutionProvider>>,
+    /// The numpy array whose memory the value is (made by `ortvalue_from_numpy` on the CPU):
+    /// an output bound into this OrtValue is written there, as ONNX Runtime writes it.
+    array: Option<Py<PyUntypedArray>>,
 }
 
 /// A value Onyx holds (ONNX Runtime's `OrtValue`): made from numpy without a copy on the CPU,
@@ -76,7 +79,7 @@ pub struct OrtValue {
 impl OrtValue {
     /// A host or device value.
     pub fn new(value: Value, provider: Option<Arc<dyn ExecutionProvider>>) -> Self {
-        OrtValue { held: Mutex::new(Held { value: Some(value), provider }) }
+        OrtValue { held: Mutex::new(Held { value: Some(value), provider, array: None }) }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Held> {
@@ -115,11 +118,21 @@ impl OrtValue {
         }
     }
 
-    /// Replaces the held value (a bound output after a run).
-    pub fn set(&self, value: Value, provider: Option<Arc<dyn ExecutionProvider>>) {
+    /// Takes a bound output after a run: written into the numpy array this value shares when
+    /// it has one (the output has its dtype and shape, checked by the caller), else held in
+    /// place of the old value.
+    pub fn set(&self, py: Python<'_>, value: Value, provider: Option<Arc<dyn ExecutionProvider>>) -> PyResult<()> {
+        let array = self.lock().array.as_ref().map(|a| a.clone_ref(py));
+        if let (Some(array), Value::Tensor(t), None) = (array, &value, &provider) {
+            let produced = crate::convert::tensor_to_numpy(py, t)?;
+            numpy(py)?.call_method1("copyto", (array, produced))?;
+            return Ok(());
+        }
         let mut held = self.lock();
         held.value = Some(value);
         held.provider = provider;
+        held.array = None;
+        Ok(())
     }
 
     fn tensor(&self) -> PyResult<Tensor> {
@@ -179,12 +192,16 @@ impl OrtValue {
         if !array.is_instance_of::<PyUntypedArray>() {
             return Err(only_arrays());
         }
-        let tensor = match to_fed(array, "array", None)? {
-            Fed::Array(a, dtype) => share_array(&a, dtype)?,
-            Fed::Value(Value::Tensor(t)) if t.dtype() != DataType::String => t,
+        let (tensor, shared) = match to_fed(array, "array", None)? {
+            Fed::Array(a, dtype) => (share_array(&a, dtype)?, Some(a.unbind())),
+            Fed::Value(Value::Tensor(t)) if t.dtype() != DataType::String => (t, None),
             Fed::Value(_) => return Err(only_arrays()),
         };
-        place(array.py(), tensor, device_type, device_id)
+        let value = place(array.py(), tensor, device_type, device_id)?;
+        if value.device() == Device::Cpu {
+            value.lock().array = shared;
+        }
+        Ok(value)
     }
 
     /// A new tensor of `shape` and numpy element type `element_type` (zero-filled), on the

@@ -4,7 +4,7 @@ samples: onyx's probabilities equal onnxruntime's."""
 import numpy as np
 import pytest
 
-from conftest import DIGITS_DIR, known_gap
+from conftest import DIGITS_DIR
 from diffutil import assert_same, nodeargs, run_both
 
 MODEL = DIGITS_DIR / "digits.onnx"
@@ -41,7 +41,6 @@ def test_digits_batch(digits):
     assert list(np.argmax(g[0], axis=1)) == [0, 3, 7]
 
 
-@known_gap("the IR keeps an absent model_version as 0; onnxruntime reports INT64_MAX")
 def test_digits_modelmeta(digits):
     """Metadata of the committed model."""
     ref, got = digits

@@ -188,6 +188,31 @@ def test_iobinding_ortvalue_input_and_preallocated_output(ort, onyx, sessions, r
     np.testing.assert_allclose(res[1][0], a + b, rtol=1e-6)
 
 
+def test_iobinding_output_into_an_ortvalue_of_a_numpy_array(ort, onyx, sessions, rng):
+    """An output bound into an OrtValue made from a numpy array is written into that array,
+    run after run (ONNX Runtime's OrtValue shares the array's memory)."""
+    ref, got = sessions(mb.binary("Add", "float32"))
+    res = []
+    for mod, sess in ((ort, ref), (onyx, got)):
+        target = np.zeros((4, 7), np.float32)
+        io = sess.io_binding()
+        out = mod.OrtValue.ortvalue_from_numpy(target)
+        io.bind_ortvalue_output("c", out)
+        seen = []
+        for _ in range(2):
+            a, b = _feed(rng)
+            io.bind_cpu_input("a", a)
+            io.bind_cpu_input("b", b)
+            sess.run_with_iobinding(io)
+            seen.append((target.copy(), a + b, out.numpy().copy()))
+        res.append(seen)
+    for (target, want, held) in res[1]:
+        np.testing.assert_allclose(target, want, rtol=1e-6)
+        np.testing.assert_array_equal(held, target)
+    for (t0, _, _), (t1, _, _) in zip(res[0], res[1]):
+        assert t0.shape == t1.shape and t0.dtype == t1.dtype
+
+
 def test_iobinding_rebind_and_rerun(sessions, rng):
     """Rebinding an input (same shape) and rerunning updates the outputs."""
     ref, got = sessions(mb.binary("Add", "float32"))

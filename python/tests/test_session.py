@@ -164,8 +164,7 @@ META_FIELDS = ["producer_name", "graph_name", "domain", "description",
                "graph_description", "version", "custom_metadata_map"]
 
 
-@pytest.mark.parametrize("builder", ["with_metadata", pytest.param("binary_plain", marks=known_gap(
-    "the IR keeps an absent model_version as 0; onnxruntime reports INT64_MAX"))])
+@pytest.mark.parametrize("builder", ["with_metadata", "binary_plain"])
 def test_modelmeta(sessions, builder):
     """get_modelmeta() fields, values and Python types (custom map from
     metadata_props); a model without metadata gives ORT's defaults."""

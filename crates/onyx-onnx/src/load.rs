@@ -71,7 +71,7 @@ fn convert(mut proto: ModelProto, base_dir: Option<&Path>) -> Result<Model> {
         producer_name: proto.producer_name.unwrap_or_default(),
         producer_version: proto.producer_version.unwrap_or_default(),
         domain: proto.domain.unwrap_or_default(),
-        model_version: proto.model_version.unwrap_or(0),
+        model_version: proto.model_version,
         doc: proto.doc_string.unwrap_or_default(),
         opsets,
         metadata,

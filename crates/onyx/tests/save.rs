@@ -111,7 +111,7 @@ fn fingerprint(g: &Graph) -> String {
 
 fn metadata(m: &Model) -> String {
     format!(
-        "{} {} {} {} {:?} {:?} {}",
+        "{} {} {} {:?} {:?} {:?} {}",
         m.ir_version, m.producer_name, m.producer_version, m.model_version, m.opsets, m.metadata, m.doc
     )
 }

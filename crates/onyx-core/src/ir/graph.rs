@@ -30,8 +30,8 @@ pub struct Model {
     pub producer_version: String,
     /// Model namespace.
     pub domain: String,
-    /// Model version.
-    pub model_version: i64,
+    /// Model version; `None` when the file gives none (ONNX Runtime then reports `i64::MAX`).
+    pub model_version: Option<i64>,
     /// Documentation string.
     pub doc: String,
     /// Operator set imports, by domain.

@@ -35,7 +35,7 @@ fn converts_every_model_field() {
     let model = load(&m).unwrap();
     assert_eq!(model.ir_version, 10);
     assert_eq!((model.producer_name.as_str(), model.producer_version.as_str()), ("pytorch", "2.5"));
-    assert_eq!((model.domain.as_str(), model.model_version, model.doc.as_str()), ("org.example", 3, "a model"));
+    assert_eq!((model.domain.as_str(), model.model_version, model.doc.as_str()), ("org.example", Some(3), "a model"));
     let want: BTreeMap<String, i64> = [("".to_string(), 17), ("com.microsoft".to_string(), 1)].into();
     assert_eq!(model.opsets, want);
     assert_eq!(model.metadata, vec![("b".into(), "2".into()), ("a".into(), "1".into())]);

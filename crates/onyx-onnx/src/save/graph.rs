@@ -40,7 +40,7 @@ pub(crate) fn model_to_proto(model: &Model, ext: &mut Ext<'_>) -> Result<ModelPr
         producer_name: non_empty(&model.producer_name),
         producer_version: non_empty(&model.producer_version),
         domain: non_empty(&model.domain),
-        model_version: (model.model_version != 0).then_some(model.model_version),
+        model_version: model.model_version,
         doc_string: non_empty(&model.doc),
         graph: Some(graph_to_proto(&model.graph, "main_graph", ext, 0)?),
         metadata_props: model.metadata.iter().map(|(k, v)| entry(k, v)).collect(),

@@ -287,7 +287,7 @@ fn rich_model() -> Model {
         producer_name: "onyx-tests".into(),
         producer_version: "1.2".into(),
         domain: "ai.onyx".into(),
-        model_version: 4,
+        model_version: Some(4),
         doc: "a model".into(),
         opsets: [(String::new(), 17), ("com.microsoft".to_string(), 1)].into(),
         metadata: vec![("b".into(), "2".into()), ("a".into(), "1".into())],
@@ -314,7 +314,7 @@ fn models_round_trip_and_the_default_domain_stays_default() {
     assert_eq!(graph_fingerprint(&back.graph), graph_fingerprint(&want.graph));
     let meta = |m: &Model| {
         format!(
-            "{} {} {} {} {} {} {:?} {:?}",
+            "{} {} {} {} {:?} {} {:?} {:?}",
             m.ir_version, m.producer_name, m.producer_version, m.domain, m.model_version, m.doc, m.opsets, m.metadata
         )
     };
