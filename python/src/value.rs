@@ -135,6 +135,30 @@ impl OrtValue {
         Ok(())
     }
 
+    /// The numpy array whose memory holds this CPU tensor. A tensor Onyx made (a run's output)
+    /// is copied into a new array once, which the OrtValue then shares: later exports share it.
+    fn numpy_backed(&self, py: Python<'_>) -> PyResult<Py<PyUntypedArray>> {
+        if let Some(array) = &self.lock().array {
+            return Ok(array.clone_ref(py));
+        }
+        let tensor = self.tensor()?;
+        if tensor.device() != Device::Cpu {
+            return Err(PyRuntimeError::new_err(format!(
+                "DLPack: a tensor on {} is not exported; copy it to the CPU first (OrtValue.numpy())",
+                tensor.device()
+            )));
+        }
+        if tensor.dtype() == DataType::String {
+            return Err(PyRuntimeError::new_err("DLPack has no string type: a string tensor is not exported"));
+        }
+        let array = crate::convert::tensor_to_numpy(py, &tensor)?.cast_into::<PyUntypedArray>()?;
+        let shared = if array.len() == 0 { tensor } else { share_array(&array, tensor.dtype())? };
+        let mut held = self.lock();
+        held.value = Some(Value::Tensor(shared));
+        held.array = Some(array.clone().unbind());
+        Ok(array.unbind())
+    }
+
     fn tensor(&self) -> PyResult<Tensor> {
         match &self.lock().value {
             Some(Value::Tensor(t)) => Ok(t.clone()),
@@ -251,6 +275,49 @@ impl OrtValue {
     /// The tensor's shape.
     fn shape(&self) -> PyResult<Vec<usize>> {
         Ok(self.tensor()?.shape().to_vec())
+    }
+
+    /// A DLPack capsule of the tensor (CPU only), sharing its memory: `torch.from_dlpack`,
+    /// `numpy.from_dlpack` read it without a copy. Keyword arguments are DLPack's
+    /// (`stream`, `max_version`, `dl_device`, `copy`).
+    #[pyo3(signature = (**kwargs))]
+    fn __dlpack__<'py>(
+        &self,
+        py: Python<'py>,
+        kwargs: Option<&Bound<'py, pyo3::types::PyDict>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.numpy_backed(py)?.bind(py).call_method("__dlpack__", (), kwargs)
+    }
+
+    /// DLPack's device of the tensor: `(1, 0)`, the CPU (GPU OrtValues are not exported).
+    fn __dlpack_device__(&self, py: Python<'_>) -> PyResult<(i32, i32)> {
+        self.numpy_backed(py)?;
+        Ok((1, 0))
+    }
+
+    /// ONNX Runtime's name for `__dlpack__()`.
+    fn to_dlpack<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.__dlpack__(py, None)
+    }
+
+    /// An OrtValue sharing the memory of a DLPack tensor on the CPU (an object with
+    /// `__dlpack__`, such as a torch tensor or numpy array, or a capsule); `is_bool_tensor`
+    /// reads uint8 data as bools, for producers without a bool type.
+    #[staticmethod]
+    #[pyo3(signature = (data, is_bool_tensor = false))]
+    fn from_dlpack(py: Python<'_>, data: &Bound<'_, PyAny>, is_bool_tensor: bool) -> PyResult<OrtValue> {
+        let np = numpy(py)?;
+        let source = if data.hasattr("__dlpack__")? {
+            data.clone()
+        } else {
+            // A bare capsule: numpy takes producers, so one that hands it over.
+            py.import("onyx._dlpack")?.getattr("Capsule")?.call1((data,))?
+        };
+        let mut array = np.call_method1("from_dlpack", (source,))?;
+        if is_bool_tensor && array.getattr("dtype")?.getattr("name")?.extract::<String>()? == "uint8" {
+            array = array.call_method1("view", ("bool",))?;
+        }
+        OrtValue::ortvalue_from_numpy(&array, "cpu", 0)
     }
 
     /// Whether the value is a sequence of tensors.
