@@ -93,12 +93,22 @@ class SessionOptions:
         self._free_dims_by_denotation.append((str(dim_denotation), int(dim_value)))
 
     def add_initializer(self, name, ort_value):
-        """Gives an overridable initializer a value. Not supported by Onyx yet: raises."""
-        raise NotImplementedError(f"add_initializer('{name}'): Onyx does not override initializers yet")
+        """Replaces the model's initializer `name` by the value of an OrtValue (weights shared
+        between sessions, or supplied by the application); a name the model lacks is ignored."""
+        from onyx._onyx import OrtValue
+
+        if not isinstance(ort_value, OrtValue):
+            raise RuntimeError("add_initializer: the provided Python object must be an OrtValue")
+        self._initializers[str(name)] = ort_value
 
     def add_external_initializers(self, names, ort_values):
-        """Gives external initializers their values. Not supported by Onyx yet: raises."""
-        raise NotImplementedError("add_external_initializers: Onyx does not take external initializers yet")
+        """`add_initializer` for each name and OrtValue (ONNX Runtime's way of supplying the
+        data of initializers stored outside the model)."""
+        names, ort_values = list(names), list(ort_values)
+        if len(names) != len(ort_values):
+            raise RuntimeError(f"add_external_initializers: {len(names)} names but {len(ort_values)} values")
+        for name, value in zip(names, ort_values):
+            self.add_initializer(name, value)
 
     def register_custom_ops_library(self, library_path):
         """Custom-op libraries are ONNX Runtime's C++ ABI: Onyx cannot load them."""

@@ -125,6 +125,7 @@ class InferenceSession:
             free_dims_by_name=so._free_dims_by_name,
             free_dims_by_denotation=so._free_dims_by_denotation,
             cpu_fallback=fallback,
+            initializers=list(so._initializers.items()),
         )
         names = [name for name, _ in providers]
         if _CPU not in names and fallback:

@@ -44,7 +44,8 @@ impl Session {
     /// provider names with their options.
     #[new]
     #[pyo3(signature = (model, providers, optimization_level = 99, intra_threads = 0,
-        free_dims_by_name = Vec::new(), free_dims_by_denotation = Vec::new(), cpu_fallback = true))]
+        free_dims_by_name = Vec::new(), free_dims_by_denotation = Vec::new(), cpu_fallback = true,
+        initializers = Vec::new()))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -55,6 +56,7 @@ impl Session {
         free_dims_by_name: Vec<(String, usize)>,
         free_dims_by_denotation: Vec<(String, usize)>,
         cpu_fallback: bool,
+        initializers: Vec<(String, Bound<'_, OrtValue>)>,
     ) -> PyResult<Self> {
         let list = providers.iter().map(|(name, options)| provider(name, options)).collect::<PyResult<Vec<_>>>()?;
         let mut builder = SessionBuilder::new()
@@ -68,6 +70,18 @@ impl Session {
         for (denotation, value) in free_dims_by_denotation {
             builder = builder.with_free_dimension_override(denotation, value);
         }
+        for (name, value) in initializers {
+            let tensor = match value.get().host_value(py)? {
+                Value::Tensor(t) => t,
+                other => {
+                    return Err(InvalidArgument::new_err(format!(
+                        "add_initializer('{name}'): expected a tensor, got a {}",
+                        other.kind()
+                    )))
+                }
+            };
+            builder = builder.with_initializer(name, tensor);
+        }
         let inner = if let Ok(bytes) = model.cast::<PyBytes>() {
             let bytes = bytes.as_bytes();
             py.detach(|| builder.commit_from_memory(bytes))
@@ -76,7 +90,8 @@ impl Session {
             py.detach(|| builder.commit_from_file(path))
         }
         .map_err(|e| to_py(e, Phase::Load))?;
-        let types = inner.inputs().iter().map(|i| (i.name.clone(), i.ty.clone())).collect();
+        let types =
+            inner.inputs().iter().chain(inner.overridable_initializers()).map(|i| (i.name.clone(), i.ty.clone())).collect();
         Ok(Session { inner, types })
     }
 
@@ -92,8 +107,7 @@ impl Session {
 
     /// Graph inputs that have an initializer (a default value): (name, type string, shape).
     fn overridable_initializers<'py>(&self, py: Python<'py>) -> PyResult<Vec<(String, String, Bound<'py, PyAny>)>> {
-        let graph = &self.inner.model().graph;
-        graph.inputs.iter().filter(|i| graph.initializers.contains_key(&i.name)).map(|i| node_arg(py, i)).collect()
+        self.inner.overridable_initializers().map(|i| node_arg(py, i)).collect()
     }
 
     /// The model's metadata, under ONNX Runtime's `ModelMetadata` field names.

@@ -224,6 +224,15 @@ def overridable_initializer(seed=5):
                       initializers=[numpy_helper.from_array(w, "w")])
 
 
+def plain_initializer(seed=5):
+    """c = a + w where w is an initializer that is not a graph input."""
+    w = np.random.default_rng(seed).uniform(-2, 2, size=(2, 7)).astype(np.float32)
+    return make_model([h.make_node("Add", ["a", "w"], ["c"])],
+                      [tvi("a", "float32", ["batch", 7])],
+                      [tvi("c", "float32", ["batch", 7])],
+                      initializers=[numpy_helper.from_array(w, "w")])
+
+
 def with_metadata():
     """binary Add with every ModelProto metadata field set."""
     model = binary("Add", "float32")

@@ -11,7 +11,7 @@ from onnx import TensorProto as T
 
 import model_builders as mb
 from conftest import AGAINST_ITSELF, CPU, known_gap
-from diffutil import assert_same, nodeargs, rand, run_both
+from diffutil import assert_same, nodeargs, raises_same, rand, run_both
 
 
 @pytest.mark.skipif(AGAINST_ITSELF, reason="onyx is onnxruntime in this mode")
@@ -137,7 +137,6 @@ def test_nodearg_str(sessions):
     assert [str(a) for a in got.get_outputs()] == [str(a) for a in ref.get_outputs()]
 
 
-@known_gap("Onyx cannot yet feed a value for an initializer that is also a graph input")
 def test_overridable_initializers(sessions, rng):
     """An initializer also listed as a graph input: not in get_inputs(), listed by
     get_overridable_initializers(); runs with and without overriding it."""
@@ -148,6 +147,32 @@ def test_overridable_initializers(sessions, rng):
     a = rand(rng, "float32", (2, 7))
     run_both(ref, got, None, {"a": a})
     run_both(ref, got, None, {"a": a, "w": rand(rng, "float32", (2, 7))})
+
+
+def _keep(mod, kept, array):
+    """An OrtValue of `array`, kept alive with it (ONNX Runtime reads its memory later)."""
+    value = mod.OrtValue.ortvalue_from_numpy(array)
+    kept.append((array, value))
+    return value
+
+
+@pytest.mark.parametrize("builder", ["overridable_initializer", "plain_initializer"])
+def test_add_initializer_replaces_the_models_value(ort, onyx, save_model, rng, builder):
+    """SessionOptions.add_initializer: the session runs with the given value instead of the
+    model's (an overridable initializer or a plain one); a name the model lacks is ignored."""
+    path = save_model(getattr(mb, builder)())
+    a, w = rand(rng, "float32", (2, 7)), rand(rng, "float32", (2, 7))
+    kept, got = [], []
+    for mod in (ort, onyx):
+        so = mod.SessionOptions()
+        so.add_initializer("w", _keep(mod, kept, w))
+        so.add_initializer("not_in_the_model", _keep(mod, kept, w))
+        sess = mod.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+        got.append(sess.run(None, {"a": a})[0])
+    np.testing.assert_allclose(got[1], got[0], rtol=1e-6)
+    np.testing.assert_allclose(got[1], a + w, rtol=1e-6)
+    raises_same(lambda: ort.SessionOptions().add_initializer("w", w),
+                lambda: onyx.SessionOptions().add_initializer("w", w))
 
 
 def test_no_overridable_initializers(sessions):

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use onyx_core::ep::ExecutionProvider;
 use onyx_core::ir::Model;
-use onyx_core::{OptimizationLevel, Result, Session, SessionOptions};
+use onyx_core::{OptimizationLevel, Result, Session, SessionOptions, Tensor};
 use onyx_cpu::CpuProvider;
 
 use crate::Provider;
@@ -57,6 +57,13 @@ impl SessionBuilder {
     /// Fixes a free dimension by its symbolic name (ONNX Runtime's AddFreeDimensionOverrideByName).
     pub fn with_free_dimension_override_by_name(mut self, name: impl Into<String>, value: usize) -> Self {
         self.options.free_dims_by_name.push((name.into(), value));
+        self
+    }
+
+    /// Replaces the model's initializer `name` by `value` (see
+    /// [`onyx_core::session::SessionOptions::initializers`]).
+    pub fn with_initializer(mut self, name: impl Into<String>, value: Tensor) -> Self {
+        self.options.initializers.push((name.into(), value));
         self
     }
 

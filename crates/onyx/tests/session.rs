@@ -149,3 +149,74 @@ fn unknown_provider_and_level_are_errors() {
     assert!(matches!("gpu9".parse::<onyx::Provider>(), Err(Error::InvalidArgument(_))));
     assert!("fast".parse::<onyx::OptimizationLevel>().is_err());
 }
+
+/// `model()` with W and B also listed as graph inputs: initializers a run may override.
+fn overridable_model(ir_version: i64) -> Model {
+    let mut m = model();
+    m.ir_version = ir_version;
+    let typed =
+        |name: &str, dims: &[usize]| ValueInfo::new(name, ValueType::Tensor(TensorType::fixed(DataType::Float, dims)));
+    m.graph.inputs.push(typed("W", &[K, N]));
+    m.graph.inputs.push(typed("B", &[N]));
+    m
+}
+
+fn relu_affine(x: &[f32], w: &[f32], b: &[f32]) -> Vec<f32> {
+    let rows = x.len() / K;
+    (0..rows * N)
+        .map(|i| ((0..K).map(|k| x[i / N * K + k] * w[k * N + i % N]).sum::<f32>() + b[i % N]).max(0.0))
+        .collect()
+}
+
+#[test]
+fn overridable_initializers_are_defaults_a_run_may_replace() {
+    let session = SessionBuilder::new().commit_from_model(overridable_model(8)).unwrap();
+    let names: Vec<&str> = session.inputs().iter().map(|i| i.name.as_str()).collect();
+    assert_eq!(names, ["X"], "overridable initializers are not required inputs");
+    let names: Vec<&str> = session.overridable_initializers().map(|i| i.name.as_str()).collect();
+    assert_eq!(names, ["W", "B"]);
+    let mut rng = fastrand::Rng::with_seed(5);
+    let x: Vec<f32> = (0..3 * K).map(|_| rng.f32() - 0.5).collect();
+    let w2: Vec<f32> = (0..K * N).map(|_| rng.f32() * 2.0 - 1.0).collect();
+    let b2: Vec<f32> = (0..N).map(|_| rng.f32()).collect();
+    let (w, b) = weights();
+    let y = |out: onyx::Outputs| out.get("Y").unwrap().as_tensor().unwrap().as_slice::<f32>().unwrap().to_vec();
+    let close = |got: &[f32], want: &[f32]| got.iter().zip(want).all(|(g, w)| (g - w).abs() < 1e-5);
+    for _ in 0..2 {
+        let got = y(session.run([("X", TensorView::from_slice(&[3, K], &x).unwrap())]).unwrap());
+        assert!(close(&got, &relu_affine(&x, &w, &b)), "defaults");
+        let got = y(session
+            .run([
+                ("X", TensorView::from_slice(&[3, K], &x).unwrap()),
+                ("W", TensorView::from_slice(&[K, N], &w2).unwrap()),
+            ])
+            .unwrap());
+        assert!(close(&got, &relu_affine(&x, &w2, &b)), "W overridden: nothing folded or packed it");
+        let got = y(session
+            .run([
+                ("X", TensorView::from_slice(&[3, K], &x).unwrap()),
+                ("B", TensorView::from_slice(&[N], &b2).unwrap()),
+            ])
+            .unwrap());
+        assert!(close(&got, &relu_affine(&x, &w, &b2)), "B overridden");
+    }
+    let err = session
+        .run([("X", TensorView::from_slice(&[3, K], &x).unwrap()), ("W", TensorView::from_slice(&[N], &b2).unwrap())])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("'W'"), "{err}");
+    // The session's model keeps them as initializers (what `onyx optimize` saves).
+    assert!(session.model().graph.initializers.contains_key("W"));
+
+    // Before IR version 4 every initializer is listed among the inputs, and none is overridable.
+    let old = SessionBuilder::new().commit_from_model(overridable_model(3)).unwrap();
+    assert_eq!(old.overridable_initializers().count(), 0);
+    let err = old
+        .run([
+            ("X", TensorView::from_slice(&[3, K], &x).unwrap()),
+            ("W", TensorView::from_slice(&[K, N], &w2).unwrap()),
+        ])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("W"), "{err}");
+}

@@ -21,7 +21,7 @@ use crate::ep::ValueRef;
 use crate::ir::Model;
 use crate::ops::infer::Inferred;
 use crate::types::{TensorType, ValueInfo, ValueType};
-use crate::{Error, InputValue, Result};
+use crate::{Error, InputValue, Result, Tensor};
 
 pub use binding::{IoBinding, OutputTarget};
 pub use executor::NodeTime;
@@ -38,6 +38,15 @@ pub use run_options::RunOptions;
 pub struct Session {
     model: Model,
     inputs: Vec<ValueInfo>,
+    /// Initializers that are also graph inputs (IR 4 and later): inputs a caller may feed,
+    /// with the initializer as the default. The optimizer and the plan see them as inputs, so
+    /// nothing folds them.
+    overridable: Vec<(ValueInfo, Tensor)>,
+    /// `inputs`, then the overridable ones: what a run may be given.
+    declared: Vec<ValueInfo>,
+    /// The graph plans for new shapes are made from, when it differs from the model's: without
+    /// the overridable initializers.
+    plan_graph: Option<crate::ir::Graph>,
     outputs: Vec<ValueInfo>,
     /// The plan for the declared input types (free dimensions symbolic): reports, and runs
     /// when every input shape is fixed.
@@ -56,13 +65,23 @@ pub struct Session {
 impl Session {
     /// Compiles a checked model (see [`crate::ir::check_model`]) for the providers in `options`.
     pub fn new(mut model: Model, options: SessionOptions) -> Result<Session> {
+        replace_initializers(&mut model, &options.initializers)?;
         crate::ir::check_model(&mut model)?;
         // Free-dimension overrides first, so that the optimizer sees (and folds) fixed shapes.
         for input in model.graph.inputs.iter_mut() {
             *input = validate::apply_free_dims(input, &options)?;
         }
+        let defaults = take_overridable(&mut model);
         crate::optimizer::optimize(&mut model, options.optimization_level, &options.provider_list())?;
-        let inputs: Vec<ValueInfo> = model.graph.runtime_inputs().cloned().collect();
+        let overridable: Vec<(ValueInfo, Tensor)> = defaults
+            .into_iter()
+            .filter_map(|(name, t)| model.graph.inputs.iter().find(|i| i.name == name).map(|i| (i.clone(), t)))
+            .collect();
+        let inputs: Vec<ValueInfo> = (model.graph.runtime_inputs())
+            .filter(|i| !overridable.iter().any(|(o, _)| o.name == i.name))
+            .cloned()
+            .collect();
+        let declared: Vec<ValueInfo> = inputs.iter().chain(overridable.iter().map(|(i, _)| i)).cloned().collect();
         let mut list = options.providers.clone();
         if let Some(f) = &options.fallback {
             if !list.iter().any(|p| p.name() == f.name()) {
@@ -84,8 +103,13 @@ impl Session {
             kernels: Default::default(),
         };
         let known: HashMap<String, Inferred> =
-            inputs.iter().map(|i| (i.name.clone(), Inferred::of_type(i.ty.clone()))).collect();
+            declared.iter().map(|i| (i.name.clone(), Inferred::of_type(i.ty.clone()))).collect();
         let plan = build_plan(&model.graph, &providers, &model.opsets, known)?;
+        // The model keeps its initializers (`Session::model` is what `onyx optimize` saves).
+        let plan_graph = (!overridable.is_empty()).then(|| model.graph.clone());
+        for (info, tensor) in &overridable {
+            model.graph.initializers.insert(info.name.clone(), tensor.clone());
+        }
         let outputs = model
             .graph
             .outputs
@@ -105,11 +129,14 @@ impl Session {
             .thread_name(|i| format!("onyx-intra-{i}"))
             .build()
             .map_err(|e| Error::InvalidArgument(format!("cannot start {} threads: {e}", options.intra_op_threads)))?;
-        let plans = PlanCache::new(&inputs);
+        let plans = PlanCache::new(&declared);
         let spin = spin::wanted(options.intra_op_spinning, providers.list.iter().map(|p| p.device()));
         Ok(Session {
             model,
             inputs,
+            overridable,
+            declared,
+            plan_graph,
             outputs,
             plan: Arc::new(plan),
             plans,
@@ -123,6 +150,12 @@ impl Session {
     /// The inputs a caller feeds (initializers excluded), with free dimensions as overridden.
     pub fn inputs(&self) -> &[ValueInfo] {
         &self.inputs
+    }
+
+    /// Initializers a run may override by feeding a value of that name (graph inputs that have
+    /// an initializer, in models of IR version 4 and later, as ONNX Runtime defines them).
+    pub fn overridable_initializers(&self) -> impl Iterator<Item = &ValueInfo> {
+        self.overridable.iter().map(|(info, _)| info)
     }
 
     /// The graph's outputs, typed by inference where the model did not declare them.
@@ -244,7 +277,13 @@ impl Session {
         profile: Option<&mut Vec<NodeTime>>,
         options: Option<&RunOptions>,
     ) -> Result<Outputs> {
-        validate::check_inputs(&self.model.graph, &self.inputs, &given)?;
+        validate::check_inputs(&self.model.graph, &self.declared, &given)?;
+        let mut given = given;
+        for (info, default) in &self.overridable {
+            if !given.iter().any(|(n, _)| *n == info.name) {
+                given.push((info.name.clone(), InputValue::View(default.view()?)));
+            }
+        }
         let plan = self.plan_for(&given)?;
         let mut env = new_env(&plan);
         let slots: HashMap<&str, usize> = plan.inputs.iter().map(|(n, s)| (n.as_str(), *s)).collect();
@@ -350,6 +389,36 @@ impl Session {
 /// was shorter.
 const SPIN_WAIT: std::time::Duration = std::time::Duration::from_micros(50);
 
+/// Puts the caller's values in place of the model's initializers of those names.
+fn replace_initializers(model: &mut Model, values: &[(String, Tensor)]) -> Result<()> {
+    for (name, value) in values {
+        let Some(slot) = model.graph.initializers.get_mut(name) else { continue };
+        if slot.dtype() != value.dtype() || value.device() != crate::Device::Cpu {
+            return Err(Error::InvalidArgument(format!(
+                "initializer '{name}': expected a host tensor of {} (the model's), got one of {} on {}",
+                slot.dtype(),
+                value.dtype(),
+                value.device()
+            )));
+        }
+        *slot = value.clone();
+    }
+    Ok(())
+}
+
+/// Takes out the initializers that are also graph inputs, in models of IR version 4 and later
+/// (earlier versions list every initializer among the inputs, and ONNX Runtime treats them as
+/// constants): a caller may override them.
+fn take_overridable(model: &mut Model) -> Vec<(String, Tensor)> {
+    if model.ir_version < 4 {
+        return vec![];
+    }
+    let graph = &mut model.graph;
+    let names: Vec<String> =
+        graph.inputs.iter().filter(|i| graph.initializers.contains_key(&i.name)).map(|i| i.name.clone()).collect();
+    names.into_iter().filter_map(|n| graph.initializers.remove(&n).map(|t| (n, t))).collect()
+}
+
 /// Whether the options (and the environment: `ONYX_HOST_POOL=0` turns it off) want a pool.
 fn host_pool_enabled(options: &SessionOptions) -> bool {
     options.enable_host_pool && std::env::var("ONYX_HOST_POOL").map_or(true, |v| v != "0")
@@ -361,14 +430,14 @@ impl Session {
     /// When such a plan cannot be made, the general plan runs and reports any error itself,
     /// except for an exceeded resource limit, which is reported now, before any allocation.
     fn plan_for(&self, given: &[(String, InputValue<'_>)]) -> Result<Arc<Plan>> {
-        let Some(key) = self.plans.key(&self.inputs, given) else {
+        let Some(key) = self.plans.key(&self.declared, given) else {
             return Ok(self.plan.clone());
         };
         if let Some(plan) = self.plans.get(&key) {
             return Ok(plan);
         }
         let known: HashMap<String, Inferred> = self
-            .inputs
+            .declared
             .iter()
             .zip(&key)
             .map(|(i, shape)| {
@@ -379,7 +448,8 @@ impl Session {
                 (i.name.clone(), Inferred::of_type(ty))
             })
             .collect();
-        let plan = match build_plan(&self.model.graph, &self.providers, &self.model.opsets, known) {
+        let graph = self.plan_graph.as_ref().unwrap_or(&self.model.graph);
+        let plan = match build_plan(graph, &self.providers, &self.model.opsets, known) {
             Ok(plan) => Arc::new(plan),
             Err(e @ Error::Limit { .. }) => return Err(e),
             Err(_) => self.plan.clone(),

@@ -62,6 +62,11 @@ pub struct SessionOptions {
     /// Runtime's `session.intra_op.allow_spinning`; on by default. A thread that finds no work
     /// for 2 ms sleeps for the rest of the run; sessions with a GPU provider never spin.
     pub intra_op_spinning: bool,
+    /// Values that replace the model's initializers of those names before the session is
+    /// made (ONNX Runtime's `AddInitializer`: weights shared between sessions, or supplied by
+    /// the application). Each must have the dtype of the initializer it replaces; a name the
+    /// model has no initializer of is ignored, as in ONNX Runtime.
+    pub initializers: Vec<(String, crate::Tensor)>,
 }
 
 impl Default for SessionOptions {
@@ -76,6 +81,7 @@ impl Default for SessionOptions {
             limits: super::limits::Limits::default(),
             enable_host_pool: true,
             intra_op_spinning: true,
+            initializers: vec![],
         }
     }
 }
