@@ -5,7 +5,6 @@ import numpy as np
 import pytest
 
 import model_builders as mb
-from conftest import known_gap
 from diffutil import assert_same, nodeargs, raises_same, rand, run_both
 
 # ------------------------------------------------------------ enums
@@ -166,7 +165,6 @@ def test_session_with_config_entries_runs(sessions, rng):
 # ------------------------------------------------------------ free dimensions
 
 
-@known_gap("free-dimension overrides fix the inputs' shapes, not yet the outputs' NodeArgs")
 def test_free_dimension_override_by_name(sessions, rng):
     """add_free_dimension_override_by_name('batch', 2) fixes the dim in NodeArgs;
     runs with batch 2 work, batch 3 fails alike."""
@@ -195,7 +193,6 @@ def test_free_dimension_override_unknown_name(sessions):
     assert nodeargs(got.get_inputs()) == nodeargs(ref.get_inputs())
 
 
-@known_gap("free-dimension overrides fix the inputs' shapes, not yet the outputs' NodeArgs")
 def test_free_dimension_override_by_denotation(sessions, rng):
     """add_free_dimension_override_by_denotation('DATA_BATCH', 5) on a model
     whose dim 0 carries that denotation."""

@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto as T
 
 import model_builders as mb
-from conftest import AGAINST_ITSELF, CPU, known_gap
+from conftest import AGAINST_ITSELF, CPU
 from diffutil import assert_same, nodeargs, raises_same, rand, run_both
 
 
@@ -113,7 +113,6 @@ def test_nodearg_type_and_shape(sessions, case):
     assert nodeargs(got.get_outputs()) == nodeargs(ref.get_outputs())
 
 
-@known_gap("Onyx reports the declared output shape, not an inferred one")
 def test_output_shape_inferred_when_undeclared(sessions):
     """An output declared without a shape gets the inferred shape (ORT runs
     shape inference when loading: Identity of x['n', None, 3] -> ['n', None, 3])."""

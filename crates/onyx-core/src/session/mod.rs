@@ -117,9 +117,7 @@ impl Session {
             .map(|o| {
                 let mut o = o.clone();
                 if let Some(k) = plan.inferred.get(&o.name) {
-                    if o.ty == ValueType::Unknown {
-                        o.ty = k.ty.clone();
-                    }
+                    o.ty = with_inferred(&o.ty, &k.ty);
                 }
                 o
             })
@@ -389,6 +387,34 @@ impl Session {
 /// was shorter.
 const SPIN_WAIT: std::time::Duration = std::time::Duration::from_micros(50);
 
+/// An output's declared type completed by inference, as ONNX Runtime reports it: an unknown
+/// type or shape is the inferred one, and each dimension the declaration leaves free (named or
+/// not) takes the inferred size when that is fixed (after free-dimension overrides, say); an
+/// unnamed one takes the inferred name too.
+fn with_inferred(declared: &ValueType, inferred: &ValueType) -> ValueType {
+    use crate::types::Dim;
+    match (declared, inferred) {
+        (ValueType::Unknown, _) => inferred.clone(),
+        (ValueType::Tensor(d), ValueType::Tensor(i)) if d.dtype == i.dtype => {
+            let shape = match (&d.shape, &i.shape) {
+                (None, inferred) => inferred.clone(),
+                (Some(dd), Some(id)) if dd.len() == id.len() => Some(
+                    dd.iter()
+                        .zip(id)
+                        .map(|(d, i)| match (d, i) {
+                            (Dim::Symbol(_), Dim::Fixed(_)) | (Dim::Unknown, _) => i.clone(),
+                            _ => d.clone(),
+                        })
+                        .collect(),
+                ),
+                (declared, _) => declared.clone(),
+            };
+            ValueType::Tensor(TensorType { dtype: d.dtype, shape })
+        }
+        _ => declared.clone(),
+    }
+}
+
 /// Puts the caller's values in place of the model's initializers of those names.
 fn replace_initializers(model: &mut Model, values: &[(String, Tensor)]) -> Result<()> {
     for (name, value) in values {
@@ -468,5 +494,24 @@ mod tests {
     #[test]
     fn session_is_send_and_sync() {
         assert_send_sync::<Session>();
+    }
+
+    #[test]
+    fn outputs_take_what_inference_knows_and_the_declaration_leaves_free() {
+        use crate::types::Dim::{Fixed, Symbol, Unknown};
+        use crate::DataType::{Float, Int64};
+        let ty = |dtype, shape: Option<Vec<crate::types::Dim>>| ValueType::Tensor(TensorType { dtype, shape });
+        let inferred = ty(Float, Some(vec![Fixed(2), Symbol("n".into()), Fixed(3)]));
+        assert_eq!(with_inferred(&ValueType::Unknown, &inferred), inferred);
+        assert_eq!(with_inferred(&ty(Float, None), &inferred), inferred);
+        let declared = ty(Float, Some(vec![Symbol("batch".into()), Unknown, Fixed(3)]));
+        assert_eq!(with_inferred(&declared, &inferred), inferred, "fixed sizes and names fill free dimensions");
+        let named = ty(Float, Some(vec![Symbol("b".into()), Symbol("m".into()), Fixed(3)]));
+        let want = ty(Float, Some(vec![Fixed(2), Symbol("m".into()), Fixed(3)]));
+        assert_eq!(with_inferred(&named, &inferred), want, "a declared name stays unless inference fixes it");
+        let other_rank = ty(Float, Some(vec![Unknown]));
+        assert_eq!(with_inferred(&other_rank, &inferred), other_rank);
+        let other_dtype = ty(Int64, None);
+        assert_eq!(with_inferred(&other_dtype, &inferred), other_dtype);
     }
 }
