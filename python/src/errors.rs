@@ -55,6 +55,8 @@ pub fn to_py(error: Error, phase: Phase) -> PyErr {
         (Error::Io { .. }, Phase::Run) => Fail::new_err(message),
         (Error::Load(_), _) => InvalidProtobuf::new_err(message),
         (Error::InvalidModel(_), _) => InvalidArgument::new_err(message),
+        // ONNX Runtime: "Unsupported model IR version", "opset ... is under development".
+        (Error::Version(_), _) => Fail::new_err(message),
         (Error::Attribute { .. }, _) => InvalidGraph::new_err(message),
         (Error::UnknownOp { .. }, Phase::Load) => InvalidGraph::new_err(message),
         (Error::UnknownOp { .. } | Error::Unsupported(_), _) => NotImplemented::new_err(message),

@@ -97,8 +97,6 @@ RUN_GAPS = {
 }
 LOAD_GAPS = {
     "unknown_attribute": "Onyx's loader ignores attributes an operator does not define",
-    "opset_too_new": "Onyx rejects an opset it does not know as InvalidArgument, ORT as Fail",
-    "ir_version_too_new": "Onyx's loader does not check the IR version",
 }
 
 

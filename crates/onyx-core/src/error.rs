@@ -34,6 +34,9 @@ pub enum Error {
     /// The model is structurally invalid (cycle, dangling input, duplicate output, ...).
     #[error("invalid model: {0}")]
     InvalidModel(String),
+    /// A model IR version or opset version newer than this build knows.
+    #[error("unsupported version: {0}")]
+    Version(String),
     /// An op, domain or opset version that Onyx does not know.
     #[error("{at}: unknown operator {domain}::{op} (opset {version}): {reason}")]
     UnknownOp { at: Location, domain: String, op: String, version: i64, reason: String },

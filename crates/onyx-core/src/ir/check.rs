@@ -10,9 +10,18 @@ use crate::{Error, Result};
 /// Subgraphs nested deeper than this are rejected (a malicious file could nest without bound).
 pub const MAX_SUBGRAPH_DEPTH: usize = 64;
 
+/// The newest model IR version this build reads (ONNX 1.22's, that of its onnx-ml.proto).
+pub const MAX_IR_VERSION: i64 = 13;
+
 /// Checks a whole model: opset imports, every node's operator, every graph's structure.
 /// Reorders nodes topologically and fills [`Node::implicit_inputs`].
 pub fn check_model(model: &mut Model) -> Result<()> {
+    if model.ir_version > MAX_IR_VERSION {
+        return Err(Error::Version(format!(
+            "model IR version {}: expected at most {MAX_IR_VERSION} (this build's ONNX format)",
+            model.ir_version
+        )));
+    }
     registry::check_opsets(&model.opsets)?;
     check_graph(&mut model.graph, &HashSet::new(), &model.opsets, 0)?;
     Ok(())

@@ -5,5 +5,5 @@ mod check;
 mod graph;
 
 pub use attribute::{AttrValue, Attribute};
-pub use check::{check_model, topo_sort, MAX_SUBGRAPH_DEPTH};
+pub use check::{check_model, topo_sort, MAX_IR_VERSION, MAX_SUBGRAPH_DEPTH};
 pub use graph::{Graph, Model, Node, OpsetImports, DEFAULT_DOMAIN, MS_DOMAIN, ONYX_DOMAIN};

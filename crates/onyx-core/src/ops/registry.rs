@@ -23,11 +23,13 @@ fn versions(domain: &str, op: &str) -> Option<&'static [i64]> {
 pub fn check_opsets(opsets: &OpsetImports) -> Result<()> {
     for (domain, &version) in opsets {
         if let Some(max) = max_opset(domain) {
-            if version < 1 || version > max {
-                let name = if domain.is_empty() { "ai.onnx" } else { domain };
-                return Err(Error::InvalidModel(format!(
-                    "opset import {name} version {version}: expected a version from 1 to {max}"
-                )));
+            let name = if domain.is_empty() { "ai.onnx" } else { domain };
+            let message = format!("opset import {name} version {version}: expected a version from 1 to {max}");
+            if version > max {
+                return Err(Error::Version(message));
+            }
+            if version < 1 {
+                return Err(Error::InvalidModel(message));
             }
         }
     }
@@ -93,8 +95,20 @@ mod tests {
     #[test]
     fn rejects_unknown_opset_versions() {
         assert!(check_opsets(&[("".to_string(), 17)].into()).is_ok());
-        assert!(check_opsets(&[("".to_string(), 99)].into()).is_err());
-        assert!(check_opsets(&[("".to_string(), 0)].into()).is_err());
+        let err = check_opsets(&[("".to_string(), 99)].into()).unwrap_err();
+        assert!(matches!(&err, Error::Version(m) if m.contains("version 99")), "{err}");
+        let err = check_opsets(&[("".to_string(), 0)].into()).unwrap_err();
+        assert!(matches!(err, Error::InvalidModel(_)), "{err}");
+    }
+
+    #[test]
+    fn rejects_ir_versions_newer_than_the_build() {
+        let mut model = crate::ir::Model { ir_version: 99, ..Default::default() };
+        let err = crate::ir::check_model(&mut model).unwrap_err();
+        assert!(matches!(&err, Error::Version(m) if m.contains("IR version 99: expected at most 13")), "{err}");
+        model.ir_version = crate::ir::MAX_IR_VERSION;
+        model.opsets = [("".to_string(), 17)].into();
+        assert!(crate::ir::check_model(&mut model).is_ok());
     }
 
     #[test]
