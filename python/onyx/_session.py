@@ -111,6 +111,7 @@ class InferenceSession:
         self._profile = []
         self._profile_start_ns = time.time_ns()
         self._create(_normalize_providers(providers, provider_options))
+        self._event("Session", "session_initialization", self._profile_start_ns, time.time_ns())
 
     def _create(self, providers):
         so = self._sess_options
@@ -198,7 +199,7 @@ class InferenceSession:
         if self._sess_options.enable_profiling:
             start = time.time_ns()
             outputs, times = self._sess.run_profiled(output_names, input_feed)
-            self._record(start, times)
+            self._record(start, time.time_ns(), times)
             return outputs
         return self._sess.run(output_names, input_feed, _flag(run_options))
 
@@ -233,23 +234,44 @@ class InferenceSession:
 
     # ---- profiling
 
-    def _record(self, start_ns, times):
-        ts = (start_ns - self._profile_start_ns) / 1000.0
-        for node, op, provider, shapes, us in times:
-            self._profile.append({
-                "cat": "Node", "pid": os.getpid(), "tid": threading.get_ident() % (1 << 31), "dur": round(us),
-                "ts": round(ts), "ph": "X", "name": f"{node or op}_kernel_time",
-                "args": {"op_name": op, "provider": provider, "input_type_shape": shapes},
+    def _event(self, category, name, start_ns, end_ns, args=None):
+        """Appends a Chrome-trace event of ONNX Runtime's profile format (times in us)."""
+        if not self._sess_options.enable_profiling:
+            return
+        self._profile.append({
+            "cat": category, "pid": os.getpid(), "tid": threading.get_ident() % (1 << 31),
+            "dur": round((end_ns - start_ns) / 1000), "ts": round((start_ns - self._profile_start_ns) / 1000),
+            "ph": "X", "name": name, "args": args or {},
+        })
+
+    def _record(self, start_ns, end_ns, times):
+        """The events of one profiled run: each kernel call, then the run (`model_run`)."""
+        at = start_ns
+        for index, (node, op, provider, (inputs, outputs), us) in enumerate(times):
+            done = at + round(us * 1000)
+            self._event("Node", f"{node or f'{op}_{index}'}_kernel_time", at, done, {
+                "op_name": op, "provider": self._provider_name(provider), "node_index": str(index),
+                "input_type_shape": [{t: s} for t, s in inputs],
+                "output_type_shape": [{t: s} for t, s in outputs],
             })
-            ts += us
+            at = done
+        self._event("Session", "model_run", start_ns, end_ns)
+
+    def _provider_name(self, onyx_name):
+        """ONNX Runtime's name for an Onyx provider: the one the session was given."""
+        if onyx_name == "cpu":
+            return _CPU
+        gpu = [name for name, _ in self._providers if name != _CPU]
+        return gpu[0] if gpu else "WgpuExecutionProvider"
 
     def end_profiling(self):
         """Writes the profile of the runs so far as a Chrome trace (chrome://tracing, Perfetto)
         and returns its file name; '' when profiling is off."""
         if not self._sess_options.enable_profiling:
             return ""
-        stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
-        path = f"{self._sess_options.profile_file_prefix}{stamp}.json"
+        now = time.time()
+        stamp = time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(now))
+        path = f"{self._sess_options.profile_file_prefix}{stamp}_{int(now * 1000) % 1000:03d}.json"
         with open(path, "w") as f:
             json.dump(self._profile, f)
         self._profile = []

@@ -27,7 +27,7 @@ pub struct Session {
 }
 
 /// One kernel call of a profiled run: node, op, provider, input shapes, microseconds.
-type KernelTime = (String, String, String, String, f64);
+type KernelTime = (String, String, String, [Vec<(&'static str, Vec<usize>)>; 2], f64);
 
 /// Where a bound output goes: a device by name and id, or into an OrtValue.
 #[derive(FromPyObject)]
@@ -90,8 +90,12 @@ impl Session {
             py.detach(|| builder.commit_from_file(path))
         }
         .map_err(|e| to_py(e, Phase::Load))?;
-        let types =
-            inner.inputs().iter().chain(inner.overridable_initializers()).map(|i| (i.name.clone(), i.ty.clone())).collect();
+        let types = inner
+            .inputs()
+            .iter()
+            .chain(inner.overridable_initializers())
+            .map(|i| (i.name.clone(), i.ty.clone()))
+            .collect();
         Ok(Session { inner, types })
     }
 
@@ -161,7 +165,14 @@ impl Session {
         let (outputs, times) = py.detach(|| self.inner.run_profiled(inputs)).map_err(|e| to_py(e, Phase::Run))?;
         let names = output_names.unwrap_or_else(|| self.output_names());
         let values = names.iter().map(|n| to_python(py, output(&outputs, n)?)).collect::<PyResult<Vec<_>>>()?;
-        let times = times.into_iter().map(|t| (t.node, t.op, t.provider, t.shapes, t.us)).collect();
+        let named = |list: Vec<(onyx::DataType, Vec<usize>)>| list.into_iter().map(|(d, s)| (d.name(), s)).collect();
+        let times = times
+            .into_iter()
+            .map(|t| {
+                let [inputs, outputs] = t.io_types;
+                (t.node, t.op, t.provider, [named(inputs), named(outputs)], t.us)
+            })
+            .collect();
         Ok((values, times))
     }
 

@@ -196,7 +196,14 @@ mod tests {
     use super::*;
 
     fn time(op: &str, node: &str, us: f64) -> NodeTime {
-        NodeTime { node: node.into(), op: op.into(), provider: "cpu".into(), shapes: "[1]".into(), us }
+        NodeTime {
+            node: node.into(),
+            op: op.into(),
+            provider: "cpu".into(),
+            shapes: "[1]".into(),
+            io_types: Default::default(),
+            us,
+        }
     }
 
     #[test]

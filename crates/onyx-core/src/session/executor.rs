@@ -111,6 +111,9 @@ impl<'p> RunStates<'p> {
     }
 }
 
+/// A tensor's element type and shape.
+pub type TypedShape = (crate::DataType, Vec<usize>);
+
 /// The wall time of one kernel step of a profiled run (see `Session::run_profiled`).
 #[derive(Clone, Debug)]
 pub struct NodeTime {
@@ -122,24 +125,34 @@ pub struct NodeTime {
     pub provider: String,
     /// Shapes of its tensor inputs, e.g. `[1,64,56,56] [64,64,3,3]`.
     pub shapes: String,
+    /// Element type and shape of each tensor input and output (other values left out), as
+    /// ONNX Runtime's profiles list them.
+    pub io_types: [Vec<TypedShape>; 2],
     /// Wall time of the kernel call in microseconds (device work it only records is not in it).
     pub us: f64,
 }
 
-/// The shapes of a step's tensor inputs (the donated ones included), for profiles.
-fn input_shapes(inputs: &[Option<ValueRef<'_>>], donated: &[(usize, Value)]) -> String {
-    let shape = |(i, v): (usize, &Option<ValueRef<'_>>)| {
+/// The shapes of a step's tensor inputs (the donated ones included) as profiles print them
+/// (`[1,64,56,56] [64,64,3,3]`, `_` for an absent input, `-` for another value), and the
+/// element type and shape of each tensor input.
+fn input_shapes(inputs: &[Option<ValueRef<'_>>], donated: &[(usize, Value)]) -> (String, Vec<TypedShape>) {
+    let mut typed = vec![];
+    let mut shape = |(i, v): (usize, &Option<ValueRef<'_>>)| {
         let v = match donated.iter().find(|(d, _)| *d == i) {
             Some((_, value)) => Some(ValueRef::Value(value)),
             None => *v,
         };
         match v.map(|v| v.tensor()) {
-            Some(Ok(t)) => format!("{:?}", t.shape()).replace(' ', ""),
+            Some(Ok(t)) => {
+                typed.push((t.dtype(), t.shape().to_vec()));
+                format!("{:?}", t.shape()).replace(' ', "")
+            }
             Some(Err(_)) => "-".into(),
             None => "_".into(),
         }
     };
-    inputs.iter().enumerate().map(shape).collect::<Vec<_>>().join(" ")
+    let printed = inputs.iter().enumerate().map(&mut shape).collect::<Vec<_>>().join(" ");
+    (printed, typed)
 }
 
 /// Takes out of `env` the inputs a kernel step may overwrite with its outputs (see
@@ -213,12 +226,17 @@ pub(crate) fn execute<'a>(
                         None => kernel.run(&inputs, wanted),
                     };
                     if let (Some(times), Some(start), Some(shapes)) = (profile.as_deref_mut(), start, shapes) {
+                        let us = start.elapsed().as_secs_f64() * 1e6;
+                        let typed = |v: &Value| v.as_tensor().ok().map(|t| (t.dtype(), t.shape().to_vec()));
+                        let outputs = outs.as_ref().map(|o| o.iter().filter_map(typed).collect()).unwrap_or_default();
+                        let (shapes, inputs) = shapes;
                         times.push(NodeTime {
-                            us: start.elapsed().as_secs_f64() * 1e6,
+                            us,
                             node: at.node.clone(),
                             op: at.op.clone(),
                             provider: providers.list[*provider].name().to_string(),
                             shapes,
+                            io_types: [inputs, outputs],
                         });
                     }
                     let outs = outs.map_err(|e| e.at(at))?;
