@@ -1,5 +1,6 @@
 """Writes crates/onyx-core/src/ops/onnx_ops.rs: every ONNX operator with the opset versions in
-which its definition changed, from the `onnx` Python package's schemas.
+which its definition changed, and the attributes each definition has, from the `onnx` Python
+package's schemas.
 
 Run: python3 scripts/gen_op_table.py  (needs `pip install onnx==1.22.0`)
 """
@@ -10,8 +11,10 @@ import onnx
 import onnx.defs
 
 versions = defaultdict(set)
+attributes = {}
 for schema in onnx.defs.get_all_schemas_with_history():
     versions[(schema.domain, schema.name)].add(schema.since_version)
+    attributes[(schema.domain, schema.name, schema.since_version)] = sorted(schema.attributes)
 max_opset = {}
 for (domain, _), vs in versions.items():
     max_opset[domain] = max(max_opset.get(domain, 0), max(vs))
@@ -33,6 +36,15 @@ lines += [
 ]
 for (domain, name), vs in sorted(versions.items()):
     lines.append(f'    ("{domain}", "{name}", &[{", ".join(str(v) for v in sorted(vs))}]),')
+lines += [
+    "];",
+    "",
+    "/// (domain, op type, since version, the attributes that definition has), sorted.",
+    "pub const ATTRIBUTES: &[(&str, &str, i64, &[&str])] = &[",
+]
+for (domain, name, since), names in sorted(attributes.items()):
+    quoted = ", ".join(f'"{n}"' for n in names)
+    lines.append(f'    ("{domain}", "{name}", {since}, &[{quoted}]),')
 lines += ["];", ""]
 out.write_text("\n".join(lines))
 print(f"wrote {out} ({len(versions)} ops)")

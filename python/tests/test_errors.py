@@ -95,9 +95,7 @@ RUN_GAPS = {
     "matmul_dim_mismatch": "by design: Onyx checks that a dimension named in several inputs has one "
                            "size before running, and raises InvalidArgument naming both inputs",
 }
-LOAD_GAPS = {
-    "unknown_attribute": "Onyx's loader ignores attributes an operator does not define",
-}
+LOAD_GAPS = {}
 
 
 def _cases(cases, gaps):

@@ -1,6 +1,6 @@
 //! Which operators exist in which opset, from ONNX's own schemas (see `onnx_ops.rs`).
 
-use super::onnx_ops::{MAX_OPSET, OPS};
+use super::onnx_ops::{ATTRIBUTES, MAX_OPSET, OPS};
 use crate::ir::{Node, OpsetImports, MS_DOMAIN, ONYX_DOMAIN};
 use crate::{Error, Result};
 
@@ -61,9 +61,25 @@ pub fn since_version(node: &Node, opsets: &OpsetImports) -> Result<i64> {
         .ok_or_else(|| unknown(node, imported, &format!("the operator first appears in opset {}", vs[0])))
 }
 
-/// Checks that `node`'s operator exists in its domain at the imported opset version.
+/// Checks that `node`'s operator exists in its domain at the imported opset version, and that
+/// the node has no attribute that definition lacks (as ONNX's checker and ONNX Runtime do).
 pub fn check_node(node: &Node, opsets: &OpsetImports) -> Result<()> {
-    since_version(node, opsets).map(|_| ())
+    let since = since_version(node, opsets)?;
+    let key = (node.domain.as_str(), node.op_type.as_str(), since);
+    let Ok(i) = ATTRIBUTES.binary_search_by(|(d, o, v, _)| (*d, *o, *v).cmp(&key)) else { return Ok(()) };
+    let defined = ATTRIBUTES[i].3;
+    match node.attributes.iter().find(|a| !defined.contains(&a.name.as_str())) {
+        None => Ok(()),
+        Some(extra) => Err(Error::Attribute {
+            at: node.location(),
+            name: extra.name.clone(),
+            expected: match defined {
+                [] => format!("no attribute ({} defines none at opset {since})", node.op_type),
+                _ => format!("one of {} (its attributes at opset {since})", defined.join(", ")),
+            },
+            found: "an attribute the operator does not define".into(),
+        }),
+    }
 }
 
 fn unknown(node: &Node, version: i64, reason: &str) -> Error {
@@ -114,5 +130,28 @@ mod tests {
     #[test]
     fn table_is_sorted() {
         assert!(OPS.windows(2).all(|w| (w[0].0, w[0].1) < (w[1].0, w[1].1)));
+        assert!(ATTRIBUTES.windows(2).all(|w| (w[0].0, w[0].1, w[0].2) < (w[1].0, w[1].1, w[1].2)));
+    }
+
+    #[test]
+    fn rejects_attributes_the_operator_does_not_define() {
+        use crate::ir::{AttrValue, Attribute};
+        let opsets: OpsetImports = [("".to_string(), 17)].into();
+        let attr = |name: &str| Attribute { name: name.into(), value: AttrValue::Int(1) };
+        let mut add = node("Add", "");
+        assert!(check_node(&add, &opsets).is_ok());
+        add.attributes.push(attr("foo"));
+        let err = check_node(&add, &opsets).unwrap_err().to_string();
+        assert!(err.contains("attribute 'foo'") && err.contains("defines none at opset 14"), "{err}");
+        let mut conv = node("Conv", "");
+        conv.attributes = vec![attr("group"), attr("strides")];
+        assert!(check_node(&conv, &opsets).is_ok());
+        conv.attributes.push(attr("stride"));
+        let err = check_node(&conv, &opsets).unwrap_err().to_string();
+        assert!(err.contains("'stride'") && err.contains("one of auto_pad, dilations, group"), "{err}");
+        // Domains ONNX's schemas do not cover are left to their kernels.
+        let mut gqa = node("GroupQueryAttention", MS_DOMAIN);
+        gqa.attributes.push(attr("anything"));
+        assert!(check_node(&gqa, &[(MS_DOMAIN.to_string(), 1)].into()).is_ok());
     }
 }
