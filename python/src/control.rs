@@ -89,9 +89,11 @@ impl Control {
     /// The exception of a run that was stopped: the signal's (KeyboardInterrupt) when one
     /// stopped it, else ONNX Runtime's Fail for the terminate flag.
     pub fn stopped(&self) -> PyErr {
-        match self.pending.lock().unwrap_or_else(PoisonError::into_inner).take() {
-            Some(signal) => signal,
-            None => Fail::new_err("Exiting due to terminate flag being set to true."),
-        }
+        self.signal().unwrap_or_else(|| Fail::new_err("Exiting due to terminate flag being set to true."))
+    }
+
+    /// The exception of the signal that stopped the run, if one did.
+    pub fn signal(&self) -> Option<PyErr> {
+        self.pending.lock().unwrap_or_else(PoisonError::into_inner).take()
     }
 }

@@ -19,14 +19,13 @@ fn err(e: GenaiError) -> PyErr {
     PyRuntimeError::new_err(e.to_string())
 }
 
-/// The error of a generator's run: a stopped run's exception, else a RuntimeError.
+/// The error of a generator's run: the signal's exception (KeyboardInterrupt) when Ctrl-C
+/// stopped it, a RuntimeError otherwise (genai's for `terminate_session` too).
 fn run_err(control: &Control, e: GenaiError) -> PyErr {
     match e {
-        GenaiError::Runtime(onyx::Error::Terminated) => match control.stopped() {
-            // genai's message for `set_runtime_option("terminate_session", "1")`.
-            e if e.to_string().contains("terminate flag") => PyRuntimeError::new_err("The generation was terminated"),
-            signal => signal,
-        },
+        GenaiError::Runtime(onyx::Error::Terminated) => control.signal().unwrap_or_else(|| {
+            PyRuntimeError::new_err("the generation was terminated: terminate_session is set to \"1\"")
+        }),
         other => err(other),
     }
 }

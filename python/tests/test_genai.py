@@ -342,6 +342,10 @@ def test_onyx_errors_name_what_was_expected(oxg):
         oxg.GeneratorParams(m).set_guidance("json_schema", "{}")
     with pytest.raises(RuntimeError, match="unknown runtime option"):
         gen.set_runtime_option("nope", "1")
+    gen.set_runtime_option("terminate_session", "1")
+    with pytest.raises(RuntimeError, match="terminated: terminate_session"):
+        gen.append_tokens(np.array([5, 6], np.int32))
+    assert gen.token_count() == 0, "a stopped run appends nothing"
     with pytest.raises(RuntimeError, match="unknown provider 'tpu'"):
         oxg.Config(str(LLM / "llama-cpu-fp32")).append_provider("tpu")
     with pytest.raises(RuntimeError, match="search.max_length"):
