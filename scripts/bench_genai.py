@@ -5,7 +5,7 @@ Llama-3.2-1B shapes made on demand (scripts/bench_llm_model.py builds them into
 target/bench_llm).
 
 Run: /opt/llmgen/bin/python scripts/bench_genai.py [--models qwen2.5-0.5b,llama-3.2-1b]
-         [--onyx PATH] [--threads 2] [--repeats 2] [--markdown FILE]
+         [--onyx PATH | --no-cli] [--onyx-python DIR] [--threads 2] [--repeats 2] [--markdown FILE]
 Needs: the /opt/llmgen venv of scripts/make_llm_models.py (torch, transformers and the builder
 to make the models; onnxruntime-genai 0.18 to run them) and a release `onyx` binary
 (cargo build --release -p onyx-cli).
@@ -19,6 +19,11 @@ Onyx is better). genai runs twice: with max_length left at the model's context l
 folder is shipped (its shared-buffer cache is allocated for the whole context), and with
 max_length 256. Onyx's cache grows with the sequence (its shared buffer doubles as the
 sequence reaches it), so max_length only caps its memory; it runs with max_length 256.
+
+With --onyx-python DIR (a folder where the `onyx` wheel is installed, e.g. by
+`pip install --target DIR`), genai's Python child also runs with `import onyx.genai as og`
+instead of onnxruntime_genai (the same script, the import changed; max_length 256), reported as
+"onyx.genai". --no-cli leaves `onyx generate` out.
 """
 import argparse
 import datetime
@@ -40,9 +45,9 @@ PROMPT = 128
 NEW = 128
 
 GENAI_CHILD = r"""
-import json, resource, sys, time
+import importlib, json, resource, sys, time
 import numpy as np
-import onnxruntime_genai as og
+og = importlib.import_module(sys.argv[5])
 folder, prompt, new, max_length = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 model = og.Model(og.Config(folder))
 params = og.GeneratorParams(model)
@@ -87,8 +92,11 @@ def bench_folder(model_dir, threads):
     return tmp
 
 
-def run_genai(folder, prompt, max_length):
-    out = subprocess.run([sys.executable, "-c", GENAI_CHILD, str(folder), json.dumps(prompt), str(NEW), str(max_length)], check=True, capture_output=True, text=True)
+def run_genai(folder, prompt, max_length, module="onnxruntime_genai", path=None):
+    env = dict(os.environ)
+    if path:
+        env["PYTHONPATH"] = os.pathsep.join([str(path), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    out = subprocess.run([sys.executable, "-c", GENAI_CHILD, str(folder), json.dumps(prompt), str(NEW), str(max_length), module], check=True, capture_output=True, text=True, env=env)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -115,13 +123,20 @@ def bench(name, args):
     vocab = config["model"]["vocab_size"]
     prompt = [int(t) for t in np.random.default_rng(0).integers(4, min(vocab, 5000), PROMPT)]
     result = {
-        "onyx": best([run_onyx(args.onyx, folder, prompt) for _ in range(args.repeats)]),
         "genai": best([run_genai(folder, prompt, 0) for _ in range(args.repeats)]),
         "genai_256": best([run_genai(folder, prompt, PROMPT + NEW) for _ in range(args.repeats)]),
         "context_length": config["model"]["context_length"],
     }
-    o, g = result["onyx"]["output_tokens"], result["genai"]["output_tokens"]
-    result["same_tokens"] = next((i for i, (a, b) in enumerate(zip(o, g)) if a != b), min(len(o), len(g)))
+    if not args.no_cli:
+        result["onyx"] = best([run_onyx(args.onyx, folder, prompt) for _ in range(args.repeats)])
+    if args.onyx_python:
+        runs = [run_genai(folder, prompt, PROMPT + NEW, "onyx.genai", args.onyx_python) for _ in range(args.repeats)]
+        result["onyx.genai"] = best(runs)
+    g = result["genai"]["output_tokens"]
+    for side in ("onyx", "onyx.genai"):
+        if side in result:
+            o = result[side]["output_tokens"]
+            result[f"same_tokens {side}"] = next((i for i, (a, b) in enumerate(zip(o, g)) if a != b), min(len(o), len(g)))
     print(name, json.dumps({k: {kk: vv for kk, vv in v.items() if kk != "output_tokens"} if isinstance(v, dict) else v for k, v in result.items()}), flush=True)
     return result
 
@@ -131,11 +146,17 @@ def table(results, threads):
         f"| model | figure | onyx | genai (max_length = context) | onyx/genai | genai (max_length 256) | onyx/genai |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
+    figures = [("time_to_first_token_ms", "time to first token", 1, "ms"), ("prompt_tokens_per_s", "prompt", 1, "tok/s"),
+               ("decode_tokens_per_s", "decode", 1, "tok/s"), ("peak_host_bytes", "peak memory", 1 / 2**20, "MiB")]
     for name, r in results.items():
-        o, g, g2 = r["onyx"], r["genai"], r["genai_256"]
-        for key, label, scale, unit in [("time_to_first_token_ms", "time to first token", 1, "ms"), ("prompt_tokens_per_s", "prompt", 1, "tok/s"), ("decode_tokens_per_s", "decode", 1, "tok/s"), ("peak_host_bytes", "peak memory", 1 / 2**20, "MiB")]:
-            lines.append(f"| {name} | {label} | {o[key] * scale:.1f} {unit} | {g[key] * scale:.1f} {unit} | {o[key] / g[key]:.2f} | {g2[key] * scale:.1f} {unit} | {o[key] / g2[key]:.2f} |")
-        lines.append(f"| {name} | same greedy tokens | {r['same_tokens']} of {NEW} | | | | |")
+        g, g2 = r["genai"], r["genai_256"]
+        for side in ("onyx", "onyx.genai"):
+            if side not in r:
+                continue
+            o = r[side]
+            for key, label, scale, unit in figures:
+                lines.append(f"| {name} | {side}: {label} | {o[key] * scale:.1f} {unit} | {g[key] * scale:.1f} {unit} | {o[key] / g[key]:.2f} | {g2[key] * scale:.1f} {unit} | {o[key] / g2[key]:.2f} |")
+            lines.append(f"| {name} | {side}: same greedy tokens | {r[f'same_tokens {side}']} of {NEW} | | | | |")
     return "\n".join(lines)
 
 
@@ -143,6 +164,8 @@ def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--models", default=",".join(blm.MODELS), type=lambda s: s.split(","))
     p.add_argument("--onyx", type=pathlib.Path, default=ROOT / "target/release/onyx")
+    p.add_argument("--no-cli", action="store_true", help="leave `onyx generate` out")
+    p.add_argument("--onyx-python", type=pathlib.Path, help="a folder where the onyx wheel is installed")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--cache", type=pathlib.Path, default=ROOT / "target/bench_llm")
