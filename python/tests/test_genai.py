@@ -66,11 +66,17 @@ def prompt_ids(rng, vocab, n):
     return rng.integers(4, vocab, size=n).astype(np.int32)
 
 
-def generate(mod, m, prompt, **options):
+def prompted(mod, m, prompt, **options):
+    """A generator of `m` with search `options`, `prompt` appended."""
     params = mod.GeneratorParams(m)
     params.set_search_options(**options)
     gen = mod.Generator(m, params)
     gen.append_tokens(prompt)
+    return gen
+
+
+def generate(mod, m, prompt, **options):
+    gen = prompted(mod, m, prompt, **options)
     while not gen.is_done():
         gen.generate_next_token()
     return gen
@@ -109,11 +115,7 @@ def test_sequences_and_logits_match_genai(og, oxg, folder, rng):
     prompt = prompt_ids(rng, vocab, 5)
     pair = []
     for mod, m in ((og, want_model), (oxg, got_model)):
-        params = mod.GeneratorParams(m)
-        params.set_search_options(max_length=16)
-        gen = mod.Generator(m, params)
-        gen.append_tokens(prompt)
-        pair.append(gen)
+        pair.append(prompted(mod, m, prompt, max_length=16))
     want, got = (g.get_logits() for g in pair)
     assert got.dtype == want.dtype == np.float32 and got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4)
@@ -123,11 +125,7 @@ def test_sequences_and_logits_match_genai(og, oxg, folder, rng):
 
 
 def prompt_logits(mod, config):
-    m = mod.Model(config)
-    params = mod.GeneratorParams(m)
-    params.set_search_options(max_length=16)
-    gen = mod.Generator(m, params)
-    gen.append_tokens(np.array([5, 6, 7, 8], np.int32))
+    gen = prompted(mod, mod.Model(config), np.array([5, 6, 7, 8], np.int32), max_length=16)
     return gen.get_output("logits")
 
 
@@ -252,11 +250,7 @@ def test_rewind_then_regenerate_matches_genai(og, oxg, rng):
     prompt = prompt_ids(rng, 260, 6)
     seqs = []
     for mod in (og, oxg):
-        m = model(mod, "llama-cpu-fp32")
-        params = mod.GeneratorParams(m)
-        params.set_search_options(max_length=24)
-        gen = mod.Generator(m, params)
-        gen.append_tokens(prompt)
+        gen = prompted(mod, model(mod, "llama-cpu-fp32"), prompt, max_length=24)
         for _ in range(8):
             gen.generate_next_token()
         gen.rewind_to(9)
@@ -271,11 +265,7 @@ def test_set_logits_steers_the_next_token(og, oxg, rng):
     prompt = prompt_ids(rng, 260, 5)
     seqs = []
     for mod in (og, oxg):
-        m = model(mod, "llama-cpu-fp32")
-        params = mod.GeneratorParams(m)
-        params.set_search_options(max_length=12)
-        gen = mod.Generator(m, params)
-        gen.append_tokens(prompt)
+        gen = prompted(mod, model(mod, "llama-cpu-fp32"), prompt, max_length=12)
         logits = np.zeros((1, 260), np.float32)
         logits[0, 77] = 5.0
         gen.set_logits(logits)

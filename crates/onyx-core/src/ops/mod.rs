@@ -3,6 +3,7 @@
 pub mod contrib;
 pub mod infer;
 pub mod layout;
+mod onnx_attributes;
 mod onnx_ops;
 pub mod registry;
 pub mod resize;

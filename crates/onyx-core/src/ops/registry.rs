@@ -1,6 +1,8 @@
-//! Which operators exist in which opset, from ONNX's own schemas (see `onnx_ops.rs`).
+//! Which operators exist in which opset, and which attributes each definition has, from
+//! ONNX's own schemas (see `onnx_ops.rs` and `onnx_attributes.rs`).
 
-use super::onnx_ops::{ATTRIBUTES, MAX_OPSET, OPS};
+use super::onnx_attributes::ATTRIBUTES;
+use super::onnx_ops::{MAX_OPSET, OPS};
 use crate::ir::{Node, OpsetImports, MS_DOMAIN, ONYX_DOMAIN};
 use crate::{Error, Result};
 
